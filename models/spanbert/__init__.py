@@ -1,0 +1,1 @@
+"""SpanBERT (self-contained: travels with every checkpoint)."""

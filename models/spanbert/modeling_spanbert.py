@@ -1,0 +1,414 @@
+"""SpanBERT: a BERT encoder pretrained with span masking and the span boundary objective (SBO).
+
+The encoder reuses transformers' BERT blocks (and with them SDPA / eager / flash attention). The pretraining head
+computes vocabulary logits only at the positions that carry a target.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.models.bert.modeling_bert import (
+    BertEmbeddings,
+    BertEncoder,
+    BertLayer,
+    BertLMPredictionHead,
+    BertSelfAttention,
+)
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_spanbert import SpanBertConfig
+
+
+@dataclass
+class SpanBertForPreTrainingOutput(ModelOutput):
+    """
+    loss: weighted sum of the MLM loss (mean over masked tokens) and the SBO loss (mean over SBO targets).
+    mlm_loss / sbo_loss: the two terms before weighting.
+    mlm_logits: `(num_masked_tokens, vocab_size)`, one row per `labels != -100` position, row-major order.
+    sbo_logits: `(num_sbo_targets, vocab_size)`, one row per `span_left >= 0` position, row-major order.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    sbo_loss: torch.Tensor | None = None
+    mlm_logits: torch.Tensor | None = None
+    sbo_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class SpanBertPreTrainedModel(PreTrainedModel):
+    config_class = SpanBertConfig
+    config: SpanBertConfig
+    base_model_prefix = "spanbert"
+    supports_gradient_checkpointing = True
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _no_split_modules = ["BertEmbeddings", "BertLayer"]
+    _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        # N(0, initializer_range) for Linear/Embedding, LayerNorm (1, 0), biases 0: the authors' init.
+        super()._init_weights(module)
+        if isinstance(module, (BertLMPredictionHead, SpanBoundaryHead)):
+            init.zeros_(module.bias)
+        elif isinstance(module, BertEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+
+
+class SpanBertModel(SpanBertPreTrainedModel):
+    """The bare SpanBERT encoder: BERT embeddings and layers, no pooler (SpanBERT never trains one)."""
+
+    def __init__(self, config: SpanBertConfig):
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        if sequence_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Input has {sequence_length} tokens but this model has {self.config.max_position_embeddings} "
+                "positions; truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
+            )
+        embedding_output = self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
+        )
+        encoder_outputs = self.encoder(embedding_output, attention_mask=attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=encoder_outputs.last_hidden_state)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SBO: `y_i = LN(GeLU(W2 LN(GeLU(W1 [x_{s-1}; x_{e+1}; p_{i-s+1}]))))`, decoded with the tied word embeddings.
+
+    A prediction depends only on the two outside boundary states and the relative position of the target.
+    """
+
+    def __init__(self, config: SpanBertConfig):
+        super().__init__()
+        hidden = config.hidden_size
+        self.position_embeddings = nn.Embedding(config.max_span_targets, config.sbo_position_embedding_size)
+        self.mlp = nn.Sequential(
+            nn.Linear(2 * hidden + config.sbo_position_embedding_size, hidden),
+            ACT2FN[config.hidden_act],
+            nn.LayerNorm(hidden, eps=config.layer_norm_eps),
+            nn.Linear(hidden, hidden),
+            ACT2FN[config.hidden_act],
+            nn.LayerNorm(hidden, eps=config.layer_norm_eps),
+        )
+        self.decoder = nn.Linear(hidden, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, relative_position: torch.Tensor) -> torch.Tensor:
+        """left/right: `(N, H)` boundary states; relative_position: `(N,)`, 0 for the first span token."""
+        h0 = torch.cat([left, right, self.position_embeddings(relative_position)], dim=-1)
+        return self.decoder(self.mlp(h0)) + self.bias
+
+
+class SpanBertForPreTraining(SpanBertPreTrainedModel):
+    """MLM + span boundary objective. With `config.use_span_boundary_objective=False` it is the BERT-MLM baseline."""
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+        "sbo.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
+    }
+    # The pretraining loss is a fixed mean per objective; Trainer must not rescale it by its token count.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: SpanBertConfig):
+        super().__init__(config)
+        self.spanbert = SpanBertModel(config)
+        self.cls = nn.Module()
+        self.cls.predictions = BertLMPredictionHead(config)
+        self.sbo = SpanBoundaryHead(config) if config.use_span_boundary_objective else None
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        span_left: torch.Tensor | None = None,
+        span_right: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SpanBertForPreTrainingOutput:
+        r"""
+        labels: `(B, T)` original token ids at masked positions, -100 elsewhere.
+        span_left / span_right: `(B, T)` positions of the outside boundary tokens `s-1` and `e+1` of the merged span
+            that covers each SBO target, -1 at positions without an SBO target (built by `SpanMaskingCollator`).
+        """
+        outputs = self.spanbert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state
+        output = SpanBertForPreTrainingOutput(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        if labels is None:
+            return output
+
+        # Gather the target rows first: vocabulary logits only where there is something to predict.
+        rows, cols = (labels != -100).nonzero(as_tuple=True)
+        output.mlm_logits = self.cls.predictions(sequence_output[rows, cols])
+        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels[rows, cols])
+        output.loss = self.config.mlm_loss_weight * output.mlm_loss
+
+        if self.sbo is not None:
+            if span_left is None or span_right is None:
+                raise ValueError(
+                    "The span boundary objective needs span_left and span_right (from SpanMaskingCollator); "
+                    "set config.use_span_boundary_objective=False to train MLM only."
+                )
+            rows, cols = (span_left >= 0).nonzero(as_tuple=True)
+            left, right = span_left[rows, cols], span_right[rows, cols]
+            relative_position = (cols - left - 1).clamp(max=self.config.max_span_targets - 1)
+            output.sbo_logits = self.sbo(sequence_output[rows, left], sequence_output[rows, right], relative_position)
+            # A batch whose spans all touch the block edges has no SBO target; its SBO term is 0, not NaN.
+            output.sbo_loss = (
+                F.cross_entropy(output.sbo_logits.float(), labels[rows, cols])
+                if rows.numel()
+                else sequence_output.new_zeros(())
+            )
+            output.loss = output.loss + self.config.sbo_loss_weight * output.sbo_loss
+        return output
+
+
+class SpanBertForMaskedLM(SpanBertPreTrainedModel):
+    """Masked-LM head over every position (what the fill-mask pipeline needs); pretraining uses the sparse head."""
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: SpanBertConfig):
+        super().__init__(config)
+        self.spanbert = SpanBertModel(config)
+        self.cls = nn.Module()
+        self.cls.predictions = BertLMPredictionHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        outputs = self.spanbert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.cls.predictions(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
+class SpanBertForSequenceClassification(SpanBertPreTrainedModel):
+    """A linear classifier on the first token ([CLS]), as in the paper's GLUE setup. MSE when `num_labels == 1`."""
+
+    def __init__(self, config: SpanBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.spanbert = SpanBertModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self.spanbert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state[:, 0]))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class SpanBertForQuestionAnswering(SpanBertPreTrainedModel):
+    """Two independent linear classifiers for the answer's start and end (Section 4.1)."""
+
+    def __init__(self, config: SpanBertConfig):
+        super().__init__(config)
+        self.spanbert = SpanBertModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self.spanbert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
+        start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class SpanBertForTokenClassification(SpanBertPreTrainedModel):
+    def __init__(self, config: SpanBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.spanbert = SpanBertModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.spanbert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = [
+    "SpanBertPreTrainedModel",
+    "SpanBertModel",
+    "SpanBertForPreTraining",
+    "SpanBertForMaskedLM",
+    "SpanBertForSequenceClassification",
+    "SpanBertForQuestionAnswering",
+    "SpanBertForTokenClassification",
+    "SpanBoundaryHead",
+    "SpanBertForPreTrainingOutput",
+]

@@ -1,0 +1,1 @@
+"""Pretraining spine: data, masking collators, the `--model` recipe registry and the export step."""
