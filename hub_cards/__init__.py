@@ -1,0 +1,252 @@
+"""Model cards generated from structured metadata (as timm's `_hub.py` does), never handwritten.
+
+`write_card(CardMetadata(...), folder)` renders README.md with YAML front matter (library_name, license, tags,
+datasets, pipeline_tag, base_model, model-index), the method and its citation, how to load the checkpoint with
+`trust_remote_code=True`, training data and hyperparameters, the loss curve, evaluation results, intended use and
+limitations. `add_eval_results(folder, ...)` merges new results into an existing card's model-index and results table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+__all__ = ["CardMetadata", "write_card", "add_eval_results", "plot_loss_curve", "render_card"]
+
+_RESULTS_START, _RESULTS_END = "<!-- eval-results:start -->", "<!-- eval-results:end -->"
+
+TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ meta.model_name }}
+
+{{ meta.summary }}
+
+{% if meta.paper -%}
+This checkpoint implements **{{ meta.paper.title }}** ({{ meta.paper.authors }}, {{ meta.paper.year }}, [{{ meta.paper.url }}]({{ meta.paper.url }})).
+{%- endif %}
+
+## How to load
+
+The modeling code travels with the checkpoint, so loading needs `trust_remote_code=True` and nothing else:
+
+```python
+from transformers import AutoModel, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{{ meta.repo_id }}")
+model = AutoModel.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
+```
+
+The same folder loads through every Auto class listed in its `config.json` `auto_map`:
+{% for auto_class, target in meta.auto_map.items() %}
+- `{{ auto_class }}` -> `{{ target }}`
+{%- endfor %}
+
+## Architecture
+
+| hyperparameter | value |
+| --- | --- |
+{% for key, value in meta.architecture.items() -%}
+| {{ key }} | {{ value }} |
+{% endfor %}
+## Training
+
+{{ meta.training_data }}
+
+| setting | value |
+| --- | --- |
+{% for key, value in meta.training.items() -%}
+| {{ key }} | {{ value }} |
+{% endfor %}
+{% if meta.paper_hyperparameters -%}
+The paper's own recipe, for reference:
+
+| setting | paper |
+| --- | --- |
+{% for key, value in meta.paper_hyperparameters.items() -%}
+| {{ key }} | {{ value }} |
+{% endfor %}
+{%- endif %}
+{% if meta.loss_curve -%}
+![Training loss]({{ meta.loss_curve }})
+{%- endif %}
+
+## Evaluation results
+
+{{ results_start }}
+{{ results_table }}
+{{ results_end }}
+
+## Intended use and limitations
+
+{{ meta.intended_use }}
+{% for item in meta.limitations %}
+- {{ item }}
+{%- endfor %}
+{% if meta.paper %}
+## Citation
+
+```bibtex
+{{ meta.paper.bibtex }}
+```
+{%- endif %}
+"""
+
+
+@dataclass
+class CardMetadata:
+    """Everything a card says, as data.
+
+    `paper` is any object with `title`, `authors`, `year`, `url`, `bibtex` (e.g. `training.recipes.Paper`).
+    `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
+    """
+
+    model_name: str
+    summary: str
+    auto_map: dict[str, str]
+    repo_id: str = "path/to/this/folder"
+    license: str = "apache-2.0"
+    tags: list[str] = field(default_factory=list)
+    datasets: list[str] = field(default_factory=list)
+    pipeline_tag: str | None = None
+    base_model: str | None = None
+    paper: Any = None
+    architecture: dict[str, Any] = field(default_factory=dict)
+    training_data: str = ""
+    training: dict[str, Any] = field(default_factory=dict)
+    paper_hyperparameters: dict[str, Any] = field(default_factory=dict)
+    loss_curve: str | None = None
+    eval_results: list[dict[str, Any]] = field(default_factory=list)
+    intended_use: str = (
+        "A research checkpoint for studying pretraining objectives: fine-tune it (e.g. with this project's "
+        "`glue/run_glue.py` or `qa/run_qa.py`) before using its predictions."
+    )
+    limitations: list[str] = field(default_factory=list)
+
+
+def _eval_result(result: dict[str, Any], metric_name: str, value: float) -> EvalResult:
+    return EvalResult(
+        task_type=result["task_type"],
+        task_name=result.get("task_name"),
+        dataset_type=result["dataset_type"],
+        dataset_name=result["dataset_name"],
+        dataset_config=result.get("dataset_config"),
+        dataset_split=result.get("dataset_split"),
+        metric_type=metric_name,
+        metric_name=metric_name,
+        metric_value=float(value),
+    )
+
+
+def _results_table(results: list[EvalResult]) -> str:
+    if not results:
+        return "No evaluation results yet. `glue/run_glue.py --add_to_model_card` and `qa/run_qa.py` add them here."
+    rows = ["| task | dataset | split | metric | value |", "| --- | --- | --- | --- | --- |"]
+    for r in results:
+        rows.append(
+            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} | {r.metric_value:.4g} |"
+        )
+    return "\n".join(rows)
+
+
+def render_card(meta: CardMetadata) -> ModelCard:
+    results = [_eval_result(r, name, value) for r in meta.eval_results for name, value in r["metrics"].items()]
+    card_data = ModelCardData(
+        library_name="transformers",
+        license=meta.license,
+        tags=sorted({*meta.tags, "custom_code", "pretraining-zoo"}),
+        datasets=meta.datasets or None,
+        pipeline_tag=meta.pipeline_tag,
+        base_model=meta.base_model,
+        model_name=meta.model_name,
+        eval_results=results or None,
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_str=TEMPLATE,
+        meta=meta,
+        results_start=_RESULTS_START,
+        results_end=_RESULTS_END,
+        results_table=_results_table(results),
+    )
+
+
+def write_card(meta: CardMetadata, folder: str | Path) -> Path:
+    path = Path(folder) / "README.md"
+    render_card(meta).save(path)
+    return path
+
+
+def add_eval_results(
+    model_dir: str | Path,
+    *,
+    task_type: str,
+    task_name: str,
+    dataset_name: str,
+    dataset_type: str,
+    metrics: dict[str, float],
+    dataset_config: str | None = None,
+    dataset_split: str | None = None,
+) -> Path:
+    """Merge results into the card's model-index (replacing the same task/dataset/split/metric) and results table.
+
+    A folder without a card gets a minimal one, so fine-tuned outputs of any model can carry their results.
+    """
+    path = Path(model_dir) / "README.md"
+    if path.exists():
+        card = ModelCard.load(path)
+    else:
+        name = Path(model_dir).resolve().name
+        card = ModelCard.from_template(ModelCardData(model_name=name), template_str=f"---\n{{{{ card_data }}}}\n---\n\n# {name}\n")
+    new = [
+        _eval_result(
+            dict(task_type=task_type, task_name=task_name, dataset_name=dataset_name, dataset_type=dataset_type,
+                 dataset_config=dataset_config, dataset_split=dataset_split),
+            metric,
+            value,
+        )
+        for metric, value in metrics.items()
+    ]
+    key = lambda r: (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split, r.metric_type)  # noqa: E731
+    replaced = {key(r) for r in new}
+    existing = [r for r in (card.data.eval_results or []) if key(r) not in replaced]
+    card.data.eval_results = existing + new
+    if not card.data.model_name:
+        card.data.model_name = Path(model_dir).resolve().name
+    table = f"{_RESULTS_START}\n{_results_table(card.data.eval_results)}\n{_RESULTS_END}"
+    if _RESULTS_START in card.text:
+        card.text = re.sub(re.escape(_RESULTS_START) + r".*?" + re.escape(_RESULTS_END), lambda _: table, card.text, flags=re.S)
+    else:
+        card.text = card.text.rstrip() + "\n\n## Evaluation results\n\n" + table + "\n"
+    card.save(path)
+    return path
+
+
+def plot_loss_curve(log_history: list[dict[str, Any]], path: str | Path, keys: tuple[str, ...] = ("loss",)) -> Path | None:
+    """Draw the training curves logged by Trainer (one line per key found) to a PNG; None when nothing was logged."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {k: [(e["step"], e[k]) for e in log_history if k in e and "step" in e] for k in keys}
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    for name, points in series.items():
+        steps, values = zip(*points)
+        ax.plot(steps, values, label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
