@@ -38,7 +38,7 @@ The modeling code travels with the checkpoint, so loading needs `trust_remote_co
 ```python
 from transformers import AutoModel, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("{{ meta.repo_id }}")
+tokenizer = AutoTokenizer.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
 model = AutoModel.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
 ```
 

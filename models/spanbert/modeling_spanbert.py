@@ -152,7 +152,6 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
-        "sbo.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
     }
     # The pretraining loss is a fixed mean per objective; Trainer must not rescale it by its token count.
     accepts_loss_kwargs = False
@@ -163,6 +162,8 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         self.cls = nn.Module()
         self.cls.predictions = BertLMPredictionHead(config)
         self.sbo = SpanBoundaryHead(config) if config.use_span_boundary_objective else None
+        if self.sbo is not None:  # the BERT baseline has no SBO decoder to tie
+            self._tied_weights_keys = {**self._tied_weights_keys, "sbo.decoder.weight": "spanbert.embeddings.word_embeddings.weight"}
         self.post_init()
 
     def get_output_embeddings(self):

@@ -1,0 +1,226 @@
+"""SpanBERT model tests on tiny configs (transformers' model-tester style)."""
+
+import json
+
+import pytest
+import torch
+from helpers import run_isolated
+from transformers import AutoModel, AutoModelForPreTraining
+
+import models  # noqa: F401  (registers the families)
+from models.spanbert.configuration_spanbert import AUTO_MAP, SpanBertConfig
+from models.spanbert.modeling_spanbert import (
+    SpanBertForMaskedLM,
+    SpanBertForPreTraining,
+    SpanBertForQuestionAnswering,
+    SpanBertForSequenceClassification,
+    SpanBertForTokenClassification,
+    SpanBertModel,
+)
+
+
+class SpanBertModelTester:
+    batch_size, seq_length, vocab_size, hidden_size = 3, 24, 99, 32
+
+    def config(self, **overrides):
+        kwargs = dict(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            sbo_position_embedding_size=12, max_span_targets=6,
+        )
+        return SpanBertConfig(**{**kwargs, **overrides})
+
+    def inputs(self, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        input_ids = torch.randint(5, self.vocab_size, (self.batch_size, self.seq_length), generator=generator)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[0, -5:] = 0
+        # One merged span per row at positions 5..8 with outside boundaries 4 and 9, and a lone masked token at 15.
+        labels = torch.full_like(input_ids, -100)
+        labels[:, 5:9] = input_ids[:, 5:9]
+        labels[:, 15] = input_ids[:, 15]
+        span_left = torch.full_like(input_ids, -1)
+        span_right = torch.full_like(input_ids, -1)
+        span_left[:, 5:9], span_right[:, 5:9] = 4, 9
+        span_left[:, 15], span_right[:, 15] = 14, 16
+        return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels, span_left=span_left, span_right=span_right)
+
+
+tester = SpanBertModelTester()
+
+
+def test_bare_model_shapes_and_hidden_states():
+    model = SpanBertModel(tester.config(attn_implementation="eager")).eval()  # SDPA returns no attention maps
+    inputs = tester.inputs()
+    out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], output_hidden_states=True, output_attentions=True)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+    assert out.last_hidden_state.shape == (tester.batch_size, tester.seq_length, tester.hidden_size)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    assert out.attentions[0].shape == (tester.batch_size, 4, tester.seq_length, tester.seq_length)
+
+
+def test_pretraining_logits_only_at_targets_and_loss_is_weighted_sum():
+    config = tester.config(mlm_loss_weight=0.5, sbo_loss_weight=2.0)
+    model = SpanBertForPreTraining(config).eval()
+    inputs = tester.inputs()
+    out = model(**inputs)
+    n_targets = int((inputs["labels"] != -100).sum())
+    n_sbo = int((inputs["span_left"] >= 0).sum())
+    assert out.mlm_logits.shape == (n_targets, tester.vocab_size)
+    assert out.sbo_logits.shape == (n_sbo, tester.vocab_size)
+    torch.testing.assert_close(out.loss, 0.5 * out.mlm_loss + 2.0 * out.sbo_loss)
+    # The sparse MLM loss equals the dense cross-entropy of transformers' convention.
+    dense = SpanBertForMaskedLM(config).eval()
+    dense.load_state_dict(model.state_dict(), strict=False)
+    dense_out = dense(inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=inputs["labels"])
+    torch.testing.assert_close(out.mlm_loss, dense_out.loss)
+
+
+def test_sbo_equations_match_a_manual_computation():
+    model = SpanBertForPreTraining(tester.config()).eval()
+    inputs = tester.inputs()
+    out = model(**inputs, output_hidden_states=True)
+    hidden = out.hidden_states[-1]
+    sbo = model.sbo
+    # Row 1, position 7: boundaries 4 and 9, relative position 7 - 4 - 1 = 2 (p_3 in the paper's 1-based notation).
+    h0 = torch.cat([hidden[1, 4], hidden[1, 9], sbo.position_embeddings.weight[2]])
+    linear1, act1, norm1, linear2, act2, norm2 = sbo.mlp
+    h1 = norm1(act1(linear1(h0)))
+    y = norm2(act2(linear2(h1)))
+    expected = y @ model.spanbert.embeddings.word_embeddings.weight.T + sbo.bias
+    row = ((inputs["span_left"] >= 0).nonzero().tolist()).index([1, 7])
+    torch.testing.assert_close(out.sbo_logits[row], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_sbo_prediction_depends_only_on_boundaries_and_relative_position():
+    model = SpanBertForPreTraining(tester.config()).eval()
+    inputs = tester.inputs()
+    base = model(**inputs)
+    hidden = model.spanbert(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
+    # Perturb the encoder's states everywhere except the two boundaries of row 0's span (4 and 9).
+    perturbed = hidden.clone()
+    keep = torch.zeros_like(perturbed, dtype=torch.bool)
+    keep[0, [4, 9]] = True
+    perturbed = torch.where(keep, hidden, hidden + torch.randn_like(hidden))
+    rows, cols = (inputs["span_left"] >= 0).nonzero(as_tuple=True)
+    left, right = inputs["span_left"][rows, cols], inputs["span_right"][rows, cols]
+    logits = model.sbo(perturbed[rows, left], perturbed[rows, right], cols - left - 1)
+    in_row0_span = (rows == 0) & (cols >= 5) & (cols <= 8)
+    torch.testing.assert_close(logits[in_row0_span], base.sbo_logits[in_row0_span])
+    assert not torch.allclose(logits[~in_row0_span], base.sbo_logits[~in_row0_span])
+    # Different relative positions give different predictions from the same boundaries.
+    assert not torch.allclose(base.sbo_logits[in_row0_span][0], base.sbo_logits[in_row0_span][1])
+
+
+def test_decoders_are_tied_to_input_embeddings_with_their_own_biases():
+    model = SpanBertForPreTraining(tester.config())
+    embeddings = model.spanbert.embeddings.word_embeddings.weight
+    assert model.sbo.decoder.weight is embeddings
+    assert model.cls.predictions.decoder.weight is embeddings
+    assert model.sbo.bias is not model.cls.predictions.bias
+
+
+def test_bert_baseline_has_no_sbo_head_and_same_encoder():
+    model = SpanBertForPreTraining(tester.config(use_span_boundary_objective=False)).eval()
+    assert model.sbo is None
+    inputs = tester.inputs()
+    out = model(**inputs)
+    assert out.sbo_loss is None and out.sbo_logits is None
+    torch.testing.assert_close(out.loss, out.mlm_loss)
+    assert not any(name.startswith("sbo.") for name in model.state_dict())
+
+
+def test_batch_without_sbo_targets_has_zero_sbo_loss():
+    model = SpanBertForPreTraining(tester.config()).eval()
+    inputs = tester.inputs()
+    inputs["span_left"].fill_(-1)
+    inputs["span_right"].fill_(-1)
+    out = model(**inputs)
+    assert out.sbo_loss.item() == 0.0 and torch.isfinite(out.loss)
+
+
+@pytest.mark.parametrize(
+    "head, kwargs, field, shape",
+    [
+        (SpanBertForSequenceClassification, dict(labels=torch.tensor([0, 2, 1])), "logits", (3, 3)),
+        (SpanBertForTokenClassification, dict(labels=torch.zeros(3, 24, dtype=torch.long)), "logits", (3, 24, 3)),
+        (SpanBertForQuestionAnswering, dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 3, 4])), "start_logits", (3, 24)),
+        (SpanBertForMaskedLM, dict(labels=torch.full((3, 24), -100).index_fill_(1, torch.tensor([3]), 7)), "logits", (3, 24, 99)),
+    ],
+)
+def test_task_heads_shapes_and_losses(head, kwargs, field, shape):
+    model = head(tester.config(num_labels=3)).eval()
+    inputs = tester.inputs()
+    out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], **kwargs)
+    assert getattr(out, field).shape == shape
+    assert out.loss is not None and torch.isfinite(out.loss)
+    out.loss.backward()
+
+
+def test_regression_head_uses_mse():
+    model = SpanBertForSequenceClassification(tester.config(num_labels=1)).eval()
+    inputs = tester.inputs()
+    labels = torch.tensor([0.5, -1.0, 2.0])
+    out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=labels)
+    torch.testing.assert_close(out.loss, torch.nn.functional.mse_loss(out.logits.squeeze(-1), labels))
+
+
+def test_attention_implementations_agree():
+    torch.manual_seed(0)
+    eager = SpanBertModel(tester.config()).eval()
+    eager.set_attn_implementation("eager")
+    sdpa = SpanBertModel(tester.config()).eval()
+    sdpa.load_state_dict(eager.state_dict())
+    sdpa.set_attn_implementation("sdpa")
+    inputs = tester.inputs()
+    mask = inputs["attention_mask"].bool()
+    a = eager(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state[mask]
+    b = sdpa(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state[mask]
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_input_longer_than_position_table_gets_a_clear_error():
+    model = SpanBertModel(tester.config())
+    with pytest.raises(ValueError, match="truncate"):
+        model(torch.ones(1, 65, dtype=torch.long))
+
+
+def test_every_auto_class_is_registered_locally():
+    config = tester.config()
+    assert set(config.auto_map) == set(AUTO_MAP)
+    assert isinstance(AutoModel.from_config(config), SpanBertModel)
+    assert isinstance(AutoModelForPreTraining.from_config(config), SpanBertForPreTraining)
+
+
+def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path):
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(tester.config()).eval()
+    model.save_pretrained(tmp_path)
+    assert {"config.json", "model.safetensors", "modeling_spanbert.py", "configuration_spanbert.py"} <= {p.name for p in tmp_path.iterdir()}
+    inputs = tester.inputs()
+    with torch.no_grad():
+        expected_loss = model(**inputs).loss.item()
+        expected_hidden = model.spanbert(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
+    torch.save({k: v for k, v in inputs.items()}, tmp_path / "inputs.pt")
+    out = run_isolated(f"""
+        import json, torch
+        from transformers import (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
+                                  AutoModelForQuestionAnswering, AutoModelForTokenClassification, AutoModelForMaskedLM)
+        path = {str(tmp_path)!r}
+        inputs = torch.load(path + "/inputs.pt")
+        result = {{}}
+        with torch.no_grad():
+            pre = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
+            result["pretraining_loss"] = pre(**inputs).loss.item()
+            bare = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+            result["hidden"] = bare(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state.tolist()
+            for auto in (AutoModelForSequenceClassification, AutoModelForQuestionAnswering, AutoModelForTokenClassification, AutoModelForMaskedLM):
+                model = auto.from_pretrained(path, trust_remote_code=True)
+                result[auto.__name__] = type(model).__module__.startswith("transformers_modules")
+        print(json.dumps(result))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["pretraining_loss"] == pytest.approx(expected_loss, rel=1e-5)
+    torch.testing.assert_close(torch.tensor(result["hidden"]), expected_hidden, rtol=1e-5, atol=1e-5)
+    assert all(result[name] for name in ("AutoModelForSequenceClassification", "AutoModelForQuestionAnswering",
+                                         "AutoModelForTokenClassification", "AutoModelForMaskedLM"))

@@ -1,0 +1,99 @@
+"""The main job, end to end on the embedded default data (`make demo`):
+
+pretrain a small SpanBERT on the offline Wikipedia text, export it as a Hub-ready folder with its model card,
+reload it in a fresh process with `AutoModel.from_pretrained(..., trust_remote_code=True)` (this repository not
+importable there), and print a short summary. A few minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from training import pretrain
+
+RELOAD = """
+import sys
+for name in ("models", "training", "glue", "qa", "hub_cards"):
+    sys.modules[name] = None  # prove the export needs nothing from this repository
+import json, torch
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+path = sys.argv[1]
+tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+model = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+batch = tokenizer(["SpanBERT predicts whole spans from their boundaries."], return_tensors="pt")
+with torch.no_grad():
+    hidden = model(**batch).last_hidden_state
+mlm = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True).eval()
+masked = tokenizer("Paris is the capital of " + tokenizer.mask_token + ".", return_tensors="pt")
+with torch.no_grad():
+    logits = mlm(**masked).logits[0, (masked.input_ids[0] == tokenizer.mask_token_id).nonzero()[0, 0]]
+print(json.dumps({
+    "class": f"{type(model).__module__}.{type(model).__name__}",
+    "hidden_shape": list(hidden.shape),
+    "hidden_checksum": float(hidden.abs().mean()),
+    "fill_mask_top5": tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist()),
+}))
+"""
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default="runs/demo", help="Where checkpoints and the export go.")
+    parser.add_argument("--max_steps", type=int, default=400, help="Training steps (400 take a few minutes on 2 cores).")
+    parser.add_argument("--model_size", default="small", help="SpanBERT size preset.")
+    options = parser.parse_args(argv)
+
+    export_dir = pretrain.main([
+        "--model", "spanbert",
+        "--model_size", options.model_size,
+        "--output_dir", options.output_dir,
+        "--overwrite_output_dir",
+        "--max_steps", str(options.max_steps),
+        "--max_seq_length", "128",
+        "--tokenizer_vocab_size", "8000",
+        "--per_device_train_batch_size", "16",
+        "--learning_rate", "5e-4",
+        "--warmup_steps", "0.05",
+        "--logging_steps", "25",
+        "--save_steps", str(options.max_steps),
+        "--eval_steps", str(options.max_steps),
+        "--dataloader_num_workers", "0",
+    ])
+    log = json.loads((export_dir / "training_log.json").read_text())
+    train_logs = [entry for entry in log if "loss" in entry]
+    reload = subprocess.run(
+        [sys.executable, "-c", RELOAD, str(export_dir)], capture_output=True, text=True, cwd=Path.home(), check=False
+    )
+    if reload.returncode != 0:
+        raise RuntimeError(f"Reloading the export failed:\n{reload.stderr[-3000:]}")
+    reloaded = json.loads(reload.stdout.strip().splitlines()[-1])
+    summary = {
+        "export": str(export_dir),
+        "files": sorted(p.name for p in export_dir.iterdir()),
+        "steps": train_logs[-1]["step"],
+        "first_logged": {k: train_logs[0][k] for k in ("loss", "mlm_loss", "sbo_loss")},
+        "last_logged": {k: train_logs[-1][k] for k in ("loss", "mlm_loss", "sbo_loss", "tokens_per_second")},
+        "eval_loss": next((e["eval_loss"] for e in reversed(log) if "eval_loss" in e), None),
+        "reloaded": reloaded,
+    }
+    print(textwrap.dedent(f"""
+        ==== SpanBERT demo summary ====
+        export folder : {summary['export']}
+          files       : {', '.join(summary['files'])}
+        training      : {summary['steps']} steps; loss {summary['first_logged']['loss']:.3f} -> {summary['last_logged']['loss']:.3f}
+                        (MLM {summary['first_logged']['mlm_loss']:.3f} -> {summary['last_logged']['mlm_loss']:.3f}, SBO {summary['first_logged']['sbo_loss']:.3f} -> {summary['last_logged']['sbo_loss']:.3f}); {summary['last_logged']['tokens_per_second']:.0f} tokens/s
+        held-out loss : {summary['eval_loss']}
+        reloaded as   : {reloaded['class']} (fresh process, trust_remote_code=True)
+          output      : {reloaded['hidden_shape']}
+          fill-mask   : "Paris is the capital of [MASK]." -> {reloaded['fill_mask_top5']}
+    """))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
