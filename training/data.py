@@ -159,7 +159,7 @@ def pack_blocks(
             sentences = split_sentences(text)
             if not sentences:
                 continue
-            encodings = tokenizer(sentences, add_special_tokens=False, return_offsets_mapping=nlp is not None)
+            encodings = tokenizer(sentences, add_special_tokens=False, return_offsets_mapping=nlp is not None, verbose=False)
             spans_per_sentence = _linguistic_spans(nlp, sentences, encodings, annotate_spans) if nlp else None
             ids, starts, units, next_unit = [], [], [], 0
 

@@ -11,6 +11,7 @@ Run `python training/pretrain.py --help` for every option.
 from __future__ import annotations
 
 import ast
+import difflib
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -102,9 +103,13 @@ def parse_overrides(text: str | None) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, TrainingArguments]:
+    import torch
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((PretrainArguments, TrainingArguments), description=__doc__)
-    args, training_args = parser.parse_args_into_dataclasses(args=PRETRAINING_DEFAULTS + argv)
+    # Without an accelerator, Trainer runs several launched processes as CPU DDP (gloo) only with use_cpu.
+    defaults = PRETRAINING_DEFAULTS + ([] if torch.cuda.is_available() or torch.backends.mps.is_available() else ["--use_cpu", "true"])
+    args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
     get_recipe(args.model)  # fail fast on an unknown --model
     # The collators read columns the model's forward does not name (word_start, linguistic_span).
     training_args.remove_unused_columns = False
@@ -169,10 +174,15 @@ def main(argv: list[str] | None = None) -> Path:
             tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
             if training_args.process_index == 0:
                 tokenizer.save_pretrained(tokenizer_dir)
-    tokenizer.model_max_length = args.max_seq_length
 
     config_class = models.get_class(recipe.family, "AutoConfig")
-    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **parse_overrides(args.config_overrides)}
+    overrides = parse_overrides(args.config_overrides)
+    for key in overrides:
+        if key not in config_class.__dataclass_fields__:
+            close = difflib.get_close_matches(key, config_class.__dataclass_fields__, n=3)
+            raise ValueError(f"--config_overrides: {config_class.__name__} has no field {key!r}"
+                             + (f"; did you mean {', '.join(close)}?" if close else "."))
+    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
     config_kwargs.setdefault("vocab_size", len(tokenizer))
     config_kwargs["vocab_size"] = max(config_kwargs["vocab_size"], len(tokenizer))
     for attribute in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
@@ -184,6 +194,7 @@ def main(argv: list[str] | None = None) -> Path:
         config = config_class(**config_kwargs)
     except TypeError as error:
         raise ValueError(f"Bad --config_overrides for {config_class.__name__}: {error}") from error
+    tokenizer.model_max_length = getattr(config, "max_position_embeddings", args.max_seq_length)
 
     build = recipe.build_dataset or (
         lambda docs, tok, a: pack_blocks(
@@ -269,5 +280,18 @@ def main(argv: list[str] | None = None) -> Path:
     return export_dir
 
 
+def cli() -> None:
+    """Entry point: bad input ends with one clear line instead of a traceback (PRETRAIN_TRACEBACK=1 shows it)."""
+    import os
+
+    try:
+        main()
+    except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
+        if os.environ.get("PRETRAIN_TRACEBACK"):
+            raise
+        print(f"pretrain.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    main()
+    cli()

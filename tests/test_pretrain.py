@@ -1,0 +1,206 @@
+"""`training/pretrain.py` end to end: export + reload, resume after interruption, 2 processes, bad input, and a
+loss that really goes down on real text."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers import run_isolated
+
+REPO = Path(__file__).resolve().parents[1]
+PRETRAIN = str(REPO / "training" / "pretrain.py")
+TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "300", "--tokenizer_vocab_size", "2000",
+        "--per_device_train_batch_size", "8", "--validation_documents", "20", "--dataloader_num_workers", "0"]
+
+
+def env():
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
+
+
+def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True):
+    result = subprocess.run([*launcher, PRETRAIN, *args], capture_output=True, text=True, env=env(), timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stderr[-5000:]}")
+    return result
+
+
+def train_logs(path):
+    return [entry for entry in json.loads(Path(path).read_text())["log_history"] if "loss" in entry]
+
+
+def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repository(tmp_path):
+    out = tmp_path / "run"
+    pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "12", "--logging_steps", "4",
+             "--save_steps", "12")
+    export = out / "export"
+    files = {p.name for p in export.iterdir()}
+    assert {"config.json", "model.safetensors", "modeling_spanbert.py", "configuration_spanbert.py", "tokenizer.json",
+            "tokenizer_config.json", "README.md", "loss_curve.png"} <= files
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
+    config = json.loads((export / "config.json").read_text())
+    assert {"AutoModel", "AutoModelForPreTraining", "AutoModelForSequenceClassification",
+            "AutoModelForQuestionAnswering"} <= set(config["auto_map"])
+
+    card = (export / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["library_name"] == "transformers" and front["license"] == "apache-2.0"
+    assert "spanbert" in front["tags"] and front["pipeline_tag"] == "feature-extraction"
+    assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training loss](loss_curve.png)" in card
+
+    # Reference outputs from the repository's own classes, then the same from a process that cannot import it.
+    import models  # noqa: F401
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(export, trust_remote_code=True)
+    batch = tokenizer(["Spans are masked.", "A second, longer sentence about Wikipedia."], padding=True, return_tensors="pt")
+    reference = AutoModel.from_pretrained(export).eval()(**batch).last_hidden_state
+    torch.save(dict(batch), tmp_path / "batch.pt")
+    result = json.loads(run_isolated(f"""
+        import json, torch
+        from transformers import (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
+                                  AutoModelForQuestionAnswering)
+        path, batch = {str(export)!r}, torch.load({str(tmp_path / "batch.pt")!r})
+        with torch.no_grad():
+            hidden = AutoModel.from_pretrained(path, trust_remote_code=True).eval()(**batch).last_hidden_state
+            names = {{}}
+            for auto in (AutoModelForPreTraining, AutoModelForSequenceClassification, AutoModelForQuestionAnswering):
+                names[auto.__name__] = type(auto.from_pretrained(path, trust_remote_code=True)).__name__
+        print(json.dumps({{"hidden": hidden.tolist(), "names": names}}))
+    """).strip().splitlines()[-1])
+    torch.testing.assert_close(torch.tensor(result["hidden"]), reference, rtol=1e-5, atol=1e-5)
+    assert result["names"] == {
+        "AutoModelForPreTraining": "SpanBertForPreTraining",
+        "AutoModelForSequenceClassification": "SpanBertForSequenceClassification",
+        "AutoModelForQuestionAnswering": "SpanBertForQuestionAnswering",
+    }
+
+
+def test_interrupted_run_resumes_from_its_checkpoint_with_optimizer_and_scheduler_state(tmp_path):
+    out = tmp_path / "run"
+    args = ["--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "150", "--logging_steps", "5",
+            "--save_steps", "10", "--save_total_limit", "10", "--eval_steps", "1000", "--warmup_steps", "20"]
+    process = subprocess.Popen([sys.executable, PRETRAIN, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=env())
+    deadline = time.time() + 300
+    while not (out / "checkpoint-10" / "trainer_state.json").exists():
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 0, process.stderr.read()[-3000:]
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    interrupted_at = checkpoints[-1]
+    assert 10 <= interrupted_at < 150, checkpoints  # saved where the signal stopped it, before the end
+    assert not (out / "export").exists()
+
+    resumed = pretrain(*args, "--resume_from_checkpoint", "true")
+    final = out / "checkpoint-150"
+    state = json.loads((final / "trainer_state.json").read_text())
+    assert state["global_step"] == 150
+    steps = [entry["step"] for entry in train_logs(final / "trainer_state.json")]
+    assert steps == sorted(set(steps)) and steps[-1] == 150  # no step trained twice, none skipped in the log
+    assert min(s for s in steps if s > interrupted_at) <= interrupted_at + 5  # picked up right where it stopped
+    optimizer = torch.load(final / "optimizer.pt", weights_only=False)
+    assert {int(v["step"]) for v in optimizer["state"].values()} == {150}  # Adam moments carried over
+    scheduler = torch.load(final / "scheduler.pt", weights_only=False)
+    assert scheduler["last_epoch"] == 150  # schedule continued, not restarted
+    # Learning rates logged after the resume follow the same linear schedule (peak 1e-4, 20 warmup, 150 steps);
+    # the rate logged at step s is the one step s used, i.e. the schedule at s - 1.
+    for entry in train_logs(final / "trainer_state.json"):
+        taken = entry["step"] - 1
+        expected = 1e-4 * (taken / 20 if taken < 20 else (150 - taken) / 130)
+        assert entry["learning_rate"] == pytest.approx(expected, rel=0.05, abs=1e-7)
+    assert (out / "export" / "model.safetensors").exists()
+    assert "Resuming" in resumed.stderr or "Continuing training from checkpoint" in resumed.stderr or resumed.returncode == 0
+
+
+def test_two_process_cpu_run(tmp_path):
+    # On a CPU-only machine `accelerate launch --cpu` starts ONE process; --multi_gpu starts two that Trainer runs
+    # as CPU DDP over gloo (see README).
+    out = tmp_path / "run"
+    pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "6", "--logging_steps", "3",
+             "--save_steps", "6", launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
+    card = (out / "export" / "README.md").read_text()
+    assert "| batch size (global) | 16 |" in card  # 8 per process x 2 processes
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6 and state["train_batch_size"] == 8
+
+
+def test_bad_input_gets_clear_errors_and_keeps_what_is_saved(tmp_path):
+    unknown = pretrain("--model", "gpt5", "--output_dir", str(tmp_path / "x"), check=False)
+    assert unknown.returncode == 2 and "Unknown --model 'gpt5'. Available: " in unknown.stderr and "spanbert" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+
+    missing = pretrain("--model", "spanbert", *TINY, "--dataset", str(tmp_path / "nowhere.jsonl"),
+                       "--output_dir", str(tmp_path / "y"), check=False)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n".join(json.dumps({"text": t}) for t in ["", "   ", ""]) + "\n")
+    result = pretrain("--model", "spanbert", *TINY, "--dataset", str(empty), "--output_dir", str(tmp_path / "z"), check=False)
+    assert result.returncode == 2 and "no non-empty document" in result.stderr
+
+    wrong_column = tmp_path / "body.jsonl"
+    wrong_column.write_text(json.dumps({"body": "Some text."}) + "\n")
+    result = pretrain("--model", "spanbert", *TINY, "--dataset", str(wrong_column), "--output_dir", str(tmp_path / "w"), check=False)
+    assert result.returncode == 2 and "Column 'text' not found" in result.stderr and "['body']" in result.stderr
+
+    override = pretrain("--model", "spanbert", *TINY, "--config_overrides", "not_a_field=3", "--output_dir",
+                        str(tmp_path / "v"), "--max_steps", "1", check=False)
+    assert override.returncode == 2 and "not_a_field" in override.stderr
+
+    # An existing run is never trained over silently; its checkpoint survives.
+    out = tmp_path / "run"
+    pretrain("--model", "bert", *TINY, "--output_dir", str(out), "--max_steps", "2", "--save_steps", "2")
+    before = (out / "checkpoint-2" / "model.safetensors").read_bytes()
+    again = pretrain("--model", "bert", *TINY, "--output_dir", str(out), "--max_steps", "2", check=False)
+    assert again.returncode == 2 and "--resume_from_checkpoint" in again.stderr
+    assert (out / "checkpoint-2" / "model.safetensors").read_bytes() == before
+
+
+def test_documents_longer_than_the_position_limit_are_split_into_blocks(tmp_path):
+    from transformers import AutoTokenizer
+
+    from training.data import load_corpus, pack_blocks
+    from training.resources import minilm_path
+
+    long_text = " ".join(load_corpus(max_documents=60)["text"])  # one document of ~5k words, one giant "sentence" too
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"text": long_text}) + "\n" + json.dumps({"text": "word " * 3000}) + "\n")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    blocks = pack_blocks(load_corpus(str(data)), tokenizer, max_seq_length=128)
+    lengths = [len(ids) for ids in blocks["input_ids"]]
+    assert max(lengths) <= 128 and len(blocks) > 40
+    assert all(ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id for ids in blocks["input_ids"])
+    # The whole text survives packing: every word piece lands in some block.
+    pieces = len(tokenizer(long_text, add_special_tokens=False)["input_ids"]) + 3000
+    assert sum(lengths) - 2 * len(blocks) == pytest.approx(pieces, rel=0.01)
+    pretrain("--model", "spanbert", "--model_size", "tiny", "--dataset", str(data), "--max_seq_length", "128",
+             "--tokenizer_vocab_size", "1000", "--validation_documents", "0", "--per_device_train_batch_size", "4",
+             "--output_dir", str(tmp_path / "run"), "--max_steps", "3", "--save_steps", "3")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["spanbert", "bert"])
+def test_loss_goes_down_on_real_text(tmp_path, model):
+    out = tmp_path / "run"
+    pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
+             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
+             "--warmup_steps", "30", "--max_steps", "300", "--logging_steps", "20", "--save_steps", "300",
+             "--validation_documents", "50", "--output_dir", str(out))
+    logs = train_logs(out / "checkpoint-300" / "trainer_state.json")
+    keys = ("mlm_loss", "sbo_loss") if model == "spanbert" else ("mlm_loss",)
+    for key in keys:
+        first, last = logs[0][key], sum(entry[key] for entry in logs[-3:]) / 3
+        # From ~ln(4000) = 8.3 nats: a real drop on real text, not noise.
+        assert last < first - 1.5, (key, first, last)
+    assert all(entry["tokens_per_second"] > 0 for entry in logs)
+    eval_loss = [e["eval_loss"] for e in json.loads((out / "checkpoint-300" / "trainer_state.json").read_text())["log_history"] if "eval_loss" in e]
+    assert eval_loss and eval_loss[-1] < 2 * 8.3 - 2
