@@ -198,21 +198,36 @@ class SpanMaskingCollator:
         end = np.where(has_words, end, 0)
 
         # Sequential semantics, vectorised: a candidate whose anchor an earlier active candidate already covers is
-        # skipped; tokens are then claimed in candidate order until the budget is spent.
-        positions = np.arange(width)
-        covers = (positions[None, None, :] >= start[:, :, None]) & (positions[None, None, :] < end[:, :, None])
-        active = np.ones(start.shape, dtype=bool)
+        # skipped; tokens are then claimed in candidate order until the budget is spent. Work on the covered
+        # (row, position, candidate) triples only, never on a (batch, candidates, width) grid.
+        lengths = np.maximum(end - start, 0).ravel()
+        candidate = np.repeat(np.arange(lengths.size), lengths)  # flat candidate id = row * n_candidates + k
+        position = start.ravel()[candidate] + np.arange(candidate.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        row, order = candidate // n_candidates, candidate % n_candidates
+        cell = row * width + position
+
+        def owners(keep):
+            """Per covered cell, the first (lowest-order) kept candidate covering it; n_candidates where none."""
+            owner = np.full(batch * width, n_candidates, dtype=np.int64)
+            np.minimum.at(owner, cell[keep], order[keep])
+            return owner
+
+        active = np.ones(lengths.size, dtype=bool)
+        anchor_cell = (np.arange(batch)[:, None] * width + np.minimum(start, width - 1)).ravel()
         for _ in range(3):  # a fixed point is reached in a couple of rounds
-            owner = np.where((covers & active[:, :, None]).any(1), np.argmax(covers & active[:, :, None], axis=1), n_candidates)
-            anchor_owner = np.take_along_axis(owner, np.minimum(start, width - 1), axis=1)
-            updated = anchor_owner >= np.arange(n_candidates)[None, :]
+            owner = owners(active[candidate])
+            updated = owner[anchor_cell] >= np.tile(np.arange(n_candidates), batch)
             if np.array_equal(updated, active):
                 break
             active = updated
-        owner = np.where((covers & active[:, :, None]).any(1), np.argmax(covers & active[:, :, None], axis=1), n_candidates)
-        order_key = np.where(owner < n_candidates, owner * width + positions[None, :], np.iinfo(np.int64).max)
-        ranks = np.argsort(np.argsort(order_key, axis=1, kind="stable"), axis=1)
-        return (ranks < budget[:, None]) & (owner < n_candidates) & maskable
+        owner = owners(active[candidate])
+        claimed = np.flatnonzero(owner < n_candidates)
+        claimed = claimed[np.lexsort((claimed % width, owner[claimed], claimed // width))]  # by row, then claim order
+        claimed_row = claimed // width
+        rank = np.arange(claimed.size) - np.searchsorted(claimed_row, claimed_row)
+        masked = np.zeros(batch * width, dtype=bool)
+        masked[claimed[rank < budget[claimed_row]]] = True
+        return masked.reshape(batch, width) & maskable
 
     def _linguistic_candidates(self, units, word_start_pos, word_end_pos):
         """Half of the candidates (per `linguistic_probability`) become a random spaCy span of the row."""

@@ -1,0 +1,159 @@
+"""Train-step throughput and peak memory: `SpanBertForPreTraining` (MLM + SBO, logits only at targets) vs
+transformers' `BertForMaskedLM` (logits at every position), same encoder size, same span-masked batches, side by
+side in one run. A train step is forward + backward + AdamW update.
+
+    python bench/bench_spanbert.py [--size small] [--seq_length 256] [--batch_size 16] [--steps 10]
+    python bench/bench_spanbert.py --size base --bf16            # on a GPU: tokens/s and MFU in bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import gc
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from common import write_result
+
+VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPiece)
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16
+
+
+def batches(seq_length, batch_size, count, seed=0):
+    """Span-masked batches from real Wikipedia blocks, ids folded into the benchmark vocabulary."""
+    from transformers import AutoTokenizer
+
+    from training.data import load_corpus, pack_blocks
+    from training.masking import SpanMaskingCollator
+    from training.resources import minilm_path
+
+    import datasets
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    texts = list(load_corpus(max_documents=3000)["text"])
+    # Lead sections are short: join them so that blocks reach the full length being measured.
+    joined = datasets.Dataset.from_dict({"text": [" ".join(texts[i : i + 20]) for i in range(0, len(texts), 20)]})
+    blocks = pack_blocks(joined, tokenizer, max_seq_length=seq_length)
+    full = [blocks[i] for i in range(len(blocks)) if len(blocks[i]["input_ids"]) >= 0.9 * seq_length]
+    collator = SpanMaskingCollator(tokenizer, scheme="span", random_token_distribution="uniform", pad_to_multiple_of=None, seed=seed)
+    return [collator(full[i * batch_size : (i + 1) * batch_size]) for i in range(count)]
+
+
+def build(kind, size):
+    from transformers import BertConfig, BertForMaskedLM
+
+    import models  # noqa: F401
+    from models.spanbert.configuration_spanbert import SpanBertConfig
+    from models.spanbert.modeling_spanbert import SpanBertForPreTraining
+    from training.recipes_spanbert import BERT_SIZES
+
+    dims = dict(BERT_SIZES[size], vocab_size=VOCAB, max_position_embeddings=512)
+    torch.manual_seed(0)
+    if kind == "spanbert":
+        return SpanBertForPreTraining(SpanBertConfig(**dims))
+    return BertForMaskedLM(BertConfig(**dims))
+
+
+def step_inputs(kind, batch):
+    inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "labels")}
+    if kind == "spanbert":
+        inputs.update(span_left=batch["span_left"], span_right=batch["span_right"])
+    return inputs
+
+
+def measure(kinds, size, data, steps, device, dtype):
+    models_, optimizers = {}, {}
+    for kind in kinds:
+        models_[kind] = build(kind, size).to(device).train()
+        optimizers[kind] = torch.optim.AdamW(models_[kind].parameters(), lr=1e-4)
+    timings = {kind: [] for kind in kinds}
+    tokens = {kind: 0 for kind in kinds}
+    for index in range(steps + 2):  # two warm-up steps
+        for kind in kinds:  # interleaved, so load on a shared machine hits both alike
+            batch = {k: v.to(device) for k, v in step_inputs(kind, data[index % len(data)]).items()}
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss = models_[kind](**batch).loss
+            loss.backward()
+            optimizers[kind].step()
+            optimizers[kind].zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if index >= 2:
+                timings[kind].append(time.perf_counter() - start)
+                tokens[kind] += int(batch["attention_mask"].sum())
+    return {kind: tokens[kind] / sum(timings[kind]) for kind in kinds}, {k: sum(p.numel() for p in m.parameters()) for k, m in models_.items()}
+
+
+def peak_memory(kind, options):
+    """Peak memory of a few train steps of one model, in a process of its own (CPU: max RSS growth; GPU: allocator peak)."""
+    command = [sys.executable, __file__, "--memory_of", kind, "--size", options.size,
+               "--seq_length", str(options.seq_length), "--batch_size", str(options.batch_size)]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    return round(json.loads(out.stdout.strip().splitlines()[-1]), 1)
+
+
+def report_memory(kind, options, device):
+    data = batches(options.seq_length, options.batch_size, 2)
+    gc.collect()
+    # Reset the kernel's peak-RSS mark after data preparation, so the peak is the training steps'.
+    Path("/proc/self/clear_refs").write_text("5")
+    before = rss_kib("VmRSS")
+    measure([kind], options.size, data, 2, device, torch.float32)
+    if device.type == "cuda":
+        print(json.dumps(torch.cuda.max_memory_allocated() / 2**20))
+    else:
+        print(json.dumps((rss_kib("VmHWM") - before) / 1024))
+
+
+def rss_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small", choices=["tiny", "small", "base", "large"])
+    parser.add_argument("--seq_length", type=int, default=256)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    parser.add_argument("--memory_of", choices=["spanbert", "bert_mlm"], help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if options.memory_of:
+        return report_memory(options.memory_of, options, device)
+    dtype = torch.bfloat16 if options.bf16 else torch.float32
+
+    data = batches(options.seq_length, options.batch_size, 4)
+    masked = float(sum((b["labels"] != -100).sum() for b in data) / sum(b["attention_mask"].sum() for b in data))
+    throughput, params = measure(["spanbert", "bert_mlm"], options.size, data, options.steps, device, dtype)
+    result = {
+        "size": options.size, "seq_length": options.seq_length, "batch_size": options.batch_size,
+        "vocab_size": VOCAB, "masked_fraction": round(masked, 3), "device": str(device), "dtype": str(dtype),
+        "spanbert_tokens_per_s": round(throughput["spanbert"], 1),
+        "hf_bert_mlm_tokens_per_s": round(throughput["bert_mlm"], 1),
+        "speedup": round(throughput["spanbert"] / throughput["bert_mlm"], 2),
+        "spanbert_params_M": round(params["spanbert"] / 1e6, 2), "hf_bert_params_M": round(params["bert_mlm"] / 1e6, 2),
+        "spanbert_peak_memory_MiB": peak_memory("spanbert", options),
+        "hf_bert_peak_memory_MiB": peak_memory("bert_mlm", options),
+    }
+    if device.type == "cuda":
+        # 6 * params * tokens for the dense model (the sparse heads only lower the true count): a conservative MFU.
+        name = torch.cuda.get_device_name()
+        peak = next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+        if peak:
+            result["spanbert_mfu"] = round(6 * params["spanbert"] * throughput["spanbert"] / peak, 3)
+    write_result(f"spanbert_{options.size}_{device.type}", result)
+
+
+if __name__ == "__main__":
+    main()
