@@ -1,0 +1,98 @@
+"""Generated model cards: front matter, sections, loss curve, model-index merging, upload call."""
+
+import yaml
+from huggingface_hub import ModelCard
+
+from hub_cards import CardMetadata, add_eval_results, plot_loss_curve, write_card
+from training.recipes import get_recipe
+
+
+def front_matter(path):
+    return yaml.safe_load(path.read_text().split("---")[1])
+
+
+def make_card(tmp_path):
+    recipe = get_recipe("spanbert")
+    curve = plot_loss_curve([{"step": s, "loss": 10 - s / 10, "mlm_loss": 5 - s / 20} for s in range(0, 50, 10)],
+                            tmp_path / "loss_curve.png", keys=("loss", "mlm_loss"))
+    meta = CardMetadata(
+        model_name="spanbert-tiny",
+        summary=recipe.summary,
+        auto_map={"AutoModel": "modeling_spanbert.SpanBertModel"},
+        repo_id="someone/spanbert-tiny",
+        tags=["spanbert"],
+        datasets=["wikipedia"],
+        pipeline_tag="feature-extraction",
+        paper=recipe.paper,
+        architecture={"hidden_size": 128},
+        training_data="Wikipedia.",
+        training={"steps": 40, "learning rate": 1e-4},
+        paper_hyperparameters=recipe.hyperparameters,
+        loss_curve=curve.name,
+        limitations=["Tiny."],
+    )
+    return write_card(meta, tmp_path)
+
+
+def test_card_has_front_matter_and_every_section(tmp_path):
+    path = make_card(tmp_path)
+    meta = front_matter(path)
+    assert meta["library_name"] == "transformers" and meta["license"] == "apache-2.0"
+    assert {"spanbert", "custom_code"} <= set(meta["tags"]) and meta["datasets"] == ["wikipedia"]
+    text = path.read_text()
+    for needle in ("## How to load", 'AutoModel.from_pretrained("someone/spanbert-tiny", trust_remote_code=True)',
+                   "| hidden_size | 128 |", "| steps | 40 |", "The paper's own recipe", "![Training loss](loss_curve.png)",
+                   "## Evaluation results", "## Intended use and limitations", "- Tiny.", "@article{joshi2020spanbert"):
+        assert needle in text, needle
+    assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_add_eval_results_merges_into_model_index_and_table(tmp_path):
+    path = make_card(tmp_path)
+    add_eval_results(tmp_path, task_type="text-classification", task_name="SST-2", dataset_name="GLUE SST-2",
+                     dataset_type="nyu-mll/glue", dataset_config="sst2", dataset_split="validation",
+                     metrics={"accuracy": 0.81})
+    add_eval_results(tmp_path, task_type="question-answering", task_name="SQuAD", dataset_name="SQuAD",
+                     dataset_type="rajpurkar/squad", metrics={"exact_match": 50.0, "f1": 60.0})
+    # Re-running the same evaluation replaces its number instead of duplicating it.
+    add_eval_results(tmp_path, task_type="text-classification", task_name="SST-2", dataset_name="GLUE SST-2",
+                     dataset_type="nyu-mll/glue", dataset_config="sst2", dataset_split="validation",
+                     metrics={"accuracy": 0.83})
+    card = ModelCard.load(path)
+    results = {(r.dataset_type, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert results == {("nyu-mll/glue", "accuracy"): 0.83, ("rajpurkar/squad", "exact_match"): 50.0,
+                       ("rajpurkar/squad", "f1"): 60.0}
+    index = front_matter(path)["model-index"][0]
+    assert index["name"] == "spanbert-tiny" and len(index["results"]) == 2
+    text = path.read_text()
+    assert "| SST-2 | GLUE SST-2 | validation | accuracy | 0.83 |" in text and "0.81" not in text
+    assert "## How to load" in text  # the rest of the card is untouched
+
+
+def test_add_eval_results_creates_a_card_for_any_folder(tmp_path):
+    add_eval_results(tmp_path, task_type="text-classification", task_name="rotten_tomatoes", dataset_name="RT",
+                     dataset_type="local", metrics={"accuracy": 0.8})
+    assert front_matter(tmp_path / "README.md")["model-index"][0]["results"][0]["metrics"][0]["value"] == 0.8
+
+
+def test_push_export_uploads_the_folder(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from training.export import push_export
+
+    calls = []
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls.append(("init", token))
+
+        def create_repo(self, repo_id, exist_ok, private):
+            calls.append(("create", repo_id, exist_ok))
+
+        def upload_folder(self, folder_path, repo_id, commit_message):
+            calls.append(("upload", folder_path, repo_id))
+            return "commit-url"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    assert push_export(tmp_path, "me/model", token="t") == "commit-url"
+    assert calls == [("init", "t"), ("create", "me/model", True), ("upload", str(tmp_path), "me/model")]
