@@ -10,6 +10,7 @@ Run `python training/pretrain.py --help` for every option.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
 import logging
@@ -106,7 +107,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     import torch
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((PretrainArguments, TrainingArguments), description=__doc__)
+    defaults_text = " ".join(f"{flag} {value}" if not value.startswith("--") else flag for flag, value in zip(PRETRAINING_DEFAULTS[::2], PRETRAINING_DEFAULTS[1::2]))
+    parser = HfArgumentParser(
+        (PretrainArguments, TrainingArguments),
+        description=__doc__ + f"\nPretraining defaults that differ from Trainer's (the same flags override them):\n  {defaults_text}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     # Without an accelerator, Trainer runs several launched processes as CPU DDP (gloo) only with use_cpu.
     defaults = PRETRAINING_DEFAULTS + ([] if torch.cuda.is_available() or torch.backends.mps.is_available() else ["--use_cpu", "true"])
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
