@@ -1,0 +1,1 @@
+"""GLUE fine-tuning harness for every zoo model and any transformers encoder."""

@@ -1,0 +1,243 @@
+"""Fine-tune any zoo model or transformers encoder on GLUE tasks with Trainer, as the papers report them.
+
+    python glue/run_glue.py --model_name_or_path PATH_OR_ID --task_name sst2 --output_dir runs/glue [--seeds 1 2 3 4 5]
+    python glue/run_glue.py --model_name_or_path runs/demo/export --trust_remote_code --task_name rotten_tomatoes ...
+    accelerate launch --multi_gpu glue/run_glue.py ...          # several GPUs
+
+Tasks: cola sst2 mrpc qqp stsb mnli qnli rte wnli (Hub GLUE when online, or --data_dir with the original GLUE TSV
+layout), the embedded offline tasks rotten_tomatoes (SST-2 schema) and movie_sentiment_regression (STS-B-style
+regression), or custom data: --train_file/--validation_file (csv/tsv/json/jsonl) with --text_columns/--label_column.
+Several --task_name values run one after the other and report the GLUE average (WNLI excluded by default).
+--seeds runs every task once per seed and reports each run and the median. Every Trainer flag works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser, TrainingArguments
+
+logger = logging.getLogger("run_glue")
+
+GLUE_DEFAULTS = [
+    "--learning_rate", "2e-5", "--per_device_train_batch_size", "32", "--per_device_eval_batch_size", "64",
+    "--num_train_epochs", "3", "--warmup_steps", "0.1", "--weight_decay", "0.01", "--save_strategy", "no",
+    "--eval_strategy", "no", "--logging_steps", "50", "--report_to", "none",
+]
+# Fine-tuning recipes from the papers' appendices (the flags a user passes still win).
+PRESETS: dict[str, list[str]] = {
+    # SpanBERT App. B: lr grid {5e-6, 1e-5, 2e-5, 3e-5, 5e-5}, batch {16, 32}, 10 epochs (CoLA 4), max_seq_length 128.
+    "spanbert": ["--learning_rate", "2e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "10",
+                 "--warmup_steps", "0.1", "--weight_decay", "0.01"],
+    # TEAMS Table 6: lr 1e-4 (small) / 3e-5 (base, large), batch 32, linear decay, warmup 0.1, Adam eps 1e-6.
+    "teams_small": ["--learning_rate", "1e-4", "--per_device_train_batch_size", "32", "--num_train_epochs", "3",
+                    "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear"],
+    "teams_base": ["--learning_rate", "3e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "3",
+                   "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear"],
+    # Cloze (Baevski et al.) Sec. 4: batch 16, 3 epochs, lr grid {1e-4, 5e-5, 3e-5}, 10% warmup then cosine.
+    "cloze": ["--learning_rate", "5e-5", "--per_device_train_batch_size", "16", "--num_train_epochs", "3",
+              "--warmup_steps", "0.1", "--lr_scheduler_type", "cosine"],
+}
+PRESET_EPOCHS_OVERRIDE = {("spanbert", "cola"): "4"}  # "10 epochs lead to severe overfitting" on CoLA
+METRIC_MODULE = str(Path(__file__).resolve().parent / "metrics" / "glue_zoo")
+
+
+@dataclass
+class GlueArguments:
+    model_name_or_path: str = field(metadata={"help": "A checkpoint folder or Hub id (any encoder, or a zoo export)."})
+    task_name: list[str] = field(
+        default_factory=lambda: ["rotten_tomatoes"],
+        metadata={"help": "One or more of cola sst2 mrpc qqp stsb mnli qnli rte wnli rotten_tomatoes "
+                  "movie_sentiment_regression, or 'custom' with --train_file/--validation_file."},
+    )
+    data_dir: str | None = field(default=None, metadata={"help": "Original GLUE TSV distribution root (e.g. glue_data/)."})
+    train_file: str | None = field(default=None, metadata={"help": "Custom/local training file (csv, tsv, json, jsonl)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Custom/local validation file."})
+    text_columns: list[str] | None = field(default=None, metadata={"help": "One or two text columns of custom data."})
+    label_column: str = field(default="label", metadata={"help": "Label column of custom data."})
+    max_seq_length: int = field(default=128, metadata={"help": "Longer inputs are truncated."})
+    seeds: list[int] | None = field(default=None, metadata={"help": "Run each task once per seed; report each and the median."})
+    preset: str | None = field(default=None, metadata={"help": f"Paper hyperparameters: {', '.join(PRESETS)}."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints (their code travels with them)."})
+    ignore_mismatched_sizes: bool = field(default=False, metadata={"help": "Re-initialise a classifier of another label count."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate training data (quick runs)."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate each validation split."})
+    include_wnli_in_average: bool = field(default=False, metadata={"help": "The papers exclude WNLI from the GLUE average."})
+    add_to_model_card: bool = field(default=False, metadata={"help": "Write the median results into the model-index of "
+                                    "OUTPUT_DIR/<task>/README.md (and --model_card_dir if given)."})
+    model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results (e.g. the pretrained export)."})
+
+
+def task_score(metrics: dict[str, float]) -> float:
+    """A task's GLUE score: the mean of its reported metrics (e.g. MRPC F1 and accuracy; MNLI matched and mismatched)."""
+    return statistics.mean(metrics.values())
+
+
+def glue_average(per_task: dict[str, dict[str, float]], include_wnli: bool = False) -> float | None:
+    """The GLUE average over the GLUE tasks that were run, WNLI excluded unless asked (as the papers do)."""
+    from glue.tasks import GLUE_TASKS
+
+    scores = [task_score(m) for t, m in per_task.items() if t in GLUE_TASKS and (include_wnli or t != "wnli")]
+    return statistics.mean(scores) if scores else None
+
+
+def metric_config(task) -> str:
+    """The glue_zoo metric configuration of a task; custom data is scored by its label kind."""
+    if task.name != "custom":
+        return task.name
+    return "regression" if task.is_regression else "binary" if task.num_labels == 2 else "accuracy"
+
+
+def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser((GlueArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    preset = None
+    if "--preset" in argv:
+        preset = argv[argv.index("--preset") + 1]
+        if preset not in PRESETS:
+            raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+    defaults = GLUE_DEFAULTS + PRESETS.get(preset, [])
+    args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    return args, training_args, argv
+
+
+def run_task(task_name: str, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str]) -> dict:
+    import evaluate
+    import numpy as np
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
+                              set_seed)
+
+    from glue.tasks import load_task
+
+    task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
+                          validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
+    if args.max_train_samples:
+        raw["train"] = raw["train"].select(range(min(args.max_train_samples, len(raw["train"]))))
+    if args.max_eval_samples:
+        for split in task.validation_splits:
+            raw[split] = raw[split].select(range(min(args.max_eval_samples, len(raw[split]))))
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+
+    def tokenize(batch):
+        texts = [batch[column] for column in task.text_columns]
+        return tokenizer(*texts, truncation=True, max_length=args.max_seq_length)
+
+    with training_args.main_process_first(desc="tokenizing"):
+        encoded = raw.map(tokenize, batched=True, desc=f"Tokenizing {task.name}")
+    metric = evaluate.load(METRIC_MODULE, metric_config(task))
+
+    def compute_metrics(prediction):
+        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        predicted = np.squeeze(logits, -1) if task.is_regression else np.argmax(logits, axis=-1)
+        return metric.compute(predictions=predicted, references=prediction.label_ids)
+
+    label_kwargs = {} if task.is_regression else {
+        "id2label": dict(enumerate(task.label_names or range(task.num_labels))),
+        "label2id": {str(name): i for i, name in enumerate(task.label_names or range(task.num_labels))},
+    }
+    epochs_override = PRESET_EPOCHS_OVERRIDE.get((args.preset, task.name))
+    runs = []
+    for seed in args.seeds or [training_args.seed]:
+        run_args = dataclasses.replace(
+            training_args, seed=seed, output_dir=str(Path(training_args.output_dir) / task.name / f"seed-{seed}"),
+            **({"num_train_epochs": float(epochs_override)} if epochs_override and "--num_train_epochs" not in user_flags else {}),
+        )
+        set_seed(seed)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            args.model_name_or_path, num_labels=task.num_labels, trust_remote_code=args.trust_remote_code,
+            ignore_mismatched_sizes=args.ignore_mismatched_sizes,
+            problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs,
+        )
+        trainer = Trainer(model=model, args=run_args, train_dataset=encoded["train"],
+                          eval_dataset=encoded[task.validation_splits[0]], processing_class=tokenizer,
+                          data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)
+        trainer.train()
+        metrics = {}
+        for split in task.validation_splits:
+            name = split.removeprefix("validation_") if split != "validation" else ""
+            result = trainer.evaluate(encoded[split], metric_key_prefix="eval")
+            for key in task.metrics:
+                metrics[f"{key}_{name}" if name else key] = result[f"eval_{key}"]
+        trainer.save_model()
+        runs.append({"seed": seed, "metrics": metrics})
+        logger.info("%s seed %d: %s", task.name, seed, metrics)
+    median = {key: statistics.median(run["metrics"][key] for run in runs) for key in runs[0]["metrics"]}
+    return {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
+            "validation_splits": list(task.validation_splits)}
+
+
+def markdown_table(results: dict) -> str:
+    lines = ["| task | metric | median | runs |", "| --- | --- | --- | --- |"]
+    for task, result in results["tasks"].items():
+        for key, value in result["median"].items():
+            runs = ", ".join(f"{run['metrics'][key] * 100:.1f}" for run in result["runs"])
+            lines.append(f"| {task} | {key} | {value * 100:.2f} | {runs} |")
+    if results.get("glue_average") is not None:
+        lines.append(f"| GLUE average | {'with' if results['include_wnli'] else 'without'} WNLI | {results['glue_average'] * 100:.2f} | |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    args, training_args, user_flags = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from glue.tasks import CUSTOM, TASKS
+
+    for name in args.task_name:
+        if name not in TASKS and name != CUSTOM:
+            raise ValueError(f"Unknown --task_name {name!r}. Choose from {', '.join(TASKS)} or 'custom' with --train_file.")
+    if (args.train_file or args.validation_file) and len(args.task_name) > 1:
+        raise ValueError("--train_file/--validation_file go with a single --task_name.")
+    if args.train_file and args.task_name == ["rotten_tomatoes"] and "--task_name" not in user_flags:
+        args.task_name = [CUSTOM]
+
+    results = {"model": args.model_name_or_path, "tasks": {}}
+    for name in args.task_name:
+        results["tasks"][name] = run_task(name, args, training_args, user_flags)
+    results["glue_average"] = glue_average({t: r["median"] for t, r in results["tasks"].items()}, args.include_wnli_in_average)
+    results["include_wnli"] = args.include_wnli_in_average
+    output = Path(training_args.output_dir)
+    if training_args.process_index == 0:
+        output.mkdir(parents=True, exist_ok=True)
+        (output / "glue_results.json").write_text(json.dumps(results, indent=2))
+        (output / "glue_results.md").write_text(markdown_table(results) + "\n")
+        print(markdown_table(results))
+        if args.add_to_model_card:
+            write_model_index(results, output, args.model_card_dir)
+    return results
+
+
+def write_model_index(results: dict, output: Path, extra_card_dir: str | None) -> None:
+    from hub_cards import add_eval_results
+    from glue.tasks import GLUE_TASKS
+
+    for task, result in results["tasks"].items():
+        glue = task in GLUE_TASKS
+        kwargs = dict(task_type="text-classification", task_name=task,
+                      dataset_name=f"GLUE {task.upper()}" if glue else task.replace("_", " "),
+                      dataset_type="nyu-mll/glue" if glue else "local", dataset_config=task if glue else None,
+                      dataset_split=result["validation_splits"][0] if len(result["validation_splits"]) == 1 else "validation",
+                      metrics=result["median"])
+        for seed_dir in (output / task).glob("seed-*"):
+            add_eval_results(seed_dir, **kwargs)
+        if extra_card_dir:
+            add_eval_results(extra_card_dir, **kwargs)
+
+
+def cli() -> None:
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as error:
+        print(f"run_glue.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    cli()
