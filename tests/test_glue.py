@@ -1,0 +1,190 @@
+"""GLUE harness: data sources, preprocessing, metrics against sklearn/scipy, tiny end-to-end fine-tunes, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import evaluate
+import numpy as np
+import pytest
+import torch
+import yaml
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from transformers import AutoTokenizer
+
+import models  # noqa: F401
+from glue.run_glue import METRIC_MODULE, glue_average, main
+from glue.tasks import TASKS, load_movie_sentiment_regression, load_rotten_tomatoes, load_task
+from models.spanbert.configuration_spanbert import SpanBertConfig
+from models.spanbert.modeling_spanbert import SpanBertForSequenceClassification
+from training.resources import minilm_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_zoo_model(tmp_path_factory):
+    """A tiny random SpanBERT classifier with the MiniLM tokenizer, saved like any zoo checkpoint."""
+    path = tmp_path_factory.mktemp("tiny_spanbert")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=128)
+    SpanBertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def write_glue_tsv(root: Path):
+    """A miniature of the original GLUE TSV distribution for MNLI, CoLA and STS-B."""
+    mnli = root / "MNLI"
+    mnli.mkdir(parents=True)
+    header = "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n"
+    labels = ["entailment", "neutral", "contradiction"]
+    pairs = [("A man is playing a guitar.", "A person plays music."), ("The cat sleeps.", "The cat is awake."),
+             ("Kids are at school.", "It is summer holiday."), ("She reads \"quoted\" text.", "She reads.")]
+    for name, count in (("train.tsv", 12), ("dev_matched.tsv", 6), ("dev_mismatched.tsv", 5)):
+        rows = [f"{i}\t0\t0\tfiction\t()\t()\t()\t()\t{pairs[i % 4][0]}\t{pairs[i % 4][1]}\t{labels[i % 3]}\t{labels[i % 3]}\n" for i in range(count)]
+        (mnli / name).write_text(header + "".join(rows))
+    cola = root / "CoLA"
+    cola.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (cola / name).write_text("".join(f"gj04\t{i % 2}\t\tThe sentence number {i} is here.\n" for i in range(10)))
+    stsb = root / "STS-B"
+    stsb.mkdir()
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    for name in ("train.tsv", "dev.tsv"):
+        (stsb / name).write_text(header + "".join(f"{i}\tnews\tf\t2012\t{i}\ts\ts\tA plane takes off {i}.\tA plane is taking off.\t{i % 5}.{i}\n" for i in range(10)))
+
+
+def test_embedded_tasks_are_real_and_fixed():
+    rt = load_rotten_tomatoes()
+    assert len(rt["train"]) > 9000 and 900 < len(rt["validation"]) < 1500
+    assert set(rt["train"]["label"]) == {0, 1}
+    assert not set(rt["train"]["sentence"]) & set(rt["validation"]["sentence"])
+    assert load_rotten_tomatoes()["validation"]["sentence"] == rt["validation"]["sentence"]  # fixed split
+    reg = load_movie_sentiment_regression()
+    scores = np.array(reg["train"]["label"])
+    assert len(reg["train"]) > 9000 and scores.min() < -3 and scores.max() > 3
+
+
+def test_preprocessing_single_sentence_and_pairs(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    write_glue_tsv(tmp_path)
+    task, data = load_task("mnli", data_dir=str(tmp_path))
+    assert task.text_columns == ("premise", "hypothesis")
+    assert set(data) == {"train", "validation_matched", "validation_mismatched"}
+    assert data["train"][1]["label"] == 1 and data["train"][3]["premise"] == 'She reads "quoted" text.'
+    encoded = tokenizer(data["train"][0]["premise"], data["train"][0]["hypothesis"])
+    assert encoded["input_ids"].count(tokenizer.sep_token_id) == 2 and set(encoded["token_type_ids"]) == {0, 1}
+    task, data = load_task("cola", data_dir=str(tmp_path))
+    assert task.text_columns == ("sentence",) and data["validation"][1] == {"sentence": "The sentence number 1 is here.", "label": 1}
+    task, data = load_task("stsb", data_dir=str(tmp_path / "STS-B"))  # the task folder itself works too
+    assert task.is_regression and data["train"][3]["label"] == pytest.approx(3.3)
+
+
+@pytest.mark.parametrize(
+    "task, predictions, references",
+    [
+        ("cola", [1, 0, 1, 1, 0, 0, 1], [1, 0, 0, 1, 0, 1, 1]),
+        ("mrpc", [1, 0, 1, 1, 0, 0, 1], [1, 0, 0, 1, 0, 1, 1]),
+        ("qqp", [1, 1, 1, 0], [1, 0, 1, 0]),
+        ("sst2", [1, 0, 1], [1, 1, 1]),
+        ("mnli", [0, 1, 2, 2], [0, 1, 1, 2]),
+        ("stsb", [0.1, 2.5, 3.9, 1.0, 4.8], [0.0, 3.0, 3.5, 1.5, 5.0]),
+    ],
+)
+def test_metrics_match_sklearn_and_scipy(task, predictions, references):
+    result = evaluate.load(METRIC_MODULE, task).compute(predictions=predictions, references=references)
+    if task == "cola":
+        assert result == {"matthews_correlation": pytest.approx(matthews_corrcoef(references, predictions))}
+    elif task in ("mrpc", "qqp"):
+        assert result == {"accuracy": pytest.approx(accuracy_score(references, predictions)),
+                          "f1": pytest.approx(f1_score(references, predictions))}
+    elif task == "stsb":
+        assert result == {"pearson": pytest.approx(pearsonr(predictions, references)[0], rel=1e-5),
+                          "spearmanr": pytest.approx(spearmanr(predictions, references)[0], rel=1e-5)}
+    else:
+        assert result == {"accuracy": pytest.approx(accuracy_score(references, predictions))}
+
+
+def test_metric_known_values():
+    # Hand-checked: 2 of 3 positives found, 1 false positive -> precision 2/3, recall 2/3, F1 2/3; accuracy 3/5.
+    result = evaluate.load(METRIC_MODULE, "mrpc").compute(predictions=[1, 1, 0, 1, 0], references=[1, 1, 1, 0, 0])
+    assert result == {"accuracy": pytest.approx(0.6), "f1": pytest.approx(2 / 3)}
+    assert evaluate.load(METRIC_MODULE, "cola").compute(predictions=[1, 0, 1, 0], references=[1, 0, 1, 0]) == {"matthews_correlation": 1.0}
+
+
+def test_glue_average_excludes_wnli_and_averages_multi_metric_tasks():
+    per_task = {"mrpc": {"f1": 0.9, "accuracy": 0.8}, "mnli": {"accuracy_matched": 0.8, "accuracy_mismatched": 0.7},
+                "wnli": {"accuracy": 0.1}, "rotten_tomatoes": {"accuracy": 0.5}}
+    assert glue_average(per_task) == pytest.approx((0.85 + 0.75) / 2)
+    assert glue_average(per_task, include_wnli=True) == pytest.approx((0.85 + 0.75 + 0.1) / 3)
+
+
+def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, tiny_zoo_model):
+    write_glue_tsv(tmp_path / "glue_data")
+    results = main(["--model_name_or_path", tiny_zoo_model, "--trust_remote_code", "--task_name", "mnli",
+                    "--data_dir", str(tmp_path / "glue_data"), "--output_dir", str(tmp_path / "out"),
+                    "--num_train_epochs", "1", "--per_device_train_batch_size", "4", "--seeds", "1", "2",
+                    "--ignore_mismatched_sizes", "--add_to_model_card"])
+    mnli = results["tasks"]["mnli"]
+    assert set(mnli["median"]) == {"accuracy_matched", "accuracy_mismatched"}
+    assert [run["seed"] for run in mnli["runs"]] == [1, 2]
+    assert results["glue_average"] == pytest.approx(task_average := sum(mnli["median"].values()) / 2) and task_average >= 0
+    saved = json.loads((tmp_path / "out" / "glue_results.json").read_text())
+    assert saved["tasks"]["mnli"]["median"] == mnli["median"]
+    assert "| mnli | accuracy_mismatched |" in (tmp_path / "out" / "glue_results.md").read_text()
+    card = (tmp_path / "out" / "mnli" / "seed-1" / "README.md").read_text()
+    index = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]
+    assert index["dataset"]["type"] == "nyu-mll/glue" and {m["type"] for m in index["metrics"]} == {"accuracy_matched", "accuracy_mismatched"}
+    # The fine-tuned zoo model reloads with its 3-way head.
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "mnli" / "seed-1", trust_remote_code=True)
+    assert model.config.num_labels == 3 and model.config.id2label[2] == "contradiction"
+
+
+def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
+    train = tmp_path / "train.jsonl"
+    valid = tmp_path / "valid.jsonl"
+    rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "stars": float(i % 5) + 0.5} for i in range(24)]
+    train.write_text("\n".join(json.dumps(r) for r in rows))
+    valid.write_text("\n".join(json.dumps(r) for r in rows[:8]))
+    results = main(["--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(valid),
+                    "--text_columns", "review", "--label_column", "stars", "--output_dir", str(tmp_path / "out"),
+                    "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--max_seq_length", "32"])
+    custom = results["tasks"]["custom"]
+    assert set(custom["median"]) == {"pearson", "spearmanr"}
+    assert all(np.isfinite(v) for v in custom["median"].values())
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(REPO / "glue" / "run_glue.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+
+
+def test_bad_input_is_named(tmp_path):
+    unknown = run_cli("--model_name_or_path", minilm_path(), "--task_name", "sst3", "--output_dir", str(tmp_path))
+    assert unknown.returncode == 2 and "Unknown --task_name 'sst3'" in unknown.stderr
+    train = tmp_path / "train.csv"
+    train.write_text("text,target\nhello,1\nbye,0\n")
+    wrong = run_cli("--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(train),
+                    "--text_columns", "sentence", "--output_dir", str(tmp_path / "o"))
+    assert wrong.returncode == 2 and "Column 'sentence' not found" in wrong.stderr and "['text', 'target']" in wrong.stderr
+    no_label = run_cli("--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(train),
+                       "--text_columns", "text", "--output_dir", str(tmp_path / "o"))
+    assert no_label.returncode == 2 and "Column 'label' not found" in no_label.stderr
+    missing = run_cli("--model_name_or_path", minilm_path(), "--task_name", "rte", "--data_dir", str(tmp_path / "nowhere"),
+                      "--output_dir", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "train.tsv not found" in missing.stderr
+    preset = run_cli("--model_name_or_path", minilm_path(), "--preset", "bert_huge", "--output_dir", str(tmp_path / "o"))
+    assert preset.returncode == 2 and "Unknown --preset" in preset.stderr
+
+
+def test_every_glue_task_is_described():
+    assert {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"} <= set(TASKS)
+    assert TASKS["stsb"].is_regression and TASKS["mnli"].validation_splits == ("validation_matched", "validation_mismatched")
