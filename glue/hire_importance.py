@@ -1,0 +1,79 @@
+"""Per-layer importance heatmap of HIRE models across tasks (the paper's Figure 2).
+
+    python glue/hire_importance.py --run rotten_tomatoes=runs/glue/rotten_tomatoes/seed-1 \
+        --run movie_sentiment_regression=runs/glue/movie_sentiment_regression/seed-1 --output importance.png
+
+Each --run TASK=MODEL_DIR averages the importance scores s of a fine-tuned HIRE classifier over the task's
+validation examples; rows are tasks, columns layers (0 = embeddings).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def mean_importance(model_dir: str, task_name: str, max_examples: int = 256, batch_size: int = 32) -> np.ndarray:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from glue.tasks import load_task
+
+    task, data = load_task(task_name)
+    split = data[task.validation_splits[0]].select(range(min(max_examples, len(data[task.validation_splits[0]]))))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, trust_remote_code=True).eval()
+    scores = []
+    with torch.no_grad():
+        for start in range(0, len(split), batch_size):
+            batch = split[start : start + batch_size]
+            encoded = tokenizer(*[batch[c] for c in task.text_columns], padding=True, truncation=True, max_length=128,
+                                return_tensors="pt")
+            importance = model(**encoded).layer_importance
+            if importance is None:
+                raise ValueError(f"{model_dir} returns no layer importance (not a HIRE model, or HIRE ablated).")
+            scores.append(importance)
+    return torch.cat(scores).mean(0).numpy()
+
+
+def plot_importance(scores: dict[str, np.ndarray], path: str | Path, title: str = "HIRE layer importance") -> Path:
+    """Heatmap: one row per task (or example), one column per hidden state."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(scores)
+    matrix = np.stack([np.asarray(scores[n], dtype=float) for n in names])
+    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * matrix.shape[1], 0.9 + 0.45 * len(names)), dpi=120)
+    image = ax.imshow(matrix, cmap="Blues", aspect="auto")
+    ax.set_xticks(range(matrix.shape[1]), [str(i) for i in range(matrix.shape[1])])
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("layer (0 = embeddings)")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", action="append", required=True, metavar="TASK=MODEL_DIR")
+    parser.add_argument("--output", default="hire_importance.png")
+    parser.add_argument("--max_examples", type=int, default=256)
+    options = parser.parse_args(argv)
+    scores = {}
+    for run in options.run:
+        task, _, model_dir = run.partition("=")
+        if not model_dir:
+            parser.error(f"--run {run!r} is not TASK=MODEL_DIR")
+        scores[task] = mean_importance(model_dir, task, options.max_examples)
+    print(plot_importance(scores, options.output))
+
+
+if __name__ == "__main__":
+    main()

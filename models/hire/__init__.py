@@ -1,0 +1,1 @@
+"""HIRE (self-contained: travels with every checkpoint)."""
