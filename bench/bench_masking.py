@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 from common import write_result
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 

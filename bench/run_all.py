@@ -30,7 +30,11 @@ def summary() -> str:
         machine = result.pop("machine", {})
         lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')} ({machine.get('cores')} cores), torch {machine.get('torch')}, {machine.get('date')}\n")
         lines.append("| key | value |\n| --- | --- |")
-        lines.extend(f"| {key} | {value} |" for key, value in result.items() if not isinstance(value, (dict, list)))
+        for key, value in result.items():
+            if isinstance(value, dict):  # one level of nesting, e.g. per-dataset results
+                lines.extend(f"| {key}.{inner} | {v} |" for inner, v in value.items())
+            else:
+                lines.append(f"| {key} | {value} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -30,3 +30,22 @@ def run_isolated(code: str, cwd: str | None = None, timeout: int = 300) -> str:
     if result.returncode != 0:
         raise AssertionError(f"isolated process failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result.stdout
+
+
+def save_tiny_spanbert(path, head_class_name: str, max_position_embeddings: int = 256) -> str:
+    """A tiny random SpanBERT `head_class_name` model with the offline MiniLM tokenizer, saved like any zoo
+    checkpoint (config with auto_map, code, safetensors, tokenizer): a fixture for the fine-tuning harnesses."""
+    import torch
+    from transformers import AutoTokenizer
+
+    import models.spanbert.modeling_spanbert as spanbert
+    from models.spanbert.configuration_spanbert import SpanBertConfig
+    from training.resources import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=max_position_embeddings)
+    getattr(spanbert, head_class_name)(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

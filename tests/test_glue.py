@@ -9,8 +9,8 @@ from pathlib import Path
 import evaluate
 import numpy as np
 import pytest
-import torch
 import yaml
+from helpers import save_tiny_spanbert
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import AutoTokenizer
@@ -18,8 +18,6 @@ from transformers import AutoTokenizer
 import models  # noqa: F401
 from glue.run_glue import METRIC_MODULE, glue_average, main
 from glue.tasks import TASKS, load_movie_sentiment_regression, load_rotten_tomatoes, load_task
-from models.spanbert.configuration_spanbert import SpanBertConfig
-from models.spanbert.modeling_spanbert import SpanBertForSequenceClassification
 from training.resources import minilm_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,15 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny_zoo_model(tmp_path_factory):
-    """A tiny random SpanBERT classifier with the MiniLM tokenizer, saved like any zoo checkpoint."""
-    path = tmp_path_factory.mktemp("tiny_spanbert")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    torch.manual_seed(0)
-    config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=128)
-    SpanBertForSequenceClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return save_tiny_spanbert(tmp_path_factory.mktemp("tiny_spanbert"), "SpanBertForSequenceClassification")
 
 
 def write_glue_tsv(root: Path):

@@ -218,3 +218,28 @@ def test_short_fine_tune_on_real_sentiment_reduces_loss():
     assert sum(losses[-8:]) / 8 < sum(losses[:8]) / 8 - 0.1, losses
     # The scores are trained: the importance distribution moves away from where it started.
     assert (out.layer_importance.detach().mean(0) - importance_start.mean(0)).abs().max() > 1e-3
+
+
+def test_hire_fine_tunes_through_run_glue_and_plots_importance(tmp_path):
+    from transformers import BertModel
+
+    from glue.hire_importance import mean_importance, plot_importance
+    from glue.init_hire import main as init_hire
+    from glue.run_glue import main as run_glue
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    backbone = tmp_path / "backbone"
+    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(backbone)
+    tokenizer.save_pretrained(backbone)
+    init = init_hire(["--backbone", str(backbone), "--output_dir", str(tmp_path / "init"), "--gru_hidden_size", "8"])
+    results = run_glue(["--model_name_or_path", init, "--trust_remote_code", "--ignore_mismatched_sizes",
+                        "--task_name", "rotten_tomatoes", "--max_train_samples", "32", "--max_eval_samples", "16",
+                        "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--max_seq_length", "32",
+                        "--output_dir", str(tmp_path / "glue")])
+    assert 0 <= results["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
+    fine_tuned = str(tmp_path / "glue" / "rotten_tomatoes" / "seed-42")
+    scores = mean_importance(fine_tuned, "rotten_tomatoes", max_examples=16)
+    assert scores.shape == (3,) and abs(scores.sum() - 1) < 1e-5
+    png = plot_importance({"rotten_tomatoes": scores, "uniform": [1 / 3] * 3}, tmp_path / "importance.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

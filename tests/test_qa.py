@@ -10,12 +10,10 @@ import datasets
 import evaluate
 import numpy as np
 import pytest
-import torch
+from helpers import save_tiny_spanbert
 from transformers import AutoTokenizer
 
 import models  # noqa: F401
-from models.spanbert.configuration_spanbert import SpanBertConfig
-from models.spanbert.modeling_spanbert import SpanBertForQuestionAnswering
 from qa.data import MalformedRecordError, build_wiki_cloze, validate
 from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
 from qa.run_qa import METRIC_MODULE, main
@@ -156,14 +154,8 @@ def test_malformed_records_are_named_or_skipped():
 
 
 @pytest.fixture(scope="module")
-def tiny_zoo_qa(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("tiny_qa")
-    torch.manual_seed(0)
-    config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=256)
-    SpanBertForQuestionAnswering(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+def tiny_zoo_qa(tmp_path_factory):
+    return save_tiny_spanbert(tmp_path_factory.mktemp("tiny_qa"), "SpanBertForQuestionAnswering")
 
 
 def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):

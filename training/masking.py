@@ -177,7 +177,6 @@ class SpanMaskingCollator:
         token_word = np.cumsum(word_start.ravel()) - 1  # word index of every token (valid where maskable)
         word_lengths = np.bincount(token_word[maskable.ravel()], minlength=len(flat_start))
         word_row = flat_start // width
-        row_first_word = np.searchsorted(word_row, np.arange(batch))
         row_last_word = np.searchsorted(word_row, np.arange(batch), side="right") - 1
 
         # Anchors: uniform over the row's word pieces, snapped back to the start of their word.
