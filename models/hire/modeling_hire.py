@@ -176,11 +176,13 @@ class HireModel(HirePreTrainedModel):
         if token_type_ids is not None:
             backbone_inputs["token_type_ids"] = token_type_ids
         encoded = self.backbone(**backbone_inputs)
-        hidden_states = encoded.hidden_states  # H_0 (embeddings) .. H_l
-        last = hidden_states[-1]  # R, the preliminary representation
         lengths = attention_mask.sum(-1)
         if lengths.min() == 0:
             raise ValueError("An input has no token; every sequence needs at least one unpadded token.")
+        # The recurrent layers stop at the longest real sequence: columns of padding only are pure cost for a GRU.
+        width = int(lengths.max())
+        hidden_states = tuple(h[:, :width] for h in encoded.hidden_states)  # H_0 (embeddings) .. H_l
+        last = hidden_states[-1]  # R, the preliminary representation
         importance = None
         if self.extractor is not None:
             complementary, importance = self.extractor(torch.stack(hidden_states), lengths)
@@ -191,8 +193,10 @@ class HireModel(HirePreTrainedModel):
         else:
             fused = torch.cat([last, complementary, last + complementary, last * complementary], dim=-1)
             output = self.fusion(fused, lengths)[0] if self.fusion is not None else fused
+        if width < attention_mask.shape[1]:  # give back the caller's sequence length (zeros past the longest input)
+            output = nn.functional.pad(output, (0, 0, 0, attention_mask.shape[1] - width))
         return HireModelOutput(last_hidden_state=output, layer_importance=importance,
-                               hidden_states=hidden_states if output_hidden_states else None)
+                               hidden_states=encoded.hidden_states if output_hidden_states else None)
 
 
 class HireRobertaForSequenceClassification(HirePreTrainedModel):
