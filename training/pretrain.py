@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> Path:
     if args.model_size not in recipe.sizes:
         raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
+    from training.masking import SCHEMES
+
+    if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
+        raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
     checkpoint = resolve_checkpoint(args, training_args)
     set_seed(training_args.seed)
 
@@ -189,8 +193,7 @@ def main(argv: list[str] | None = None) -> Path:
             raise ValueError(f"--config_overrides: {config_class.__name__} has no field {key!r}"
                              + (f"; did you mean {', '.join(close)}?" if close else "."))
     config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
-    config_kwargs.setdefault("vocab_size", len(tokenizer))
-    config_kwargs["vocab_size"] = max(config_kwargs["vocab_size"], len(tokenizer))
+    config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
     for attribute in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
         if attribute in config_class.__dataclass_fields__ and getattr(tokenizer, attribute, None) is not None:
             config_kwargs.setdefault(attribute, getattr(tokenizer, attribute))
