@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--save_steps", str(options.max_steps),
         "--eval_steps", str(options.max_steps),
         "--dataloader_num_workers", "0",
-    ])
+    ]).resolve()  # the reload runs in another working directory
     log = json.loads((export_dir / "training_log.json").read_text())
     train_logs = [entry for entry in log if "loss" in entry]
     reload = subprocess.run(
