@@ -204,3 +204,13 @@ def test_loss_goes_down_on_real_text(tmp_path, model):
     assert all(entry["tokens_per_second"] > 0 for entry in logs)
     eval_loss = [e["eval_loss"] for e in json.loads((out / "checkpoint-300" / "trainer_state.json").read_text())["log_history"] if "eval_loss" in e]
     assert eval_loss and eval_loss[-1] < 2 * 8.3 - 2
+
+
+def test_demo_runs_end_to_end_with_a_relative_output_dir(tmp_path):
+    """The main job (`make demo`), shortened: pretrain, export, reload in a fresh process, summary."""
+    result = subprocess.run([sys.executable, "-m", "training.demo", "--output_dir", "runs/demo", "--max_steps", "4",
+                             "--model_size", "tiny"], capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "==== SpanBERT demo summary ====" in result.stdout
+    assert "transformers_modules" in result.stdout and "fresh process, trust_remote_code=True" in result.stdout
+    assert (tmp_path / "runs" / "demo" / "export" / "model.safetensors").exists()

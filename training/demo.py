@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--per_device_train_batch_size", "16",
         "--learning_rate", "5e-4",
         "--warmup_steps", "0.05",
-        "--logging_steps", "25",
+        "--logging_steps", str(max(1, min(25, options.max_steps // 4))),  # short runs still log a curve
         "--save_steps", str(options.max_steps),
         "--eval_steps", str(options.max_steps),
         "--dataloader_num_workers", "0",
