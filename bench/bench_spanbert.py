@@ -23,8 +23,8 @@ VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPi
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16
 
 
-def batches(seq_length, batch_size, count, seed=0):
-    """Span-masked batches from real Wikipedia blocks, ids folded into the benchmark vocabulary."""
+def batches(seq_length, batch_size, count, seed=0, scheme="span"):
+    """Masked batches of full-length blocks of real Wikipedia text (MiniLM's BERT WordPiece vocabulary)."""
     from transformers import AutoTokenizer
 
     from training.data import load_corpus, pack_blocks
@@ -39,7 +39,8 @@ def batches(seq_length, batch_size, count, seed=0):
     joined = datasets.Dataset.from_dict({"text": [" ".join(texts[i : i + 20]) for i in range(0, len(texts), 20)]})
     blocks = pack_blocks(joined, tokenizer, max_seq_length=seq_length)
     full = [blocks[i] for i in range(len(blocks)) if len(blocks[i]["input_ids"]) >= 0.9 * seq_length]
-    collator = SpanMaskingCollator(tokenizer, scheme="span", random_token_distribution="uniform", pad_to_multiple_of=None, seed=seed)
+    collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", pad_to_multiple_of=None,
+                                   span_boundary_targets=scheme != "subword", seed=seed)
     return [collator(full[i * batch_size : (i + 1) * batch_size]) for i in range(count)]
 
 

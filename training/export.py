@@ -48,7 +48,7 @@ def export_pretrained(
         summary=f"{recipe.summary} Size preset `{model_size}`, pretrained with this project's "
         f"`training/pretrain.py --model {recipe.name}`.",
         auto_map=dict(getattr(config, "auto_map", {}) or {}),
-        tags=[recipe.family, recipe.name, "fill-mask" if "mlm_loss" in recipe.logged_outputs else "feature-extraction"],
+        tags=[recipe.family, recipe.name, "fill-mask" if "AutoModelForMaskedLM" in (config.auto_map or {}) else "feature-extraction"],
         datasets=datasets,
         pipeline_tag="feature-extraction",
         paper=recipe.paper,

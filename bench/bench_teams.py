@@ -1,0 +1,136 @@
+"""Train-step throughput of `TeamsForPreTraining` vs a reference ELECTRA step built from transformers'
+`ElectraForMaskedLM` (generator) and `ElectraForPreTraining` (discriminator), side by side in one run on the same
+masked batches of real Wikipedia text. A train step is forward + backward + AdamW update of everything trained.
+
+Compared, at one size preset:
+  teams         TEAMS (MLM + 5 RTD + 2 MWS, attention task heads, half-depth generator sharing its bottom half)
+  hf_electra    the reference: transformers' ELECTRA generator + discriminator at TEAMS's sizes (generator of half
+                depth at full width), embeddings tied, generator logits over every position, loss MLM + 50 RTD
+  electra       our `--model electra` (ELECTRA's narrow full-depth generator) on TEAMS's code path
+  hf_electra_narrow  transformers' ELECTRA with that same narrow generator (parity check of our ELECTRA path)
+
+    python bench/bench_teams.py [--size small] [--seq_length 128] [--batch_size 32] [--steps 8]
+    python bench/bench_teams.py --bf16        # on a GPU: tokens/s and MFU in bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from bench_spanbert import PEAK_FLOPS, VOCAB, batches
+from common import write_result
+
+KINDS = ("teams", "hf_electra", "electra", "hf_electra_narrow")
+
+
+class HfElectraStep(torch.nn.Module):
+    """ELECTRA's joint step with transformers' classes: tied embeddings, Gumbel sampling in fp32, MLM + 50 RTD."""
+
+    def __init__(self, generator_config, discriminator_config):
+        super().__init__()
+        from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+        self.generator = ElectraForMaskedLM(generator_config)
+        self.discriminator = ElectraForPreTraining(discriminator_config)
+        # Tie the embeddings (word, position, type and their LayerNorm), as ELECTRA does.
+        self.discriminator.electra.embeddings = self.generator.electra.embeddings
+
+    def forward(self, input_ids, attention_mask, labels):
+        generated = self.generator(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        masked = labels != -100
+        with torch.no_grad():
+            logits = generated.logits[masked].float()
+            uniform = torch.rand_like(logits).clamp(1e-9, 1 - 1e-7)
+            sampled = (logits - torch.log(-torch.log(uniform))).argmax(-1)
+        original = torch.where(masked, labels, input_ids)
+        corrupted = original.clone()
+        corrupted[masked] = sampled
+        discriminated = self.discriminator(
+            input_ids=corrupted, attention_mask=attention_mask, labels=(corrupted != original).long()
+        )
+        return generated.loss + 50.0 * discriminated.loss
+
+
+def build(kind, size):
+    from transformers import ElectraConfig
+
+    import models  # noqa: F401
+    from models.teams.configuration_teams import TeamsConfig
+    from models.teams.modeling_teams import TeamsForPreTraining
+    from training.recipes_teams import RECIPES
+
+    torch.manual_seed(0)
+    recipe = RECIPES["electra" if kind in ("electra", "hf_electra_narrow") else "teams"]
+    dims = dict(recipe.sizes[size], vocab_size=VOCAB, max_position_embeddings=512)
+    if kind in ("teams", "electra"):
+        return TeamsForPreTraining(TeamsConfig(**dims, **recipe.config_overrides))
+    config = TeamsConfig(**dims, **recipe.config_overrides)  # resolved generator sizes
+    shared = dict(vocab_size=VOCAB, embedding_size=config.embedding_size, max_position_embeddings=512)
+    discriminator = ElectraConfig(**shared, hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+                                  num_attention_heads=config.num_attention_heads, intermediate_size=config.intermediate_size)
+    generator = ElectraConfig(**shared, hidden_size=config.generator_hidden_size,
+                              num_hidden_layers=config.generator_num_hidden_layers,
+                              num_attention_heads=config.generator_num_attention_heads,
+                              intermediate_size=config.generator_intermediate_size)
+    return HfElectraStep(generator, discriminator)
+
+
+def measure(size, data, steps, device, dtype):
+    models_ = {kind: build(kind, size).to(device).train() for kind in KINDS}
+    optimizers = {kind: torch.optim.AdamW(model.parameters(), lr=1e-4) for kind, model in models_.items()}
+    timings = {kind: [] for kind in KINDS}
+    tokens = {kind: 0 for kind in KINDS}
+    for index in range(steps + 2):  # two warm-up steps
+        batch = {k: v.to(device) for k, v in data[index % len(data)].items() if k in ("input_ids", "attention_mask", "labels")}
+        for kind in KINDS:  # interleaved, so load on a shared machine hits all alike
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                output = models_[kind](**batch)
+            loss = output if torch.is_tensor(output) else output.loss
+            loss.backward()
+            optimizers[kind].step()
+            optimizers[kind].zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if index >= 2:
+                timings[kind].append(time.perf_counter() - start)
+                tokens[kind] += int(batch["attention_mask"].sum())
+    throughput = {kind: tokens[kind] / sum(timings[kind]) for kind in KINDS}
+    params = {kind: sum(p.numel() for p in model.parameters()) for kind, model in models_.items()}
+    return throughput, params
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small", choices=["tiny", "small", "base", "large"])
+    parser.add_argument("--seq_length", type=int, default=128)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    options = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if options.bf16 else torch.float32
+    data = batches(options.seq_length, options.batch_size, 4, scheme="subword")
+    throughput, params = measure(options.size, data, options.steps, device, dtype)
+    result = {
+        "size": options.size, "seq_length": options.seq_length, "batch_size": options.batch_size,
+        "vocab_size": VOCAB, "device": str(device), "dtype": str(dtype), "steps": options.steps,
+        **{f"{kind}_tokens_per_s": round(throughput[kind], 1) for kind in KINDS},
+        "teams_vs_hf_electra": round(throughput["teams"] / throughput["hf_electra"], 2),
+        "electra_vs_hf_electra_narrow": round(throughput["electra"] / throughput["hf_electra_narrow"], 2),
+        **{f"{kind}_params_M": round(params[kind] / 1e6, 2) for kind in KINDS},
+    }
+    if device.type == "cuda":
+        # 6 * params * tokens counts the dense model (the sparse heads only lower the true count): a conservative MFU.
+        peak = next((v for k, v in PEAK_FLOPS.items() if k in torch.cuda.get_device_name()), None)
+        if peak:
+            result["teams_mfu"] = round(6 * params["teams"] * throughput["teams"] / peak, 3)
+    write_result(f"teams_{options.size}_{device.type}", result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""TEAMS: ELECTRA with multi-word selection, attention task heads and partial layer sharing."""

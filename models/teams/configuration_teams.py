@@ -1,0 +1,168 @@
+"""TEAMS configuration (Shen et al., 2021, "Training ELECTRA Augmented with Multi-word Selection")."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+# Written into every saved config.json: save_pretrained records only the class being saved, and one export must
+# load through every Auto class. models/__init__.py registers the local classes from this same map.
+AUTO_MAP = {
+    "AutoConfig": "configuration_teams.TeamsConfig",
+    "AutoModel": "modeling_teams.TeamsModel",
+    "AutoModelForPreTraining": "modeling_teams.TeamsForPreTraining",
+    "AutoModelForSequenceClassification": "modeling_teams.TeamsForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_teams.TeamsForQuestionAnswering",
+    "AutoModelForTokenClassification": "modeling_teams.TeamsForTokenClassification",
+}
+
+PRETRAINING_TASKS = ("rtd+mws", "rtd", "mws")
+TASK_HEAD_TYPES = ("attention", "ffn")
+RTD_HEAD_SOURCES = ("penultimate", "last")
+FINETUNE_REPRESENTATIONS = ("mws", "rtd")
+LAYER_TYINGS = ("bottom_half", "none", "full")
+NEGATIVE_SAMPLINGS = ("sampled", "hardest")
+
+
+@strict
+class TeamsConfig(PreTrainedConfig):
+    r"""
+    Configuration of a TEAMS generator + discriminator (and, with `pretraining_tasks="rtd"`, of ELECTRA).
+
+    The discriminator is an ELECTRA encoder of `num_hidden_layers` (L) layers built from transformers' ELECTRA
+    blocks. The generator has the same width and `generator_num_hidden_layers` layers; with
+    `layer_tying="bottom_half"` its bottom half ARE the discriminator's bottom layers (Section 3.2). Both share the
+    embeddings. The discriminator is trained with replaced token detection (RTD) and multi-word selection (MWS):
+    a (K+1)-way choice of the original token among candidates the generator samples.
+
+    Args:
+        vocab_size: Word-piece vocabulary size.
+        embedding_size: Width of the token embeddings, projected to `hidden_size` when smaller (128 -> 256 for small).
+        hidden_size: Width of the discriminator.
+        num_hidden_layers: Discriminator layers L. With attention task heads, layer L is the MWS task layer and the
+            RTD task layer is one extra layer fed from layer L-1.
+        num_attention_heads: Attention heads per layer.
+        intermediate_size: Width of each feed-forward block.
+        hidden_act: Activation of the feed-forward blocks and the heads.
+        hidden_dropout_prob: Dropout on embeddings and residual branches.
+        attention_probs_dropout_prob: Dropout on attention probabilities.
+        max_position_embeddings: Longest input.
+        type_vocab_size: Segment types.
+        initializer_range: Std of the N(0, std) init.
+        layer_norm_eps: LayerNorm epsilon.
+        pad_token_id: Padding id.
+        classifier_dropout: Dropout of the fine-tuning heads (defaults to `hidden_dropout_prob`).
+        generator_num_hidden_layers: Generator depth (default L/2, the paper's "1/2 of the discriminator").
+        generator_hidden_size: Generator width (default `hidden_size`; ELECTRA's recipe uses a narrower one).
+        generator_intermediate_size: Generator feed-forward width (default `intermediate_size`).
+        generator_num_attention_heads: Generator heads (default `num_attention_heads`).
+        layer_tying: "bottom_half" (TEAMS: the generator's bottom half of layers are the discriminator's bottom
+            layers), "full" (every generator layer is a discriminator layer) or "none" (Table 4).
+        pretraining_tasks: "rtd+mws" (TEAMS), "rtd" (ELECTRA) or "mws" (Table 2).
+        task_head_type: "attention" (one transformer layer per task, Section 3.2) or "ffn" (both tasks read the top
+            layer through feed-forward heads, Table 3). Only meaningful when two tasks are trained.
+        rtd_head_source: Which discriminator layer feeds the RTD attention head: "penultimate" (L-1, the paper) or
+            "last" (L).
+        finetune_representation: What `TeamsModel` returns: "mws" (the top layer, i.e. the MWS head's
+            representations, which the paper found fine-tune best) or "rtd" (the RTD task layer's outputs).
+        num_negatives: K, the non-original candidates per masked position (the paper's K=5; the authors' code
+            counts the original in its candidate set of 5, i.e. K=4).
+        negative_sampling: "sampled" (K draws without replacement from the generator, the paper's choice) or
+            "hardest" (the K most likely non-original tokens) (Figure 5).
+        mlm_loss_weight: Weight of the generator's MLM loss.
+        rtd_loss_weight: lambda_1, weight of the RTD loss (5 in TEAMS, 50 in ELECTRA).
+        mws_loss_weight: lambda_2, weight of the MWS loss (2).
+        is_decoder: Always `False`; read by transformers' ELECTRA layers.
+        add_cross_attention: Always `False`; read by transformers' ELECTRA layers.
+    """
+
+    model_type = "teams"
+
+    vocab_size: int = 30522
+    embedding_size: int = 768
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    classifier_dropout: float | int | None = None
+    generator_num_hidden_layers: int | None = None
+    generator_hidden_size: int | None = None
+    generator_intermediate_size: int | None = None
+    generator_num_attention_heads: int | None = None
+    layer_tying: str = "bottom_half"
+    pretraining_tasks: str = "rtd+mws"
+    task_head_type: str = "attention"
+    rtd_head_source: str = "penultimate"
+    finetune_representation: str = "mws"
+    num_negatives: int = 5
+    negative_sampling: str = "sampled"
+    mlm_loss_weight: float = 1.0
+    rtd_loss_weight: float = 5.0
+    mws_loss_weight: float = 2.0
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        if self.generator_num_hidden_layers is None:
+            self.generator_num_hidden_layers = max(1, self.num_hidden_layers // 2)
+        self.generator_hidden_size = self.generator_hidden_size or self.hidden_size
+        self.generator_intermediate_size = self.generator_intermediate_size or self.intermediate_size
+        self.generator_num_attention_heads = self.generator_num_attention_heads or self.num_attention_heads
+        super().__post_init__(**kwargs)
+        self._check_choices()
+
+    def _check_choices(self):
+        for name, choices in (
+            ("pretraining_tasks", PRETRAINING_TASKS),
+            ("task_head_type", TASK_HEAD_TYPES),
+            ("rtd_head_source", RTD_HEAD_SOURCES),
+            ("finetune_representation", FINETUNE_REPRESENTATIONS),
+            ("layer_tying", LAYER_TYINGS),
+            ("negative_sampling", NEGATIVE_SAMPLINGS),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"TeamsConfig.{name}={getattr(self, name)!r}; choose one of {', '.join(choices)}.")
+        if self.layer_tying != "none" and self.generator_hidden_size != self.hidden_size:
+            raise ValueError(
+                f"layer_tying={self.layer_tying!r} shares layers, so the generator needs the discriminator's width "
+                f"({self.hidden_size}), not {self.generator_hidden_size}; use layer_tying='none' for a narrower generator."
+            )
+        if self.layer_tying == "full" and self.generator_num_hidden_layers > self.num_hidden_layers:
+            raise ValueError("layer_tying='full' needs generator_num_hidden_layers <= num_hidden_layers.")
+        if self.finetune_representation == "rtd" and not self.has_rtd_task_layer:
+            raise ValueError(
+                "finetune_representation='rtd' reads the RTD attention task layer, which exists only with "
+                "pretraining_tasks='rtd+mws' and task_head_type='attention'."
+            )
+        if self.num_negatives < 1 or self.num_negatives >= self.vocab_size:
+            raise ValueError(f"num_negatives must be in [1, vocab_size), got {self.num_negatives}.")
+
+    @property
+    def trains_rtd(self) -> bool:
+        return "rtd" in self.pretraining_tasks
+
+    @property
+    def trains_mws(self) -> bool:
+        return "mws" in self.pretraining_tasks
+
+    @property
+    def has_rtd_task_layer(self) -> bool:
+        """An extra transformer layer for RTD exists only when two tasks share the discriminator."""
+        return self.pretraining_tasks == "rtd+mws" and self.task_head_type == "attention"
+
+    @property
+    def num_shared_generator_layers(self) -> int:
+        return {"bottom_half": self.generator_num_hidden_layers // 2, "full": self.generator_num_hidden_layers, "none": 0}[
+            self.layer_tying
+        ]
+
+
+__all__ = ["TeamsConfig", "AUTO_MAP"]

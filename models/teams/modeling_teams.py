@@ -1,0 +1,488 @@
+"""TEAMS: an ELECTRA generator + discriminator whose discriminator also learns multi-word selection (MWS).
+
+Built from transformers' ELECTRA blocks (and with them SDPA / eager / flash attention). Faithful to the paper and,
+where it is silent, to the authors' TensorFlow code (tensorflow/models, official/projects/teams):
+
+- the generator has the discriminator's width and half its depth; its bottom half of layers ARE the discriminator's
+  bottom layers (the same modules), and the two share the embeddings;
+- the generator's MLM logits exist only at masked positions; from them one replacement per masked position and K
+  non-original candidates (Gumbel top-k, i.e. sampling without replacement) are drawn in fp32 without gradient;
+- the discriminator's RTD head is one extra transformer layer fed from layer L-1, the MWS head reads layer L and
+  scores the K+1 candidates by dot product with their embedding rows: no vocabulary logits in the discriminator.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.models.electra.modeling_electra import (
+    ElectraClassificationHead,
+    ElectraDiscriminatorPredictions,
+    ElectraEmbeddings,
+    ElectraGeneratorPredictions,
+    ElectraLayer,
+    ElectraSelfAttention,
+)
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_teams import TeamsConfig
+
+
+def gumbel_noise(shape, device, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Standard Gumbel noise in fp32 (fp16 Gumbel sampling is a known ELECTRA pitfall)."""
+    uniform = torch.rand(shape, device=device, dtype=torch.float32, generator=generator)
+    tiny = torch.finfo(torch.float32).tiny
+    return -torch.log(-torch.log(uniform.clamp(tiny, 1.0 - 1e-7)))
+
+
+@torch.no_grad()
+def sample_replacements(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row from softmax(logits) (Gumbel-max); it may equal the original (RTD label "original")."""
+    logits = logits.detach().float()
+    return (logits + gumbel_noise(logits.shape, logits.device, generator)).argmax(dim=-1)
+
+
+@torch.no_grad()
+def sample_candidates(
+    logits: torch.Tensor,
+    originals: torch.Tensor,
+    num_negatives: int,
+    strategy: str = "sampled",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Candidate sets `(N, K+1)`: the original token in column 0, then K distinct non-original tokens.
+
+    "sampled": K draws without replacement from the generator's softmax (Gumbel top-k); "hardest": the K most
+    likely non-original tokens. No gradient flows through the choice.
+    """
+    scores = logits.detach().float().scatter(1, originals[:, None], float("-inf"))  # never the original
+    if strategy == "sampled":
+        scores = scores + gumbel_noise(scores.shape, scores.device, generator)
+    elif strategy != "hardest":
+        raise ValueError(f"Unknown negative sampling strategy {strategy!r}; use 'sampled' or 'hardest'.")
+    negatives = scores.topk(num_negatives, dim=-1).indices
+    return torch.cat([originals[:, None], negatives], dim=1)
+
+
+@dataclass
+class TeamsModelOutput(ModelOutput):
+    """
+    last_hidden_state: the fine-tuning representation (`config.finetune_representation`).
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class TeamsForPreTrainingOutput(ModelOutput):
+    """
+    loss: `mlm_loss_weight * mlm + rtd_loss_weight * rtd + mws_loss_weight * mws`.
+    mlm_loss / mws_loss: means over masked positions. rtd_loss: mean over non-padding tokens.
+    rtd_accuracy / mws_accuracy / mlm_accuracy: detached accuracies for logging.
+    mlm_logits: `(num_masked, vocab_size)`, generator logits only at masked positions (row-major order).
+    rtd_logits: `(B, T)` "replaced" logits. rtd_labels: `(B, T)` 1.0 where the corrupted token differs from the original.
+    mws_logits: `(num_masked, K+1)` candidate scores; the original is candidate 0.
+    corrupted_input_ids: `(B, T)` the discriminator's input. candidate_ids: `(num_masked, K+1)`.
+    """
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    rtd_loss: torch.Tensor | None = None
+    mws_loss: torch.Tensor | None = None
+    mlm_accuracy: torch.Tensor | None = None
+    rtd_accuracy: torch.Tensor | None = None
+    mws_accuracy: torch.Tensor | None = None
+    mlm_logits: torch.Tensor | None = None
+    rtd_logits: torch.Tensor | None = None
+    rtd_labels: torch.Tensor | None = None
+    mws_logits: torch.Tensor | None = None
+    corrupted_input_ids: torch.Tensor | None = None
+    candidate_ids: torch.Tensor | None = None
+
+
+class TeamsPreTrainedModel(PreTrainedModel):
+    config_class = TeamsConfig
+    config: TeamsConfig
+    base_model_prefix = "teams"
+    supports_gradient_checkpointing = True
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _no_split_modules = ["ElectraEmbeddings", "ElectraLayer"]
+    _can_record_outputs = {"hidden_states": ElectraLayer, "attentions": ElectraSelfAttention}
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, TeamsGenerator):
+            init.zeros_(module.bias)
+        elif isinstance(module, ElectraEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+
+
+class TeamsModel(TeamsPreTrainedModel):
+    """The discriminator encoder: what fine-tuning uses.
+
+    By default it returns the top layer (layer L, the MWS head's input). With `config.finetune_representation="rtd"`
+    it returns the RTD task layer's outputs instead (layers 1..L-1, then the RTD layer).
+    """
+
+    def __init__(self, config: TeamsConfig, add_rtd_task_layer: bool | None = None):
+        super().__init__(config)
+        self.embeddings = ElectraEmbeddings(config)
+        # Factorised embeddings (128 -> 256 for small).
+        self.embeddings_project = (
+            nn.Linear(config.embedding_size, config.hidden_size) if config.embedding_size != config.hidden_size else None
+        )
+        self.layer = nn.ModuleList([ElectraLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        # Pretraining always has the RTD task layer; a fine-tuned encoder only when it reads from it.
+        if add_rtd_task_layer is None:
+            add_rtd_task_layer = config.finetune_representation == "rtd"
+        self.rtd_layer = (
+            ElectraLayer(config, layer_idx=config.num_hidden_layers)
+            if add_rtd_task_layer and config.has_rtd_task_layer
+            else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @property
+    def rtd_source_layer(self) -> int:
+        """How many discriminator layers run before the RTD task layer (L-1 in the paper)."""
+        return self.config.num_hidden_layers - (1 if self.config.rtd_head_source == "penultimate" else 0)
+
+    def embed(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        if sequence_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Input has {sequence_length} tokens but this model has {self.config.max_position_embeddings} "
+                "positions; truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
+            )
+        hidden = self.embeddings(
+            input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
+        )
+        return self.embeddings_project(hidden) if self.embeddings_project is not None else hidden
+
+    def attention_mask_for(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None):
+        return create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> TeamsModelOutput:
+        hidden = self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
+        mask = self.attention_mask_for(hidden, attention_mask)
+        from_rtd = self.config.finetune_representation == "rtd"
+        for layer in self.layer[: self.rtd_source_layer] if from_rtd else self.layer:
+            hidden = layer(hidden, mask, **kwargs)
+        if from_rtd:
+            hidden = self.rtd_layer(hidden, mask, **kwargs)
+        return TeamsModelOutput(last_hidden_state=hidden)
+
+
+class TeamsGenerator(nn.Module):
+    """The generator's own parts: its top layers (the bottom ones are borrowed from the discriminator), the MLM
+    head, and the output bias; the output weights are the shared word embeddings."""
+
+    def __init__(self, config: TeamsConfig):
+        super().__init__()
+        generator_config = config
+        if config.generator_hidden_size != config.hidden_size:  # ELECTRA's narrower generator
+            generator_config = config.__class__(
+                **{
+                    **config.to_dict(),
+                    "hidden_size": config.generator_hidden_size,
+                    "intermediate_size": config.generator_intermediate_size,
+                    "num_attention_heads": config.generator_num_attention_heads,
+                    "auto_map": None,
+                }
+            )
+            generator_config._attn_implementation = config._attn_implementation
+        # With the discriminator's width the generator also shares its embedding projection.
+        self.embeddings_project = (
+            nn.Linear(config.embedding_size, config.generator_hidden_size)
+            if config.generator_hidden_size != config.hidden_size and config.embedding_size != config.generator_hidden_size
+            else None
+        )
+        own = config.generator_num_hidden_layers - config.num_shared_generator_layers
+        self.layer = nn.ModuleList(
+            [ElectraLayer(generator_config, layer_idx=config.num_shared_generator_layers + i) for i in range(own)]
+        )
+        self.predictions = ElectraGeneratorPredictions(generator_config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+
+class TeamsMultiWordSelectionHead(nn.Module):
+    """Dense(embedding_size, gelu) -> LayerNorm; candidates are scored by dot product with their embedding rows."""
+
+    def __init__(self, config: TeamsConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden: torch.Tensor, candidate_embeddings: torch.Tensor) -> torch.Tensor:
+        """hidden `(N, H)`, candidate_embeddings `(N, K+1, E)` -> scores `(N, K+1)`."""
+        query = self.LayerNorm(self.activation(self.dense(hidden)))
+        return torch.einsum("ne,nke->nk", query, candidate_embeddings)
+
+
+class TeamsForPreTraining(TeamsPreTrainedModel):
+    """Generator (MLM) + discriminator (RTD and/or MWS). With `pretraining_tasks="rtd"`, `task_head_type="ffn"`,
+    `layer_tying="none"` and a narrower generator it is ELECTRA on the same code path (`--model electra`)."""
+
+    # The pretraining loss is a fixed mean per objective; Trainer must not rescale it by its token count.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: TeamsConfig):
+        super().__init__(config)
+        self.teams = TeamsModel(config, add_rtd_task_layer=True)
+        self.generator = TeamsGenerator(config)
+        self.rtd_head = ElectraDiscriminatorPredictions(config) if config.trains_rtd else None
+        self.mws_head = TeamsMultiWordSelectionHead(config) if config.trains_mws else None
+        self.post_init()
+
+    def generator_layers(self) -> list[nn.Module]:
+        """The generator's layers bottom-up: the shared discriminator layers first (the same module objects)."""
+        return [*self.teams.layer[: self.config.num_shared_generator_layers], *self.generator.layer]
+
+    def generator_embeddings_project(self) -> nn.Module | None:
+        if self.config.generator_hidden_size == self.config.hidden_size:
+            return self.teams.embeddings_project
+        return self.generator.embeddings_project
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> TeamsForPreTrainingOutput:
+        r"""
+        input_ids: `(B, T)` the masked input x^M (from a masked-LM collator).
+        labels: `(B, T)` original token ids at masked positions, -100 elsewhere.
+        """
+        if labels is None:
+            raise ValueError("TeamsForPreTraining needs `labels` (original ids at masked positions, -100 elsewhere).")
+        config = self.config
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        word_embeddings = self.teams.embeddings.word_embeddings.weight
+        rows, cols = (labels != -100).nonzero(as_tuple=True)
+        originals = labels[rows, cols]
+        output = TeamsForPreTrainingOutput()
+
+        # Generator: MLM on the masked input, logits only at masked positions.
+        hidden = self.teams.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        project = self.generator_embeddings_project()
+        hidden = project(hidden) if project is not None else hidden
+        mask = self.teams.attention_mask_for(hidden, attention_mask)
+        for layer in self.generator_layers():
+            hidden = layer(hidden, mask)
+        output.mlm_logits = F.linear(self.generator.predictions(hidden[rows, cols]), word_embeddings, self.generator.bias)
+        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), originals)
+        output.mlm_accuracy = (output.mlm_logits.detach().argmax(-1) == originals).float().mean()
+        output.loss = config.mlm_loss_weight * output.mlm_loss
+
+        # Corrupt the input with one sampled replacement per masked position (no gradient, fp32).
+        replacements = sample_replacements(output.mlm_logits)
+        original_ids = input_ids.clone()
+        original_ids[rows, cols] = originals
+        corrupted = original_ids.clone()
+        corrupted[rows, cols] = replacements
+        output.corrupted_input_ids = corrupted
+
+        # Discriminator on the corrupted input.
+        hidden = self.teams.embed(corrupted, token_type_ids, position_ids)
+        mask = self.teams.attention_mask_for(hidden, attention_mask)
+        rtd_input = None
+        for index, layer in enumerate(self.teams.layer, start=1):
+            hidden = layer(hidden, mask)
+            if index == self.teams.rtd_source_layer:
+                rtd_input = hidden
+        top = hidden
+
+        if self.rtd_head is not None:
+            rtd_states = self.teams.rtd_layer(rtd_input, mask) if self.teams.rtd_layer is not None else top
+            output.rtd_logits = self.rtd_head(rtd_states)
+            output.rtd_labels = (corrupted != original_ids).float()
+            real = attention_mask.bool()
+            rtd_logits, rtd_labels = output.rtd_logits[real].float(), output.rtd_labels[real]
+            output.rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
+            output.rtd_accuracy = ((rtd_logits.detach() > 0).float() == rtd_labels).float().mean()
+            output.loss = output.loss + config.rtd_loss_weight * output.rtd_loss
+
+        if self.mws_head is not None:
+            output.candidate_ids = sample_candidates(
+                output.mlm_logits, originals, config.num_negatives, config.negative_sampling
+            )
+            output.mws_logits = self.mws_head(top[rows, cols], word_embeddings[output.candidate_ids])
+            target = torch.zeros_like(originals)  # the original is candidate 0
+            output.mws_loss = F.cross_entropy(output.mws_logits.float(), target)
+            output.mws_accuracy = (output.mws_logits.detach().argmax(-1) == 0).float().mean()
+            output.loss = output.loss + config.mws_loss_weight * output.mws_loss
+        return output
+
+
+class TeamsForSequenceClassification(TeamsPreTrainedModel):
+    """ELECTRA's classification head (dense, GeLU, projection) on the first token. MSE when `num_labels == 1`."""
+
+    def __init__(self, config: TeamsConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.teams = TeamsModel(config)
+        self.classifier = ElectraClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self.teams(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class TeamsForQuestionAnswering(TeamsPreTrainedModel):
+    """Start and end logits from one linear layer over every token."""
+
+    def __init__(self, config: TeamsConfig):
+        super().__init__(config)
+        self.teams = TeamsModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self.teams(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
+        start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class TeamsForTokenClassification(TeamsPreTrainedModel):
+    def __init__(self, config: TeamsConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.teams = TeamsModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.teams(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = [
+    "TeamsPreTrainedModel",
+    "TeamsModel",
+    "TeamsForPreTraining",
+    "TeamsForSequenceClassification",
+    "TeamsForQuestionAnswering",
+    "TeamsForTokenClassification",
+    "TeamsForPreTrainingOutput",
+    "sample_candidates",
+    "sample_replacements",
+]

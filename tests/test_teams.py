@@ -1,0 +1,327 @@
+"""TEAMS and its ELECTRA baseline: shapes, shared layers, candidate sets, RTD labels, loss weighting, the paper's
+ablations, save/load in a fresh process, and pretraining on real text that lowers every loss."""
+
+import json
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import models  # noqa: F401  (registers the Auto classes)
+from models.teams.configuration_teams import TeamsConfig
+from models.teams.modeling_teams import (
+    TeamsForPreTraining,
+    TeamsForQuestionAnswering,
+    TeamsForSequenceClassification,
+    TeamsForTokenClassification,
+    TeamsModel,
+    sample_candidates,
+)
+
+VOCAB = 120
+MASK_ID = 4
+
+
+def tiny_config(**overrides) -> TeamsConfig:
+    dims = dict(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0)
+    return TeamsConfig(**{**dims, **overrides})
+
+
+def masked_batch(batch_size=3, length=20, seed=0):
+    """Random ids, 15-25% of the positions masked ([MASK] id in input, originals in labels), last row padded."""
+    generator = torch.Generator().manual_seed(seed)
+    original = torch.randint(5, VOCAB, (batch_size, length), generator=generator)
+    attention_mask = torch.ones_like(original)
+    attention_mask[-1, length - 6:] = 0
+    masked = (torch.rand(batch_size, length, generator=generator) < 0.2) & attention_mask.bool()
+    masked[:, 1] = True
+    labels = torch.where(masked, original, torch.full_like(original, -100))
+    input_ids = torch.where(masked, torch.full_like(original, MASK_ID), original)
+    return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels), original
+
+
+def test_pretraining_shapes_and_sparse_logits():
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = TeamsForPreTraining(config)
+    batch, _ = masked_batch()
+    out = model(**batch)
+    n_masked = int((batch["labels"] != -100).sum())
+    assert out.mlm_logits.shape == (n_masked, VOCAB)  # generator logits only at masked positions
+    assert out.mws_logits.shape == (n_masked, config.num_negatives + 1)  # never full-vocabulary in the discriminator
+    assert out.candidate_ids.shape == (n_masked, config.num_negatives + 1)
+    assert out.rtd_logits.shape == batch["input_ids"].shape == out.corrupted_input_ids.shape
+    for name in ("loss", "mlm_loss", "rtd_loss", "mws_loss", "rtd_accuracy", "mws_accuracy"):
+        assert out[name].dim() == 0 and torch.isfinite(out[name]), name
+    # At init the MWS choice among K+1 candidates is near uniform.
+    assert abs(out.mws_loss.item() - math.log(config.num_negatives + 1)) < 0.5
+
+
+def test_bare_model_and_heads_shapes_and_losses():
+    torch.manual_seed(0)
+    config = tiny_config(num_labels=3)
+    batch, _ = masked_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    hidden = TeamsModel(config)(**inputs).last_hidden_state
+    assert hidden.shape == (3, 20, 32)
+    out = TeamsForSequenceClassification(config)(**inputs, labels=torch.tensor([0, 2, 1]))
+    assert out.logits.shape == (3, 3) and out.loss.item() > 0
+    out = TeamsForQuestionAnswering(config)(**inputs, start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 4, 5]))
+    assert out.start_logits.shape == out.end_logits.shape == (3, 20) and out.loss.item() > 0
+    out = TeamsForTokenClassification(config)(**inputs, labels=torch.randint(0, 3, (3, 20)))
+    assert out.logits.shape == (3, 20, 3) and out.loss.item() > 0
+    regression = TeamsForSequenceClassification(tiny_config(num_labels=1))
+    out = regression(**inputs, labels=torch.tensor([0.5, 1.0, 2.0]))
+    assert torch.allclose(out.loss, F.mse_loss(out.logits.squeeze(-1), torch.tensor([0.5, 1.0, 2.0])))
+
+
+def test_bottom_half_of_generator_layers_are_the_discriminators_own_modules():
+    config = tiny_config(num_hidden_layers=8)  # generator: 4 layers, the bottom 2 shared
+    model = TeamsForPreTraining(config)
+    generator_layers = model.generator_layers()
+    assert config.generator_num_hidden_layers == 4 and len(generator_layers) == 4
+    assert generator_layers[0] is model.teams.layer[0] and generator_layers[1] is model.teams.layer[1]
+    assert all(layer is not model.teams.layer[i] for i, layer in enumerate(generator_layers[2:], start=2))
+    # One parameter set: no shared weight is stored twice.
+    ids = [id(p) for p in model.parameters()]
+    assert len(ids) == len(set(ids))
+    assert not any(name.startswith("generator.layer.") and name.split(".")[2] in ("2", "3") for name in model.state_dict())
+    assert sum(1 for name in model.state_dict() if name.startswith("generator.layer.")) > 0
+    # Embeddings are tied: the generator decodes with the discriminator's word embeddings.
+    assert model.get_input_embeddings() is model.teams.embeddings.word_embeddings
+
+
+def test_shared_layers_get_gradient_from_both_losses():
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config(num_hidden_layers=8))
+    batch, _ = masked_batch()
+    shared = model.teams.layer[0].attention.self.query.weight
+    generator_only = model.generator.layer[0].attention.self.query.weight
+    discriminator_only = model.teams.layer[5].attention.self.query.weight
+
+    out = model(**batch)
+    grad_mlm = torch.autograd.grad(out.mlm_loss, [shared, generator_only, discriminator_only], allow_unused=True)
+    out = model(**batch)
+    grad_disc = torch.autograd.grad(out.rtd_loss + out.mws_loss, [shared, generator_only, discriminator_only], allow_unused=True)
+    assert grad_mlm[0].abs().sum() > 0 and grad_disc[0].abs().sum() > 0  # the shared layer learns from both
+    assert grad_mlm[1].abs().sum() > 0 and grad_disc[1] is None  # no gradient through the sampling
+    assert grad_mlm[2] is None and grad_disc[2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("strategy", ["sampled", "hardest"])
+def test_candidate_sets_are_original_plus_k_distinct_non_originals(strategy):
+    torch.manual_seed(0)
+    logits = torch.randn(500, 50, dtype=torch.bfloat16) * 3
+    originals = logits.float().argmax(-1)  # the hardest case: the original is the generator's favourite
+    candidates = sample_candidates(logits, originals, 5, strategy)
+    assert candidates.shape == (500, 6) and candidates.dtype == torch.long
+    assert torch.equal(candidates[:, 0], originals)
+    assert not (candidates[:, 1:] == originals[:, None]).any()
+    assert all(len(set(row.tolist())) == 6 for row in candidates)
+    if strategy == "hardest":
+        expected = logits.float().scatter(1, originals[:, None], float("-inf")).topk(5).indices
+        assert torch.equal(candidates[:, 1:], expected)
+
+
+def test_sampled_negatives_follow_the_generator_distribution_without_replacement():
+    torch.manual_seed(0)
+    probs = torch.tensor([0.0, 0.5, 0.3, 0.15, 0.05])
+    logits = probs.clamp_min(1e-9).log().expand(20000, -1)
+    originals = torch.zeros(20000, dtype=torch.long)
+    first = sample_candidates(logits, originals, 1, "sampled")[:, 1]
+    frequency = torch.bincount(first, minlength=5).float() / 20000
+    assert torch.allclose(frequency[1:], probs[1:], atol=0.02)  # one draw = a draw from the softmax
+    both = sample_candidates(logits, originals, 2, "sampled")[:, 1:]
+    # P(token 3 among two draws w/o replacement) = sum over first draws of the chance it is picked first or second.
+    p = probs[1:]
+    p_three = p[2] + sum(p[i] * p[2] / (1 - p[i]) for i in (0, 1, 3))
+    assert abs((both == 3).any(dim=1).float().mean() - p_three) < 0.02
+
+
+def test_rtd_labels_mark_replaced_tokens_and_a_sampled_original_counts_as_original():
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config())
+    batch, original = masked_batch()
+    forced = 7  # make the generator always sample token 7
+    with torch.no_grad():
+        model.generator.bias[forced] = 1e4
+    rows, cols = (batch["labels"] != -100).nonzero(as_tuple=True)
+    batch["labels"][rows[::2], cols[::2]] = forced  # half of the masked originals are token 7
+    original[rows[::2], cols[::2]] = forced
+    out = model(**batch)
+    masked = batch["labels"] != -100
+    assert torch.equal(out.corrupted_input_ids[masked], torch.full_like(out.corrupted_input_ids[masked], forced))
+    assert torch.equal(out.corrupted_input_ids[~masked], original[~masked])
+    expected = (masked & (original != forced)).float()
+    assert torch.equal(out.rtd_labels, expected)
+    assert out.rtd_labels[rows[::2], cols[::2]].sum() == 0  # sampled == original -> "original"
+    # RTD is averaged over non-padding tokens only.
+    real = batch["attention_mask"].bool()
+    manual = F.binary_cross_entropy_with_logits(out.rtd_logits[real], expected[real])
+    assert torch.allclose(out.rtd_loss, manual)
+
+
+def test_loss_is_the_configured_weighted_sum():
+    batch, _ = masked_batch()
+    for weights in ((1.0, 5.0, 2.0), (0.5, 1.0, 3.0)):
+        torch.manual_seed(0)
+        model = TeamsForPreTraining(tiny_config(mlm_loss_weight=weights[0], rtd_loss_weight=weights[1], mws_loss_weight=weights[2]))
+        out = model(**batch)
+        expected = weights[0] * out.mlm_loss + weights[1] * out.rtd_loss + weights[2] * out.mws_loss
+        assert torch.allclose(out.loss, expected)
+        n_masked = (batch["labels"] != -100).sum()
+        mws_manual = F.cross_entropy(out.mws_logits, torch.zeros(int(n_masked), dtype=torch.long))
+        assert torch.allclose(out.mws_loss, mws_manual)  # mean over masked positions, original is candidate 0
+
+
+def test_mws_scores_are_dot_products_with_candidate_embedding_rows():
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config())
+    batch, _ = masked_batch()
+    out = model(**batch)
+    candidates = out.candidate_ids
+    embeddings = model.teams.embeddings.word_embeddings.weight
+    # Recompute from the top discriminator layer with the output's corrupted input.
+    top = model.teams(out.corrupted_input_ids, attention_mask=batch["attention_mask"]).last_hidden_state
+    rows, cols = (batch["labels"] != -100).nonzero(as_tuple=True)
+    head = model.mws_head
+    query = head.LayerNorm(head.activation(head.dense(top[rows, cols])))
+    manual = (query[:, None, :] * embeddings[candidates]).sum(-1)
+    assert torch.allclose(out.mws_logits, manual, atol=1e-5)
+
+
+def test_ablations_change_what_they_claim():
+    # Only RTD (ELECTRA-style): no MWS head, no task layer, RTD on the top layer.
+    model = TeamsForPreTraining(tiny_config(pretraining_tasks="rtd"))
+    out = model(**masked_batch()[0])
+    assert model.mws_head is None and model.teams.rtd_layer is None and out.mws_loss is None and out.rtd_loss is not None
+    # Only MWS.
+    model = TeamsForPreTraining(tiny_config(pretraining_tasks="mws"))
+    out = model(**masked_batch()[0])
+    assert model.rtd_head is None and out.rtd_loss is None and out.mws_loss is not None
+    # FFN task heads: both tasks read the top layer, no extra transformer layer.
+    assert TeamsForPreTraining(tiny_config(task_head_type="ffn")).teams.rtd_layer is None
+    # RTD task layer fed from layer L instead of L-1.
+    assert TeamsModel(tiny_config(rtd_head_source="last"), add_rtd_task_layer=True).rtd_source_layer == 4
+    assert TeamsModel(tiny_config(), add_rtd_task_layer=True).rtd_source_layer == 3
+    # Tying: none / full / bottom half; generator depth.
+    assert len(TeamsForPreTraining(tiny_config(layer_tying="none")).generator.layer) == 2
+    full = TeamsForPreTraining(tiny_config(layer_tying="full", generator_num_hidden_layers=3))
+    assert len(full.generator.layer) == 0 and all(a is b for a, b in zip(full.generator_layers(), full.teams.layer))
+    assert len(TeamsForPreTraining(tiny_config(generator_num_hidden_layers=4)).generator_layers()) == 4
+    # K.
+    out = TeamsForPreTraining(tiny_config(num_negatives=3))(**masked_batch()[0])
+    assert out.mws_logits.shape[1] == 4
+    with pytest.raises(ValueError, match="pretraining_tasks"):
+        tiny_config(pretraining_tasks="mlm")
+    with pytest.raises(ValueError, match="width"):
+        tiny_config(generator_hidden_size=16)  # a narrower generator cannot share layers
+
+
+def test_finetuning_from_rtd_head_outputs_reads_the_rtd_task_layer():
+    torch.manual_seed(0)
+    pretraining = TeamsForPreTraining(tiny_config()).eval()
+    batch, _ = masked_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    encoder = TeamsModel(tiny_config(finetune_representation="rtd")).eval()
+    encoder.load_state_dict(pretraining.teams.state_dict())
+    teams = pretraining.teams
+    mask = teams.attention_mask_for(teams.embed(inputs["input_ids"]), inputs["attention_mask"])
+    hidden = teams.embed(inputs["input_ids"])
+    for layer in teams.layer[:3]:
+        hidden = layer(hidden, mask)
+    expected = teams.rtd_layer(hidden, mask)
+    assert torch.allclose(encoder(**inputs).last_hidden_state, expected, atol=1e-5)
+    mws_encoder = TeamsModel(tiny_config()).eval()
+    assert mws_encoder.rtd_layer is None  # the default encoder has no RTD layer to carry
+    with pytest.raises(ValueError, match="finetune_representation"):
+        tiny_config(finetune_representation="rtd", task_head_type="ffn")
+
+
+def test_electra_recipe_is_the_same_code_path_with_a_narrow_untied_generator():
+    from training.recipes_teams import RECIPES
+
+    recipe = RECIPES["electra"]
+    dims = {**recipe.sizes["tiny"], **recipe.config_overrides}
+    config = TeamsConfig(vocab_size=VOCAB, max_position_embeddings=64, **dims)
+    model = TeamsForPreTraining(config)
+    assert config.generator_hidden_size < config.hidden_size and config.num_shared_generator_layers == 0
+    assert model.teams.rtd_layer is None and model.mws_head is None and config.rtd_loss_weight == 50.0
+    out = model(**masked_batch()[0])
+    assert torch.allclose(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    assert TeamsConfig(**{**dims, "vocab_size": VOCAB}).generator_num_hidden_layers == config.num_hidden_layers
+
+
+def test_attention_implementations_agree():
+    torch.manual_seed(0)
+    batch, _ = masked_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    eager = TeamsModel(tiny_config(_attn_implementation="eager")).eval()
+    sdpa = TeamsModel(tiny_config(_attn_implementation="sdpa")).eval()
+    sdpa.load_state_dict(eager.state_dict())
+    real = inputs["attention_mask"].bool()
+    assert torch.allclose(eager(**inputs).last_hidden_state[real], sdpa(**inputs).last_hidden_state[real], atol=1e-5)
+
+
+def test_save_load_round_trip_keeps_pretraining_state_and_loads_as_encoder(tmp_path):
+    from helpers import run_isolated
+
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config()).eval()
+    model.save_pretrained(tmp_path)
+    batch, _ = masked_batch()
+    ids = batch["input_ids"].tolist()
+    with torch.no_grad():
+        expected = model.teams(input_ids=batch["input_ids"]).last_hidden_state[0, :3, :3].tolist()
+    generator_bias = model.generator.bias[:3].tolist()
+    out = run_isolated(f"""
+        import json, torch
+        from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
+        path = {str(tmp_path)!r}
+        ids = torch.tensor({ids})
+        encoder = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+        full = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
+        classifier = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True, num_labels=2)
+        with torch.no_grad():
+            hidden = encoder(input_ids=ids).last_hidden_state[0, :3, :3].tolist()
+        print(json.dumps({{
+            "encoder": type(encoder).__name__, "full": type(full).__name__, "classifier": type(classifier).__name__,
+            "module": type(encoder).__module__, "hidden": hidden,
+            "generator_bias": full.generator.bias[:3].tolist(),
+            "shared": full.generator_layers()[0] is full.teams.layer[0],
+            "has_heads": full.rtd_head is not None and full.mws_head is not None,
+        }}))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert (result["encoder"], result["full"], result["classifier"]) == (
+        "TeamsModel", "TeamsForPreTraining", "TeamsForSequenceClassification")
+    assert result["module"].startswith("transformers_modules")
+    assert torch.allclose(torch.tensor(result["hidden"]), torch.tensor(expected), atol=1e-5)
+    assert result["generator_bias"] == pytest.approx(generator_bias)
+    assert result["shared"] and result["has_heads"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["teams", "electra"])
+def test_pretraining_on_real_text_lowers_every_loss(tmp_path, model):
+    from test_pretrain import pretrain, train_logs
+
+    out = tmp_path / "run"
+    pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
+             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
+             "--warmup_steps", "30", "--max_steps", "240", "--logging_steps", "20", "--save_steps", "240",
+             "--validation_documents", "50", "--output_dir", str(out))
+    logs = train_logs(out / "checkpoint-240" / "trainer_state.json")
+    keys = ("mlm_loss", "rtd_loss", "mws_loss") if model == "teams" else ("mlm_loss", "rtd_loss")
+    for key in keys:
+        first, last = logs[0][key], sum(entry[key] for entry in logs[-3:]) / 3
+        assert last < 0.85 * first, (key, first, last)
+    first, last = logs[0]["mlm_accuracy"], logs[-1]["mlm_accuracy"]
+    assert last > first + 0.05, (first, last)
+    if model == "teams":
+        assert logs[-1]["mws_accuracy"] > 1 / 6 + 0.15  # clearly above chance among K+1 = 6 candidates
+    export = out / "export"
+    assert (export / "model.safetensors").exists() and (export / "README.md").exists()

@@ -1,0 +1,124 @@
+"""`--model teams` and its ELECTRA baseline `--model electra`, on one code path (`TeamsForPreTraining`)."""
+
+from __future__ import annotations
+
+from .masking import SpanMaskingCollator
+from .recipes import Paper, Recipe
+
+# The paper's Table 5 (small = "Small/Small++"), plus tiny for tests and smoke runs.
+TEAMS_SIZES = {
+    "tiny": dict(embedding_size=64, hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512),
+    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024),
+    "base": dict(embedding_size=768, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(embedding_size=1024, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+}
+
+# ELECTRA (Clark et al., 2020, Table 6): same discriminators, a full-depth generator at 1/4 (small, large) or 1/3
+# (base) of the discriminator's width.
+ELECTRA_GENERATORS = {
+    "tiny": dict(generator_hidden_size=32, generator_num_attention_heads=1, generator_intermediate_size=128),
+    "small": dict(generator_hidden_size=64, generator_num_attention_heads=1, generator_intermediate_size=256),
+    "base": dict(generator_hidden_size=256, generator_num_attention_heads=4, generator_intermediate_size=1024),
+    "large": dict(generator_hidden_size=256, generator_num_attention_heads=4, generator_intermediate_size=1024),
+}
+ELECTRA_SIZES = {
+    size: {**TEAMS_SIZES[size], **ELECTRA_GENERATORS[size], "generator_num_hidden_layers": TEAMS_SIZES[size]["num_hidden_layers"]}
+    for size in TEAMS_SIZES
+}
+
+TEAMS_PAPER = Paper(
+    title="Training ELECTRA Augmented with Multi-word Selection",
+    authors="Jiaming Shen, Jialu Liu, Tianqi Liu, Cong Yu, Jiawei Han",
+    year=2021,
+    url="https://arxiv.org/abs/2106.00139",
+    bibtex="""@inproceedings{shen2021teams,
+  title={Training {ELECTRA} Augmented with Multi-word Selection},
+  author={Shen, Jiaming and Liu, Jialu and Liu, Tianqi and Yu, Cong and Han, Jiawei},
+  booktitle={Findings of the Association for Computational Linguistics: ACL-IJCNLP 2021},
+  pages={2475--2486},
+  year={2021}
+}""",
+)
+
+ELECTRA_PAPER = Paper(
+    title="ELECTRA: Pre-training Text Encoders as Discriminators Rather Than Generators",
+    authors="Kevin Clark, Minh-Thang Luong, Quoc V. Le, Christopher D. Manning",
+    year=2020,
+    url="https://arxiv.org/abs/2003.10555",
+    bibtex="""@inproceedings{clark2020electra,
+  title={{ELECTRA}: Pre-training Text Encoders as Discriminators Rather Than Generators},
+  author={Clark, Kevin and Luong, Minh-Thang and Le, Quoc V. and Manning, Christopher D.},
+  booktitle={International Conference on Learning Representations},
+  year={2020}
+}""",
+)
+
+TEAMS_HYPERPARAMETERS = {
+    "peak learning rate": "5e-4 (small), 2e-4 (base, large); 10k warmup steps, linear decay",
+    "optimizer": "AdamW (beta1 0.9, beta2 0.999, eps 1e-6), weight decay 0.01",
+    "batch / steps": "small 256 x 500k, base 256 x 1M, large 2048 x 1.76M; sequences of 512",
+    "masking": "15% of word pieces",
+    "loss": "MLM + 5 RTD + 2 MWS, K = 5 non-original candidates (sampled without replacement)",
+    "generator": "1/2 of the discriminator's layers at its width; bottom half shared; tied embeddings",
+}
+
+ELECTRA_HYPERPARAMETERS = {
+    "peak learning rate": "5e-4 (small), 2e-4 (base, large); 10k warmup steps, linear decay",
+    "optimizer": "AdamW (eps 1e-6), weight decay 0.01",
+    "loss": "MLM + 50 RTD",
+    "generator": "1/4 (small, large) or 1/3 (base) of the discriminator's width; tied embeddings",
+}
+
+LOGGED = ("mlm_loss", "rtd_loss", "mws_loss", "mlm_accuracy", "rtd_accuracy", "mws_accuracy")
+
+
+def build_masking_collator(tokenizer, args):
+    """15% subword masking with BERT's 80/10/10 for both recipes, so TEAMS vs ELECTRA differ only in the model."""
+    return SpanMaskingCollator(
+        tokenizer,
+        scheme=args.masking_scheme,
+        mlm_probability=args.mlm_probability,
+        random_token_distribution=args.random_token_distribution,
+        unigram_probs=getattr(args, "unigram_probs", None),
+        span_boundary_targets=False,
+        seed=args.masking_seed,
+    )
+
+
+RECIPES = {
+    "teams": Recipe(
+        name="teams",
+        family="teams",
+        summary="TEAMS: ELECTRA augmented with multi-word selection. A generator (half depth, bottom half of its layers "
+        "shared with the discriminator, tied embeddings) corrupts 15% of tokens; the discriminator learns replaced "
+        "token detection through an attention task layer fed from layer L-1 and selects the original token among "
+        "K+1 candidates on layer L.",
+        sizes=TEAMS_SIZES,
+        build_collator=build_masking_collator,
+        config_overrides={"pretraining_tasks": "rtd+mws", "task_head_type": "attention", "layer_tying": "bottom_half"},
+        logged_outputs=LOGGED,
+        perplexity_of=("mlm_loss",),
+        default_masking_scheme="subword",
+        paper=TEAMS_PAPER,
+        hyperparameters=TEAMS_HYPERPARAMETERS,
+    ),
+    "electra": Recipe(
+        name="electra",
+        family="teams",
+        summary="ELECTRA baseline on TEAMS's code path: replaced token detection only through an FFN head on the top "
+        "layer, a narrow full-depth generator with tied embeddings and no shared layers, loss MLM + 50 RTD.",
+        sizes=ELECTRA_SIZES,
+        build_collator=build_masking_collator,
+        config_overrides={
+            "pretraining_tasks": "rtd",
+            "task_head_type": "ffn",
+            "layer_tying": "none",
+            "rtd_loss_weight": 50.0,
+        },
+        logged_outputs=("mlm_loss", "rtd_loss", "mlm_accuracy", "rtd_accuracy"),
+        perplexity_of=("mlm_loss",),
+        default_masking_scheme="subword",
+        paper=ELECTRA_PAPER,
+        hyperparameters=ELECTRA_HYPERPARAMETERS,
+    ),
+}
