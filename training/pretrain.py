@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> Path:
     recipe = get_recipe(args.model)
     if args.model_size not in recipe.sizes:
         raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
+    if args.masking_scheme and recipe.default_masking_scheme is None:
+        raise ValueError(f"--model {args.model} masks nothing (every token is a target); drop --masking_scheme.")
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
     from training.masking import SCHEMES
 
@@ -197,6 +199,10 @@ def main(argv: list[str] | None = None) -> Path:
     for attribute in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
         if attribute in config_class.__dataclass_fields__ and getattr(tokenizer, attribute, None) is not None:
             config_kwargs.setdefault(attribute, getattr(tokenizer, attribute))
+    # BERT-style tokenizers mark boundaries with [CLS]/[SEP] instead of bos/eos.
+    for attribute, fallback in (("bos_token_id", "cls_token_id"), ("eos_token_id", "sep_token_id")):
+        if attribute in config_class.__dataclass_fields__ and getattr(tokenizer, fallback, None) is not None:
+            config_kwargs.setdefault(attribute, getattr(tokenizer, fallback))
     if "max_position_embeddings" in config_class.__dataclass_fields__:
         config_kwargs.setdefault("max_position_embeddings", max(512, args.max_seq_length))
     try:
@@ -217,7 +223,7 @@ def main(argv: list[str] | None = None) -> Path:
         eval_dataset = build(validation_docs, tokenizer, args) if validation_docs is not None else None
     if len(train_dataset) == 0:
         raise ValueError("Tokenization produced no training example; is the text column empty?")
-    if args.random_token_distribution == "unigram" and "input_ids" in train_dataset.column_names:
+    if args.masking_scheme and args.random_token_distribution == "unigram" and "input_ids" in train_dataset.column_names:
         args.unigram_probs = unigram_distribution(train_dataset, len(tokenizer), tokenizer.all_special_ids)
     collator = recipe.build_collator(tokenizer, args)
 
@@ -265,7 +271,7 @@ def main(argv: list[str] | None = None) -> Path:
                 "steps": trainer.state.global_step,
                 "examples": len(train_dataset),
                 "max sequence length": args.max_seq_length,
-                "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}",
+                "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
                 "batch size (global)": training_args.per_device_train_batch_size
                 * training_args.gradient_accumulation_steps * training_args.world_size,
                 "learning rate": training_args.learning_rate,

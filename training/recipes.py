@@ -59,7 +59,7 @@ class Recipe:
 
 
 # Each module defines RECIPES: dict[str, Recipe].
-_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams")
+_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze")
 
 
 def all_recipes() -> dict[str, Recipe]:

@@ -1,0 +1,107 @@
+"""Train-step throughput of the two-tower cloze model vs transformers' `BertForMaskedLM` with the same depth and
+width per tower, side by side in one run on the same full-length blocks of real Wikipedia text. A train step is
+forward + backward + AdamW update.
+
+The cloze model runs two towers plus a combination layer and predicts EVERY token; BERT predicts the 15% it masks.
+So besides input tokens/s the result reports predicted tokens/s and time per predicted token.
+
+    python bench/bench_cloze.py [--size small] [--seq_length 128] [--batch_size 32] [--steps 8]
+    python bench/bench_cloze.py --size base --bf16      # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from bench_spanbert import PEAK_FLOPS, VOCAB, batches
+from common import write_result
+
+KINDS = ("cloze", "hf_bert_mlm")
+
+
+def build(kind, size):
+    from transformers import BertConfig, BertForMaskedLM
+
+    import models  # noqa: F401
+    from models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from models.cloze.modeling_cloze import TwoTowerCloze
+    from training.recipes_cloze import CLOZE_SIZES
+
+    dims = CLOZE_SIZES[size]
+    torch.manual_seed(0)
+    if kind == "cloze":
+        return TwoTowerCloze(TwoTowerClozeConfig(vocab_size=VOCAB, max_position_embeddings=512, **dims))
+    return BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=dims["hidden_size"], num_hidden_layers=dims["num_hidden_layers"],
+                                      num_attention_heads=dims["num_attention_heads"], intermediate_size=dims["intermediate_size"]))
+
+
+def step_inputs(kind, batch):
+    if kind == "hf_bert_mlm":
+        return {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}
+    # The cloze model reads the unmasked text and predicts every real token but the leading boundary marker.
+    original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
+    labels = original.masked_fill(batch["attention_mask"] == 0, -100)
+    labels[:, 0] = -100
+    return {"input_ids": original, "attention_mask": batch["attention_mask"], "labels": labels}
+
+
+def measure(size, data, steps, device, dtype):
+    models_ = {kind: build(kind, size).to(device).train() for kind in KINDS}
+    optimizers = {kind: torch.optim.AdamW(model.parameters(), lr=1e-4) for kind, model in models_.items()}
+    seconds = {kind: 0.0 for kind in KINDS}
+    tokens = {kind: 0 for kind in KINDS}
+    predicted = {kind: 0 for kind in KINDS}
+    for index in range(steps + 2):  # two warm-up steps
+        for kind in KINDS:  # interleaved, so load on a shared machine hits both alike
+            batch = {k: v.to(device) for k, v in step_inputs(kind, data[index % len(data)]).items()}
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss = models_[kind](**batch).loss
+            loss.backward()
+            optimizers[kind].step()
+            optimizers[kind].zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if index >= 2:
+                seconds[kind] += time.perf_counter() - start
+                tokens[kind] += int(batch["attention_mask"].sum())
+                predicted[kind] += int((batch["labels"] != -100).sum())
+    params = {kind: sum(p.numel() for p in model.parameters()) for kind, model in models_.items()}
+    return seconds, tokens, predicted, params
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small", choices=["tiny", "small", "base", "large"])
+    parser.add_argument("--seq_length", type=int, default=128)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    options = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if options.bf16 else torch.float32
+    data = batches(options.seq_length, options.batch_size, 4, scheme="subword")
+    seconds, tokens, predicted, params = measure(options.size, data, options.steps, device, dtype)
+    result = {
+        "size": options.size, "seq_length": options.seq_length, "batch_size": options.batch_size, "vocab_size": VOCAB,
+        "device": str(device), "dtype": str(dtype), "steps": options.steps,
+        **{f"{kind}_tokens_per_s": round(tokens[kind] / seconds[kind], 1) for kind in KINDS},
+        **{f"{kind}_predicted_tokens_per_s": round(predicted[kind] / seconds[kind], 1) for kind in KINDS},
+        **{f"{kind}_us_per_predicted_token": round(1e6 * seconds[kind] / predicted[kind], 1) for kind in KINDS},
+        "tokens_per_s_ratio": round((tokens["cloze"] / seconds["cloze"]) / (tokens["hf_bert_mlm"] / seconds["hf_bert_mlm"]), 2),
+        "time_per_predicted_token_ratio": round((seconds["cloze"] / predicted["cloze"]) / (seconds["hf_bert_mlm"] / predicted["hf_bert_mlm"]), 2),
+        **{f"{kind}_params_M": round(params[kind] / 1e6, 2) for kind in KINDS},
+    }
+    if device.type == "cuda":
+        peak = next((v for k, v in PEAK_FLOPS.items() if k in torch.cuda.get_device_name()), None)
+        if peak:
+            result["cloze_mfu"] = round(6 * params["cloze"] * tokens["cloze"] / seconds["cloze"] / peak, 3)
+    write_result(f"cloze_{options.size}_{device.type}", result)
+
+
+if __name__ == "__main__":
+    main()

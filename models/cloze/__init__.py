@@ -1,0 +1,1 @@
+"""Two-tower cloze language model (self-contained: travels with every checkpoint)."""

@@ -1,0 +1,109 @@
+"""`--model cloze`: the two-tower cloze language model, trained on paragraphs marked with boundary tokens."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import datasets
+import torch
+
+from .recipes import Paper, Recipe
+
+# Table 1 with the BPE vocabulary: d = 1024, FFN 4096, 16 heads; base 6 blocks per tower and a summed query, large
+# 12 blocks, 32 combination heads and a concatenated query. (Table 1's 12 combination heads for the base model do
+# not divide d = 1024; base uses 16.) tiny and small are for tests and smoke runs.
+CLOZE_SIZES = {
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, combination_attention_heads=2,
+                 intermediate_size=512, query_combination="sum"),
+    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, combination_attention_heads=4,
+                  intermediate_size=1024, query_combination="sum"),
+    "base": dict(hidden_size=1024, num_hidden_layers=6, num_attention_heads=16, combination_attention_heads=16,
+                 intermediate_size=4096, query_combination="sum"),
+    "large": dict(hidden_size=1024, num_hidden_layers=12, num_attention_heads=16, combination_attention_heads=32,
+                  intermediate_size=4096, query_combination="concat"),
+}
+
+CLOZE_PAPER = Paper(
+    title="Cloze-driven Pretraining of Self-attention Networks",
+    authors="Alexei Baevski, Sergey Edunov, Yinhan Liu, Luke Zettlemoyer, Michael Auli",
+    year=2019,
+    url="https://arxiv.org/abs/1903.07785",
+    bibtex="""@inproceedings{baevski2019cloze,
+  title={Cloze-driven Pretraining of Self-attention Networks},
+  author={Baevski, Alexei and Edunov, Sergey and Liu, Yinhan and Zettlemoyer, Luke and Auli, Michael},
+  booktitle={Proceedings of EMNLP-IJCNLP},
+  pages={5360--5369},
+  year={2019}
+}""",
+)
+
+CLOZE_HYPERPARAMETERS = {
+    "optimizer": "Nesterov accelerated gradient, momentum 0.99, gradients renormalised above norm 0.1",
+    "learning rate": "linear warmup from 1e-7 to 1 over 16k steps, then one cosine cycle down to 1e-4",
+    "updates": "600k (base) / 1M (large)",
+    "dropout": "0.1 model and attention, 0.05 after ReLU",
+    "examples": "paragraphs of arbitrary length with boundary markers; every token is a target",
+}
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n|\n")
+
+
+def paragraph_examples(corpus: datasets.Dataset, tokenizer, args) -> datasets.Dataset:
+    """One example per paragraph, `<s> paragraph </s>` (`[CLS] x [SEP]` with BERT tokenizers). A paragraph longer
+    than `max_seq_length` continues in further examples instead of being cut off."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if bos is None or eos is None or tokenizer.pad_token_id is None:
+        raise ValueError("The cloze model needs boundary tokens (bos/eos or cls/sep) and a pad token in the tokenizer.")
+    room = args.max_seq_length - 2
+    if room < 4:
+        raise ValueError(f"max_seq_length={args.max_seq_length} is too short for a paragraph example.")
+
+    def tokenize(batch):
+        paragraphs = [p.strip() for text in batch["text"] for p in _PARAGRAPH_BREAK.split(text or "") if p.strip()]
+        pieces = tokenizer(paragraphs, add_special_tokens=False)["input_ids"] if paragraphs else []
+        return {"input_ids": [[bos, *ids[start : start + room], eos] for ids in pieces for start in range(0, len(ids), room)]}
+
+    return corpus.map(tokenize, batched=True, remove_columns=corpus.column_names, num_proc=args.preprocessing_num_workers,
+                      desc="Paragraph examples")
+
+
+class ClozeCollator:
+    """Pads paragraph examples; every real token is a target except the leading boundary marker (nothing to its
+    left or right would make it uncertain: it is always the same token)."""
+
+    def __init__(self, tokenizer, pad_to_multiple_of: int | None = 8):
+        self.pad_token_id = tokenizer.pad_token_id
+        self.pad_to_multiple_of = pad_to_multiple_of
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        lengths = torch.tensor([len(example["input_ids"]) for example in examples])
+        width = int(lengths.max())
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((len(examples), width), self.pad_token_id, dtype=torch.long)
+        for row, example in enumerate(examples):
+            input_ids[row, : lengths[row]] = torch.as_tensor(example["input_ids"])
+        attention_mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, 0] = -100
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+RECIPES = {
+    "cloze": Recipe(
+        name="cloze",
+        family="cloze",
+        summary="Two-tower cloze language model: a forward and a backward transformer tower combined by an attention "
+        "layer that predicts every token from its full left and right context, never from itself.",
+        sizes=CLOZE_SIZES,
+        build_collator=lambda tokenizer, args: ClozeCollator(tokenizer),
+        build_dataset=paragraph_examples,
+        logged_outputs=("cloze_loss", "bilm_loss"),
+        perplexity_of=("cloze_loss", "bilm_loss"),
+        default_masking_scheme=None,
+        paper=CLOZE_PAPER,
+        hyperparameters=CLOZE_HYPERPARAMETERS,
+    ),
+}
