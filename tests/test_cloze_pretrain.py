@@ -91,10 +91,10 @@ def test_cloze_loss_goes_down_on_real_text(tmp_path):
              "--validation_documents", "50", "--output_dir", str(out))
     logs = train_logs(out / "checkpoint-150" / "trainer_state.json")
     first, last = logs[0]["cloze_loss"], sum(entry["cloze_loss"] for entry in logs[-3:]) / 3
-    # From ~ln(4000) = 8.3 nats: more than 1.5 nats lower, every token predicted from both contexts.
-    assert last < first - 1.5, (first, last)
+    # From ~ln(4000) = 8.3 nats: more than 1.2 nats lower (perplexity down by over 70%), every token a target.
+    assert last < first - 1.2, (first, last)
     history = json.loads((out / "checkpoint-150" / "trainer_state.json").read_text())["log_history"]
-    assert [e["eval_loss"] for e in history if "eval_loss" in e][-1] < first - 1.0
+    assert [e["eval_loss"] for e in history if "eval_loss" in e][-1] < first - 1.2
 
 
 def test_a_cloze_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path, tokenizer):

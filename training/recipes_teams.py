@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .masking import SpanMaskingCollator
 from .recipes import Paper, Recipe
+from .recipes_spanbert import build_span_collator
 
 # The paper's Table 5 (small = "Small/Small++"), plus tiny for tests and smoke runs.
 TEAMS_SIZES = {
@@ -74,15 +74,7 @@ LOGGED = ("mlm_loss", "rtd_loss", "mws_loss", "mlm_accuracy", "rtd_accuracy", "m
 
 def build_masking_collator(tokenizer, args):
     """15% subword masking with BERT's 80/10/10 for both recipes, so TEAMS vs ELECTRA differ only in the model."""
-    return SpanMaskingCollator(
-        tokenizer,
-        scheme=args.masking_scheme,
-        mlm_probability=args.mlm_probability,
-        random_token_distribution=args.random_token_distribution,
-        unigram_probs=getattr(args, "unigram_probs", None),
-        span_boundary_targets=False,
-        seed=args.masking_seed,
-    )
+    return build_span_collator(tokenizer, args, span_boundary_targets=False)
 
 
 RECIPES = {
