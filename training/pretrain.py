@@ -292,6 +292,13 @@ def main(argv: list[str] | None = None) -> Path:
             if not training_args.hub_model_id:
                 raise ValueError("--push_to_hub needs --hub_model_id NAMESPACE/NAME.")
             logger.info("Uploaded: %s", push_export(export_dir, training_args.hub_model_id, training_args.hub_token))
+    # Every rank waits for the export, then leaves the process group: a rank that exits while others still use
+    # gloo aborts ("terminate called without an active exception").
+    trainer.accelerator.wait_for_everyone()
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
     return export_dir
 
 
