@@ -12,11 +12,10 @@ So besides input tokens/s the result reports predicted tokens/s and time per pre
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from bench_spanbert import PEAK_FLOPS, VOCAB, batches
-from common import write_result
+from common import timed_train_steps, write_result
 
 KINDS = ("cloze", "hf_bert_mlm")
 
@@ -49,29 +48,9 @@ def step_inputs(kind, batch):
 
 def measure(size, data, steps, device, dtype):
     models_ = {kind: build(kind, size).to(device).train() for kind in KINDS}
-    optimizers = {kind: torch.optim.AdamW(model.parameters(), lr=1e-4) for kind, model in models_.items()}
-    seconds = {kind: 0.0 for kind in KINDS}
-    tokens = {kind: 0 for kind in KINDS}
-    predicted = {kind: 0 for kind in KINDS}
-    for index in range(steps + 2):  # two warm-up steps
-        for kind in KINDS:  # interleaved, so load on a shared machine hits both alike
-            batch = {k: v.to(device) for k, v in step_inputs(kind, data[index % len(data)]).items()}
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                loss = models_[kind](**batch).loss
-            loss.backward()
-            optimizers[kind].step()
-            optimizers[kind].zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if index >= 2:
-                seconds[kind] += time.perf_counter() - start
-                tokens[kind] += int(batch["attention_mask"].sum())
-                predicted[kind] += int((batch["labels"] != -100).sum())
-    params = {kind: sum(p.numel() for p in model.parameters()) for kind, model in models_.items()}
-    return seconds, tokens, predicted, params
+    stats = timed_train_steps(models_, data, steps, device, dtype, step_inputs)
+    return ({k: stats[k]["seconds"] for k in KINDS}, {k: stats[k]["tokens"] for k in KINDS},
+            {k: stats[k]["targets"] for k in KINDS}, {k: stats[k]["params"] for k in KINDS})
 
 
 def main():

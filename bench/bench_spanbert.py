@@ -13,11 +13,10 @@ import json
 import gc
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
-from common import write_result
+from common import timed_train_steps, write_result
 
 VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPiece)
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16
@@ -67,29 +66,9 @@ def step_inputs(kind, batch):
 
 
 def measure(kinds, size, data, steps, device, dtype):
-    models_, optimizers = {}, {}
-    for kind in kinds:
-        models_[kind] = build(kind, size).to(device).train()
-        optimizers[kind] = torch.optim.AdamW(models_[kind].parameters(), lr=1e-4)
-    timings = {kind: [] for kind in kinds}
-    tokens = {kind: 0 for kind in kinds}
-    for index in range(steps + 2):  # two warm-up steps
-        for kind in kinds:  # interleaved, so load on a shared machine hits both alike
-            batch = {k: v.to(device) for k, v in step_inputs(kind, data[index % len(data)]).items()}
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                loss = models_[kind](**batch).loss
-            loss.backward()
-            optimizers[kind].step()
-            optimizers[kind].zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if index >= 2:
-                timings[kind].append(time.perf_counter() - start)
-                tokens[kind] += int(batch["attention_mask"].sum())
-    return {kind: tokens[kind] / sum(timings[kind]) for kind in kinds}, {k: sum(p.numel() for p in m.parameters()) for k, m in models_.items()}
+    models_ = {kind: build(kind, size).to(device).train() for kind in kinds}
+    stats = timed_train_steps(models_, data, steps, device, dtype, step_inputs)
+    return {kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in kinds}, {k: stats[k]["params"] for k in kinds}
 
 
 def peak_memory(kind, options):

@@ -16,11 +16,10 @@ Compared, at one size preset:
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from bench_spanbert import PEAK_FLOPS, VOCAB, batches
-from common import write_result
+from common import timed_train_steps, write_result
 
 KINDS = ("teams", "hf_electra", "electra", "hf_electra_narrow")
 
@@ -79,29 +78,9 @@ def build(kind, size):
 
 def measure(size, data, steps, device, dtype):
     models_ = {kind: build(kind, size).to(device).train() for kind in KINDS}
-    optimizers = {kind: torch.optim.AdamW(model.parameters(), lr=1e-4) for kind, model in models_.items()}
-    timings = {kind: [] for kind in KINDS}
-    tokens = {kind: 0 for kind in KINDS}
-    for index in range(steps + 2):  # two warm-up steps
-        batch = {k: v.to(device) for k, v in data[index % len(data)].items() if k in ("input_ids", "attention_mask", "labels")}
-        for kind in KINDS:  # interleaved, so load on a shared machine hits all alike
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                output = models_[kind](**batch)
-            loss = output if torch.is_tensor(output) else output.loss
-            loss.backward()
-            optimizers[kind].step()
-            optimizers[kind].zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if index >= 2:
-                timings[kind].append(time.perf_counter() - start)
-                tokens[kind] += int(batch["attention_mask"].sum())
-    throughput = {kind: tokens[kind] / sum(timings[kind]) for kind in KINDS}
-    params = {kind: sum(p.numel() for p in model.parameters()) for kind, model in models_.items()}
-    return throughput, params
+    inputs = lambda kind, batch: {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}  # noqa: E731
+    stats = timed_train_steps(models_, data, steps, device, dtype, inputs)
+    return {kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in KINDS}, {k: stats[k]["params"] for k in KINDS}
 
 
 def main():

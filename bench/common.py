@@ -35,3 +35,36 @@ def write_result(name: str, result: dict) -> Path:
     path.write_text(json.dumps({"machine": machine(), **result}, indent=2))
     print(json.dumps(result, indent=2))
     return path
+
+
+def timed_train_steps(models: dict, data: list, steps: int, device, dtype, inputs_for=None) -> dict:
+    """Interleaved train steps (forward + backward + AdamW) of several models on the same batches, after two warm-up
+    steps, so load on a shared machine hits them alike. A model returns a ModelOutput with `.loss` or a loss tensor.
+
+    Returns per model: `seconds`, `tokens` (non-padding input tokens), `targets` (labels != -100) and `params`.
+    """
+    import torch
+
+    inputs_for = inputs_for or (lambda kind, batch: batch)
+    optimizers = {kind: torch.optim.AdamW(model.parameters(), lr=1e-4) for kind, model in models.items()}
+    stats = {kind: {"seconds": 0.0, "tokens": 0, "targets": 0} for kind in models}
+    for index in range(steps + 2):
+        for kind, model in models.items():
+            batch = {k: v.to(device) for k, v in inputs_for(kind, data[index % len(data)]).items()}
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                output = model(**batch)
+            (output if torch.is_tensor(output) else output.loss).backward()
+            optimizers[kind].step()
+            optimizers[kind].zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if index >= 2:
+                stats[kind]["seconds"] += time.perf_counter() - start
+                stats[kind]["tokens"] += int(batch["attention_mask"].sum())
+                stats[kind]["targets"] += int((batch["labels"] != -100).sum())
+    for kind, model in models.items():
+        stats[kind]["params"] = sum(p.numel() for p in model.parameters())
+    return stats
