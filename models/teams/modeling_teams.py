@@ -168,7 +168,9 @@ class TeamsModel(TeamsPreTrainedModel):
         """How many discriminator layers run before the RTD task layer (L-1 in the paper)."""
         return self.config.num_hidden_layers - (1 if self.config.rtd_head_source == "penultimate" else 0)
 
-    def embed(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
+    def embed(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, project: bool = True):
+        """Embeddings (checked against the position table), projected to the hidden size unless `project=False`
+        (a narrower generator projects them itself)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
@@ -180,7 +182,7 @@ class TeamsModel(TeamsPreTrainedModel):
         hidden = self.embeddings(
             input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
         )
-        return self.embeddings_project(hidden) if self.embeddings_project is not None else hidden
+        return self.embeddings_project(hidden) if project and self.embeddings_project is not None else hidden
 
     def attention_mask_for(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None):
         return create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
@@ -302,19 +304,21 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         output = TeamsForPreTrainingOutput()
 
         # Generator: MLM on the masked input, logits only at masked positions.
-        hidden = self.teams.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        hidden = self.teams.embed(input_ids, token_type_ids, position_ids, project=False)
         project = self.generator_embeddings_project()
         hidden = project(hidden) if project is not None else hidden
+        # Generator and discriminator see the same padding, so one mask serves both.
         mask = self.teams.attention_mask_for(hidden, attention_mask)
         for layer in self.generator_layers():
             hidden = layer(hidden, mask)
         output.mlm_logits = F.linear(self.generator.predictions(hidden[rows, cols]), word_embeddings, self.generator.bias)
-        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), originals)
-        output.mlm_accuracy = (output.mlm_logits.detach().argmax(-1) == originals).float().mean()
+        mlm_logits = output.mlm_logits.float()  # once: the loss and both samplers work in fp32
+        output.mlm_loss = F.cross_entropy(mlm_logits, originals)
+        output.mlm_accuracy = (mlm_logits.detach().argmax(-1) == originals).float().mean()
         output.loss = config.mlm_loss_weight * output.mlm_loss
 
         # Corrupt the input with one sampled replacement per masked position (no gradient, fp32).
-        replacements = sample_replacements(output.mlm_logits)
+        replacements = sample_replacements(mlm_logits)
         original_ids = input_ids.clone()
         original_ids[rows, cols] = originals
         corrupted = original_ids.clone()
@@ -323,7 +327,6 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
 
         # Discriminator on the corrupted input.
         hidden = self.teams.embed(corrupted, token_type_ids, position_ids)
-        mask = self.teams.attention_mask_for(hidden, attention_mask)
         rtd_input = None
         for index, layer in enumerate(self.teams.layer, start=1):
             hidden = layer(hidden, mask)
@@ -342,9 +345,7 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
             output.loss = output.loss + config.rtd_loss_weight * output.rtd_loss
 
         if self.mws_head is not None:
-            output.candidate_ids = sample_candidates(
-                output.mlm_logits, originals, config.num_negatives, config.negative_sampling
-            )
+            output.candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling)
             output.mws_logits = self.mws_head(top[rows, cols], word_embeddings[output.candidate_ids])
             target = torch.zeros_like(originals)  # the original is candidate 0
             output.mws_loss = F.cross_entropy(output.mws_logits.float(), target)
