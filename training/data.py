@@ -89,6 +89,13 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in (part.strip() for part in _SENTENCE_END.split(text)) if s]
 
 
+def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:
+    """The start and end markers of an example: bos/eos, or [CLS]/[SEP] for BERT-style tokenizers."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    return bos, eos
+
+
 def train_wordpiece_tokenizer(
     texts, vocab_size: int = 16000, lowercase: bool = False, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:

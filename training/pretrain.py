@@ -165,7 +165,9 @@ def main(argv: list[str] | None = None) -> Path:
     import models
     from transformers import AutoTokenizer
 
-    from training.data import load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution
+    from training.data import (
+        boundary_token_ids, load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution,
+    )
     from training.export import export_pretrained, push_export
     from training.trainer import PretrainingTrainer, SaveOnSignal
 
@@ -196,13 +198,11 @@ def main(argv: list[str] | None = None) -> Path:
                              + (f"; did you mean {', '.join(close)}?" if close else "."))
     config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
     config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
-    for attribute in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
-        if attribute in config_class.__dataclass_fields__ and getattr(tokenizer, attribute, None) is not None:
-            config_kwargs.setdefault(attribute, getattr(tokenizer, attribute))
-    # BERT-style tokenizers mark boundaries with [CLS]/[SEP] instead of bos/eos.
-    for attribute, fallback in (("bos_token_id", "cls_token_id"), ("eos_token_id", "sep_token_id")):
-        if attribute in config_class.__dataclass_fields__ and getattr(tokenizer, fallback, None) is not None:
-            config_kwargs.setdefault(attribute, getattr(tokenizer, fallback))
+    token_ids = {name: getattr(tokenizer, name, None) for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
+    token_ids["bos_token_id"], token_ids["eos_token_id"] = boundary_token_ids(tokenizer)
+    for attribute, value in token_ids.items():
+        if attribute in config_class.__dataclass_fields__ and value is not None:
+            config_kwargs.setdefault(attribute, value)
     if "max_position_embeddings" in config_class.__dataclass_fields__:
         config_kwargs.setdefault("max_position_embeddings", max(512, args.max_seq_length))
     try:

@@ -8,6 +8,7 @@ from typing import Any
 import datasets
 import torch
 
+from .data import boundary_token_ids
 from .recipes import Paper, Recipe
 
 # Table 1 with the BPE vocabulary: d = 1024, FFN 4096, 16 heads; base 6 blocks per tower and a summed query, large
@@ -52,8 +53,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n|\n")
 def paragraph_examples(corpus: datasets.Dataset, tokenizer, args) -> datasets.Dataset:
     """One example per paragraph, `<s> paragraph </s>` (`[CLS] x [SEP]` with BERT tokenizers). A paragraph longer
     than `max_seq_length` continues in further examples instead of being cut off."""
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    bos, eos = boundary_token_ids(tokenizer)
     if bos is None or eos is None or tokenizer.pad_token_id is None:
         raise ValueError("The cloze model needs boundary tokens (bos/eos or cls/sep) and a pad token in the tokenizer.")
     room = args.max_seq_length - 2
