@@ -11,11 +11,9 @@ So besides input tokens/s the result reports predicted tokens/s and time per pre
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from bench_spanbert import PEAK_FLOPS, VOCAB, batches
-from common import timed_train_steps, write_result
+from common import device_and_dtype, timed_train_steps, train_step_parser, write_result
 
 KINDS = ("cloze", "hf_bert_mlm")
 
@@ -54,15 +52,8 @@ def measure(size, data, steps, device, dtype):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="small", choices=["tiny", "small", "base", "large"])
-    parser.add_argument("--seq_length", type=int, default=128)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
-    options = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.bfloat16 if options.bf16 else torch.float32
+    options = train_step_parser(__doc__, seq_length=128, batch_size=32, steps=8).parse_args()
+    device, dtype = device_and_dtype(options)
     data = batches(options.seq_length, options.batch_size, 4, scheme="subword")
     seconds, tokens, predicted, params = measure(options.size, data, options.steps, device, dtype)
     result = {

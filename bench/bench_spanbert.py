@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import torch
-from common import timed_train_steps, write_result
+from common import device_and_dtype, timed_train_steps, train_step_parser, write_result
 
 VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPiece)
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16
@@ -100,18 +100,12 @@ def rss_kib(field):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="small", choices=["tiny", "small", "base", "large"])
-    parser.add_argument("--seq_length", type=int, default=256)
-    parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    parser = train_step_parser(__doc__, seq_length=256, batch_size=16, steps=10)
     parser.add_argument("--memory_of", choices=["spanbert", "bert_mlm"], help=argparse.SUPPRESS)
     options = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device, dtype = device_and_dtype(options)
     if options.memory_of:
         return report_memory(options.memory_of, options, device)
-    dtype = torch.bfloat16 if options.bf16 else torch.float32
 
     data = batches(options.seq_length, options.batch_size, 4)
     masked = float(sum((b["labels"] != -100).sum() for b in data) / sum(b["attention_mask"].sum() for b in data))

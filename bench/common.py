@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -68,3 +69,22 @@ def timed_train_steps(models: dict, data: list, steps: int, device, dtype, input
     for kind, model in models.items():
         stats[kind]["params"] = sum(p.numel() for p in model.parameters())
     return stats
+
+
+def train_step_parser(description: str, seq_length: int, batch_size: int, steps: int) -> argparse.ArgumentParser:
+    """The options every train-step benchmark shares (callers may add their own before parsing)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small", choices=["tiny", "small", "base", "large"])
+    parser.add_argument("--seq_length", type=int, default=seq_length)
+    parser.add_argument("--batch_size", type=int, default=batch_size)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    return parser
+
+
+def device_and_dtype(options):
+    """The GPU when there is one, and bf16 autocast when `--bf16` asks for it."""
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device, torch.bfloat16 if options.bf16 else torch.float32
