@@ -8,7 +8,7 @@ import datasets
 import pytest
 import torch
 from helpers import run_isolated
-from test_pretrain import pretrain, train_logs
+from test_pretrain import pretrain, real_text_run, train_logs
 from transformers import AutoTokenizer
 
 from training.recipes_cloze import ClozeCollator, paragraph_examples
@@ -84,16 +84,12 @@ def test_masking_options_are_refused_for_the_cloze_model(tmp_path):
 
 @pytest.mark.slow
 def test_cloze_loss_goes_down_on_real_text(tmp_path):
-    out = tmp_path / "run"
-    pretrain("--model", "cloze", "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
-             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
-             "--warmup_steps", "30", "--max_steps", "150", "--logging_steps", "15", "--save_steps", "150",
-             "--validation_documents", "50", "--output_dir", str(out))
-    logs = train_logs(out / "checkpoint-150" / "trainer_state.json")
+    state = real_text_run("cloze", tmp_path / "run", steps=150, logging_steps=15)
+    logs = train_logs(state)
     first, last = logs[0]["cloze_loss"], sum(entry["cloze_loss"] for entry in logs[-3:]) / 3
     # From ~ln(4000) = 8.3 nats: more than 1.2 nats lower (perplexity down by over 70%), every token a target.
     assert last < first - 1.2, (first, last)
-    history = json.loads((out / "checkpoint-150" / "trainer_state.json").read_text())["log_history"]
+    history = json.loads(state.read_text())["log_history"]
     assert [e["eval_loss"] for e in history if "eval_loss" in e][-1] < first - 1.2
 
 

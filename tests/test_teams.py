@@ -307,14 +307,10 @@ def test_save_load_round_trip_keeps_pretraining_state_and_loads_as_encoder(tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["teams", "electra"])
 def test_pretraining_on_real_text_lowers_every_loss(tmp_path, model):
-    from test_pretrain import pretrain, train_logs
+    from test_pretrain import real_text_run, train_logs
 
     out = tmp_path / "run"
-    pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
-             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
-             "--warmup_steps", "30", "--max_steps", "200", "--logging_steps", "20", "--save_steps", "200",
-             "--validation_documents", "50", "--output_dir", str(out))
-    logs = train_logs(out / "checkpoint-200" / "trainer_state.json")
+    logs = train_logs(real_text_run(model, out, steps=200, logging_steps=20))
     final = lambda key: sum(entry[key] for entry in logs[-3:]) / 3  # noqa: E731
     # Generator: from ~ln(4000) = 8.3 nats, a drop of over 1 nat, and more masked tokens right.
     assert final("mlm_loss") < logs[0]["mlm_loss"] - 1.0
