@@ -2,6 +2,7 @@
 `bert_2seq_nsp` / `bert_2seq` recipes end to end."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import datasets
@@ -180,5 +181,8 @@ def test_two_segment_nsp_pretraining_learns_both_objectives_on_real_text(tmp_pat
     logs = train_logs(state)
     final = lambda key: sum(entry[key] for entry in logs[-3:]) / 3  # noqa: E731
     assert final("mlm_loss") < logs[0]["mlm_loss"] - 1.0
-    assert final("nsp_accuracy") > 0.5
+    # NSP leaves chance (ln 2, accuracy 1/2). On these short documents 63% of the pairs are NotNext; 300 tiny steps
+    # learn that prior, not yet the topic match (a rare-word overlap rule would score 89%; see the README).
+    assert final("nsp_loss") < math.log(2) - 0.01
+    assert final("nsp_accuracy") > 0.55
     assert any("eval_loss" in entry for entry in json.loads(state.read_text())["log_history"])

@@ -202,8 +202,8 @@ def pack_segment_pairs(
     them from the front. Half of the time B is the rest of that chunk (IsNext, label 0); otherwise, and always when
     the chunk is a single sentence, B is a run of sentences from a random point of another document, long enough to
     fill the pair, and the chunk's unused sentences start the next pair (NotNext, label 1). The longer segment then
-    loses pieces at a random end until the pair fits. As in the authors' NSP runs, every pair aims at the full
-    length (BERT's `short_seq_prob` is 0). A sentence longer than `max_seq_length - 3` is first cut into pieces.
+    loses pieces at a random end until the pair fits. Every pair aims at the full length: the authors' NSP runs set
+    BERT's `short_seq_prob` (0.1) to 0. A sentence longer than `max_seq_length - 3` is first cut into pieces.
 
     Deterministic: the pairs of document `i` are a pure function of `seed`, `i` and the corpus, whatever the
     `num_proc` or batch size. Columns: `input_ids`, `token_type_ids` (0 on `[CLS] A [SEP]`, 1 on `B [SEP]`),
@@ -249,8 +249,7 @@ def _pair_documents(batch, indices, *, documents, max_pieces, seed, cls_id, sep_
     out = {"input_ids": [], "token_type_ids": [], "word_start": [], "next_sentence_label": []}
     if with_spans:
         out["linguistic_span"] = []
-    rows = zip(batch["sentence_ids"], batch["sentence_word_start"], batch["sentence_spans"])
-    for index, document in zip(indices, rows):
+    for index, *document in zip(indices, batch["sentence_ids"], batch["sentence_word_start"], batch["sentence_spans"]):
         rng = np.random.default_rng([seed, index])
         for a, b, label in _document_pairs(list(zip(*document)), index, documents, max_pieces, rng):
             out["input_ids"].append([cls_id, *a[0], sep_id, *b[0], sep_id])
@@ -276,7 +275,8 @@ def _document_pairs(sentences, index, documents, max_pieces, rng):
             if len(chunk) == 1 or rng.random() < 0.5:
                 other = int(rng.integers(len(documents) - 1))
                 other += other >= index  # any document but this one
-                other_sentences = list(zip(*documents[other].values()))
+                row = documents[other]
+                other_sentences = list(zip(row["sentence_ids"], row["sentence_word_start"], row["sentence_spans"]))
                 b_sentences, b_length = [], 0
                 for sentence in other_sentences[int(rng.integers(len(other_sentences))) :]:
                     b_sentences.append(sentence)
