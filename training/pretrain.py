@@ -119,6 +119,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     get_recipe(args.model)  # fail fast on an unknown --model
     # The collators read columns the model's forward does not name (word_start, linguistic_span).
     training_args.remove_unused_columns = False
+    # An eval batch has targets when it has `labels`; without this Trainer would also demand every other forward
+    # argument named "*label*" (SpanBERT's `next_sentence_label`, which only NSP runs feed) and skip the eval loss.
+    if training_args.label_names is None:
+        training_args.label_names = ["labels"]
     if args.masking_seed is None:
         args.masking_seed = training_args.seed
     return args, training_args

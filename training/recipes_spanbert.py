@@ -1,8 +1,14 @@
-"""`--model spanbert` and its plain BERT-MLM baseline `--model bert`, on one code path."""
+"""`--model spanbert`, its plain BERT-MLM baseline `--model bert`, and the two-segment baselines of the paper's
+Tables 6 and 7 (`--model bert_2seq_nsp`, `--model bert_2seq`), on one code path."""
 
 from __future__ import annotations
 
-from .masking import SpanMaskingCollator
+import math
+
+import torch
+
+from .data import pack_segment_pairs
+from .masking import LINGUISTIC_SCHEMES, SpanMaskingCollator
 from .recipes import Paper, Recipe
 
 BERT_SIZES = {
@@ -48,6 +54,96 @@ def build_span_collator(tokenizer, args, *, span_boundary_targets: bool):
     )
 
 
+class SegmentPairCollator:
+    """Collates `[CLS] A [SEP] B [SEP]` pairs from `training.data.pack_segment_pairs`.
+
+    Each segment is masked as a block of its own, as the authors' code masks each block of a pair: the 15% budget
+    is per segment, and a span, its replacement and its SBO boundaries never cross the middle `[SEP]` (special tokens
+    are never masked). Adds `token_type_ids` and, for NSP, `next_sentence_label`.
+    """
+
+    SEGMENT_COLUMNS = ("input_ids", "word_start", "linguistic_span")
+
+    def __init__(self, segment_collator: SpanMaskingCollator, next_sentence_prediction: bool):
+        self.segment_collator = segment_collator
+        self.next_sentence_prediction = next_sentence_prediction
+
+    def __call__(self, examples):
+        segments, a_lengths, lengths = [], [], []
+        for example in examples:
+            length = len(example["input_ids"])
+            a_length = length - sum(example["token_type_ids"])  # [CLS] A [SEP]
+            for start, end in ((0, a_length), (a_length, length)):
+                segments.append({key: example[key][start:end] for key in self.SEGMENT_COLUMNS if key in example})
+            a_lengths.append(a_length)
+            lengths.append(length)
+        masked = self.segment_collator(segments)
+
+        # Stitch segment rows 2i (A) and 2i+1 (B) back into pair row i.
+        a_length, length = torch.tensor(a_lengths)[:, None], torch.tensor(lengths)[:, None]
+        multiple = self.segment_collator.pad_to_multiple_of or 1
+        width = math.ceil(max(lengths) / multiple) * multiple
+        position = torch.arange(width)[None, :]
+        in_b, real = position >= a_length, position < length
+        source_row = 2 * torch.arange(len(examples))[:, None] + in_b.long()
+        offset = torch.where(in_b, a_length, 0)
+        source_col = (position - offset).clamp(max=masked["input_ids"].shape[1] - 1)
+
+        def stitch(key, fill):
+            return torch.where(real, masked[key][source_row, source_col], fill)
+
+        batch = {
+            "input_ids": stitch("input_ids", self.segment_collator.tokenizer.pad_token_id),
+            "attention_mask": real.long(),
+            "token_type_ids": (in_b & real).long(),
+            "labels": stitch("labels", -100),
+        }
+        for key in ("span_left", "span_right"):
+            if key in masked:
+                boundary = stitch(key, -1)
+                batch[key] = torch.where(boundary >= 0, boundary + offset, -1)
+        if self.next_sentence_prediction:
+            batch["next_sentence_label"] = torch.tensor([e["next_sentence_label"] for e in examples])
+        return batch
+
+
+def build_pair_dataset(documents, tokenizer, args):
+    return pack_segment_pairs(
+        documents, tokenizer, args.max_seq_length, seed=args.masking_seed,
+        annotate_spans=args.masking_scheme if args.masking_scheme in LINGUISTIC_SCHEMES else None,
+        spacy_model=args.spacy_model, num_proc=args.preprocessing_num_workers,
+    )
+
+
+def build_pair_collator(tokenizer, args, *, next_sentence_prediction: bool):
+    # SBO targets are always built, so `--config_overrides use_span_boundary_objective=true` adds SBO to either recipe.
+    return SegmentPairCollator(build_span_collator(tokenizer, args, span_boundary_targets=True), next_sentence_prediction)
+
+
+def two_segment_recipe(name: str, summary: str, *, next_sentence_prediction: bool) -> Recipe:
+    """A baseline on BERT's segment pairs; `--masking_scheme` gives Table 6's rows, `--config_overrides
+    use_span_boundary_objective=true` adds SBO."""
+    return Recipe(
+        name=name,
+        family="spanbert",
+        summary=summary,
+        sizes=BERT_SIZES,
+        build_collator=lambda tokenizer, args: build_pair_collator(tokenizer, args, next_sentence_prediction=next_sentence_prediction),
+        build_dataset=build_pair_dataset,
+        config_overrides={"use_span_boundary_objective": False, "use_next_sentence_prediction": next_sentence_prediction},
+        logged_outputs=("mlm_loss", "sbo_loss", *(("nsp_loss", "nsp_accuracy") if next_sentence_prediction else ())),
+        perplexity_of=("mlm_loss",),
+        default_masking_scheme="subword",
+        paper=SPANBERT_PAPER,
+        hyperparameters=PAPER_HYPERPARAMETERS,
+    )
+
+
+TWO_SEGMENT_SUMMARY = (
+    "pairs of segments `[CLS] A [SEP] B [SEP]` built as BERT builds them (B continues A half of the time, else comes "
+    "from another document; together up to the block length), each segment masked on its own"
+)
+
 RECIPES = {
     "spanbert": Recipe(
         name="spanbert",
@@ -74,5 +170,17 @@ RECIPES = {
         default_masking_scheme="subword",
         paper=None,
         hyperparameters=PAPER_HYPERPARAMETERS,
+    ),
+    "bert_2seq_nsp": two_segment_recipe(
+        "bert_2seq_nsp",
+        "Two-segment baseline with next sentence prediction (the bi-sequence setup of SpanBERT's Tables 6 and 7): "
+        f"{TWO_SEGMENT_SUMMARY}, MLM + NSP, no SBO.",
+        next_sentence_prediction=True,
+    ),
+    "bert_2seq": two_segment_recipe(
+        "bert_2seq",
+        f"Two-segment baseline without next sentence prediction: {TWO_SEGMENT_SUMMARY}, MLM only (the NSP loss is "
+        "off, as in BERT's no-NSP ablation that SpanBERT's Section 5 discusses).",
+        next_sentence_prediction=False,
     ),
 }

@@ -36,7 +36,7 @@ class SpanBertConfig(PreTrainedConfig):
         attention_probs_dropout_prob: Dropout on attention probabilities.
         max_position_embeddings: Longest input the absolute position table covers (512 in the paper).
         type_vocab_size: Segment types. SpanBERT trains on single segments, so 1 suffices; 2 keeps pair fine-tuning
-            compatible with BERT-style tokenizers that emit `token_type_ids`.
+            compatible with BERT-style tokenizers that emit `token_type_ids`, and the two-segment baselines need it.
         initializer_range: Std of the N(0, std) init of every Linear and Embedding.
         layer_norm_eps: LayerNorm epsilon.
         pad_token_id: Padding id.
@@ -46,8 +46,13 @@ class SpanBertConfig(PreTrainedConfig):
         sbo_position_embedding_size: Width of the relative position embeddings `p_1, p_2, ...` (200 in the paper).
         max_span_targets: Longest span the SBO predicts; relative positions beyond it are not trained (the authors'
             code uses 15 targets per span; geometric spans are clipped at 10 words).
+        use_next_sentence_prediction: Train BERT's next sentence prediction (NSP) head: a pooler (dense + tanh over
+            `[CLS]`) and a 2-way classifier, on `[CLS] A [SEP] B [SEP]` pairs. `True` gives the "2seq + NSP" rows of
+            Tables 6 and 7; SpanBERT itself drops NSP (Section 3.3). The pooler stays in the bare model, so
+            `AutoModel` returns its `pooler_output` and sequence classification reads it.
         mlm_loss_weight: Weight of the MLM loss in the pretraining loss.
         sbo_loss_weight: Weight of the SBO loss (the paper sums both, weight 1).
+        nsp_loss_weight: Weight of the NSP loss (BERT sums it with the MLM loss, weight 1).
         is_decoder: Always `False`; read by transformers' BERT layers.
         add_cross_attention: Always `False`; read by transformers' BERT layers.
     """
@@ -71,8 +76,10 @@ class SpanBertConfig(PreTrainedConfig):
     use_span_boundary_objective: bool = True
     sbo_position_embedding_size: int = 200
     max_span_targets: int = 15
+    use_next_sentence_prediction: bool = False
     mlm_loss_weight: float = 1.0
     sbo_loss_weight: float = 1.0
+    nsp_loss_weight: float = 1.0
     is_decoder: bool = False
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True

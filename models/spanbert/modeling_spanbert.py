@@ -1,7 +1,8 @@
 """SpanBERT: a BERT encoder pretrained with span masking and the span boundary objective (SBO).
 
 The encoder reuses transformers' BERT blocks (and with them SDPA / eager / flash attention). The pretraining head
-computes vocabulary logits only at the positions that carry a target.
+computes vocabulary logits only at the positions that carry a target. The two-segment baselines of the paper's
+ablations add BERT's next sentence prediction head (`config.use_next_sentence_prediction`).
 """
 
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import (
-    BaseModelOutput,
+    BaseModelOutputWithPooling,
     MaskedLMOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
@@ -25,6 +26,8 @@ from transformers.models.bert.modeling_bert import (
     BertEncoder,
     BertLayer,
     BertLMPredictionHead,
+    BertPooler,
+    BertPreTrainingHeads,
     BertSelfAttention,
 )
 from transformers.utils import ModelOutput
@@ -37,17 +40,23 @@ from .configuration_spanbert import SpanBertConfig
 @dataclass
 class SpanBertForPreTrainingOutput(ModelOutput):
     """
-    loss: weighted sum of the MLM loss (mean over masked tokens) and the SBO loss (mean over SBO targets).
-    mlm_loss / sbo_loss: the two terms before weighting.
+    loss: weighted sum of the MLM loss (mean over masked tokens), the SBO loss (mean over SBO targets) and, with
+        NSP, the NSP loss (mean over the batch).
+    mlm_loss / sbo_loss / nsp_loss: the terms before weighting.
+    nsp_accuracy: detached NSP accuracy, for logging.
     mlm_logits: `(num_masked_tokens, vocab_size)`, one row per `labels != -100` position, row-major order.
     sbo_logits: `(num_sbo_targets, vocab_size)`, one row per `span_left >= 0` position, row-major order.
+    nsp_logits: `(batch, 2)`: column 0 "B continues A", column 1 "B is random".
     """
 
     loss: torch.Tensor | None = None
     mlm_loss: torch.Tensor | None = None
     sbo_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
+    nsp_accuracy: torch.Tensor | None = None
     mlm_logits: torch.Tensor | None = None
     sbo_logits: torch.Tensor | None = None
+    nsp_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
@@ -76,12 +85,17 @@ class SpanBertPreTrainedModel(PreTrainedModel):
 
 
 class SpanBertModel(SpanBertPreTrainedModel):
-    """The bare SpanBERT encoder: BERT embeddings and layers, no pooler (SpanBERT never trains one)."""
+    """The bare SpanBERT encoder: BERT embeddings and layers. Only a model pretrained with next sentence prediction
+    has a pooler (BERT's dense + tanh over `[CLS]`, which NSP trains); SpanBERT never trains one.
 
-    def __init__(self, config: SpanBertConfig):
+    `add_pooling_layer=False` leaves that pooler out for heads that never read it (its weights are then dropped).
+    """
+
+    def __init__(self, config: SpanBertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer and config.use_next_sentence_prediction else None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -100,7 +114,7 @@ class SpanBertModel(SpanBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
-    ) -> BaseModelOutput:
+    ) -> BaseModelOutputWithPooling:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
@@ -115,8 +129,11 @@ class SpanBertModel(SpanBertPreTrainedModel):
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
         )
-        encoder_outputs = self.encoder(embedding_output, attention_mask=attention_mask, **kwargs)
-        return BaseModelOutput(last_hidden_state=encoder_outputs.last_hidden_state)
+        sequence_output = self.encoder(embedding_output, attention_mask=attention_mask, **kwargs).last_hidden_state
+        return BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output,
+            pooler_output=self.pooler(sequence_output) if self.pooler is not None else None,
+        )
 
 
 class SpanBoundaryHead(nn.Module):
@@ -147,7 +164,9 @@ class SpanBoundaryHead(nn.Module):
 
 
 class SpanBertForPreTraining(SpanBertPreTrainedModel):
-    """MLM + span boundary objective. With `config.use_span_boundary_objective=False` it is the BERT-MLM baseline."""
+    """MLM + span boundary objective. With `config.use_span_boundary_objective=False` it is the BERT-MLM baseline;
+    with `config.use_next_sentence_prediction=True` it adds BERT's NSP head (the two-segment baselines), under
+    BertForPreTraining's weight names (`spanbert.pooler`, `cls.seq_relationship`)."""
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
@@ -159,8 +178,11 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
     def __init__(self, config: SpanBertConfig):
         super().__init__(config)
         self.spanbert = SpanBertModel(config)
-        self.cls = nn.Module()
-        self.cls.predictions = BertLMPredictionHead(config)
+        if config.use_next_sentence_prediction:
+            self.cls = BertPreTrainingHeads(config)  # predictions + seq_relationship, Linear(H, 2) on the pooler
+        else:
+            self.cls = nn.Module()
+            self.cls.predictions = BertLMPredictionHead(config)
         self.sbo = SpanBoundaryHead(config) if config.use_span_boundary_objective else None
         if self.sbo is not None:  # the BERT baseline has no SBO decoder to tie
             self._tied_weights_keys = {**self._tied_weights_keys, "sbo.decoder.weight": "spanbert.embeddings.word_embeddings.weight"}
@@ -183,13 +205,22 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         span_left: torch.Tensor | None = None,
         span_right: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
         **kwargs,
     ) -> SpanBertForPreTrainingOutput:
         r"""
         labels: `(B, T)` original token ids at masked positions, -100 elsewhere.
         span_left / span_right: `(B, T)` positions of the outside boundary tokens `s-1` and `e+1` of the merged span
             that covers each SBO target, -1 at positions without an SBO target (built by `SpanMaskingCollator`).
+        next_sentence_label: `(B,)` 0 where segment B continues segment A, 1 where B is random (BertForPreTraining's
+            convention); needed with `config.use_next_sentence_prediction`.
         """
+        has_nsp_head = self.config.use_next_sentence_prediction
+        if next_sentence_label is not None and not has_nsp_head:
+            raise ValueError(
+                "Got next_sentence_label but this model has no NSP head; set config.use_next_sentence_prediction=True "
+                "or drop the labels."
+            )
         outputs = self.spanbert(
             input_ids,
             attention_mask=attention_mask,
@@ -201,6 +232,8 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         )
         sequence_output = outputs.last_hidden_state
         output = SpanBertForPreTrainingOutput(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        if has_nsp_head:
+            output.nsp_logits = self.cls.seq_relationship(outputs.pooler_output)
         if labels is None:
             return output
 
@@ -227,6 +260,17 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                 else sequence_output.new_zeros(())
             )
             output.loss = output.loss + self.config.sbo_loss_weight * output.sbo_loss
+
+        if has_nsp_head:
+            if next_sentence_label is None:
+                raise ValueError(
+                    "Next sentence prediction needs next_sentence_label (from the two-segment pair collator); "
+                    "set config.use_next_sentence_prediction=False to train without NSP."
+                )
+            nsp_logits = output.nsp_logits.float()
+            output.nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1))
+            output.nsp_accuracy = (nsp_logits.detach().argmax(-1) == next_sentence_label.view(-1)).float().mean()
+            output.loss = output.loss + self.config.nsp_loss_weight * output.nsp_loss
         return output
 
 
@@ -240,7 +284,7 @@ class SpanBertForMaskedLM(SpanBertPreTrainedModel):
 
     def __init__(self, config: SpanBertConfig):
         super().__init__(config)
-        self.spanbert = SpanBertModel(config)
+        self.spanbert = SpanBertModel(config, add_pooling_layer=False)
         self.cls = nn.Module()
         self.cls.predictions = BertLMPredictionHead(config)
         self.post_init()
@@ -279,7 +323,11 @@ class SpanBertForMaskedLM(SpanBertPreTrainedModel):
 
 
 class SpanBertForSequenceClassification(SpanBertPreTrainedModel):
-    """A linear classifier on the first token ([CLS]), as in the paper's GLUE setup. MSE when `num_labels == 1`."""
+    """A linear classifier on the first token ([CLS]), as in the paper's GLUE setup. MSE when `num_labels == 1`.
+
+    A model pretrained with next sentence prediction classifies BERT's pooled `[CLS]` (the pooler NSP trained), as
+    BERT does.
+    """
 
     def __init__(self, config: SpanBertConfig):
         super().__init__(config)
@@ -310,7 +358,8 @@ class SpanBertForSequenceClassification(SpanBertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs.last_hidden_state[:, 0]))
+        pooled = outputs.pooler_output if outputs.pooler_output is not None else outputs.last_hidden_state[:, 0]
+        logits = self.classifier(self.dropout(pooled))
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
@@ -324,7 +373,7 @@ class SpanBertForQuestionAnswering(SpanBertPreTrainedModel):
 
     def __init__(self, config: SpanBertConfig):
         super().__init__(config)
-        self.spanbert = SpanBertModel(config)
+        self.spanbert = SpanBertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -367,7 +416,7 @@ class SpanBertForTokenClassification(SpanBertPreTrainedModel):
     def __init__(self, config: SpanBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.spanbert = SpanBertModel(config)
+        self.spanbert = SpanBertModel(config, add_pooling_layer=False)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)

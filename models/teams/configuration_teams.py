@@ -2,6 +2,9 @@
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 # Written into every saved config.json: save_pretrained records only the class being saved, and one export must
 # load through every Auto class. models/__init__.py registers the local classes from this same map.
@@ -16,7 +19,9 @@ AUTO_MAP = {
 
 PRETRAINING_TASKS = ("rtd+mws", "rtd", "mws")
 TASK_HEAD_TYPES = ("attention", "ffn")
-RTD_HEAD_SOURCES = ("penultimate", "last")
+TASK_HEAD_PLACEMENTS = ("penultimate", "last", "last_rtd_only")
+# Saved configs from before `task_heads_on_layer` name the placement by `rtd_head_source`.
+LEGACY_RTD_HEAD_SOURCES = {"penultimate": "penultimate", "last": "last_rtd_only"}
 FINETUNE_REPRESENTATIONS = ("mws", "rtd")
 LAYER_TYINGS = ("bottom_half", "none", "full")
 NEGATIVE_SAMPLINGS = ("sampled", "hardest")
@@ -37,8 +42,8 @@ class TeamsConfig(PreTrainedConfig):
         vocab_size: Word-piece vocabulary size.
         embedding_size: Width of the token embeddings, projected to `hidden_size` when smaller (128 -> 256 for small).
         hidden_size: Width of the discriminator.
-        num_hidden_layers: Discriminator layers L. With attention task heads, layer L is the MWS task layer and the
-            RTD task layer is one extra layer fed from layer L-1.
+        num_hidden_layers: Discriminator layers L. With attention task heads and the paper's placement, layer L is
+            the MWS task layer and the RTD task layer is one extra layer fed from layer L-1.
         num_attention_heads: Attention heads per layer.
         intermediate_size: Width of each feed-forward block.
         hidden_act: Activation of the feed-forward blocks and the heads.
@@ -59,10 +64,17 @@ class TeamsConfig(PreTrainedConfig):
         pretraining_tasks: "rtd+mws" (TEAMS), "rtd" (ELECTRA) or "mws" (Table 2).
         task_head_type: "attention" (one transformer layer per task, Section 3.2) or "ffn" (both tasks read the top
             layer through feed-forward heads, Table 3). Only meaningful when two tasks are trained.
-        rtd_head_source: Which discriminator layer feeds the RTD attention head: "penultimate" (L-1, the paper) or
-            "last" (L).
-        finetune_representation: What `TeamsModel` returns: "mws" (the top layer, i.e. the MWS head's
-            representations, which the paper found fine-tune best) or "rtd" (the RTD task layer's outputs).
+        task_heads_on_layer: Where the attention task heads branch off the discriminator (Table 3), when both tasks
+            are trained with `task_head_type="attention"`:
+            "penultimate" (the paper's design): layers 1..L-1 are task-agnostic; layer L is the MWS task layer and
+            one extra layer, also fed from layer L-1, the RTD task layer (L+1 layers in all).
+            "last" (Table 3, "Add task head on 12th layer"): layers 1..L are task-agnostic; one extra layer for RTD
+            and one for MWS, both fed from layer L (L+2 layers; fine-tuning runs L+1).
+            "last_rtd_only" (not in the paper; `rtd_head_source="last"` in older configs): one extra RTD layer fed
+            from layer L, while MWS reads layer L through its dense head (L+1 layers).
+        finetune_representation: What `TeamsModel` returns: "mws" (the MWS task layer's outputs, i.e. layer L or,
+            with `task_heads_on_layer="last"`, the extra MWS layer; the paper found them fine-tune best) or "rtd"
+            (the RTD task layer's outputs).
         num_negatives: K, the non-original candidates per masked position (the paper's K=5; the authors' code
             counts the original in its candidate set of 5, i.e. K=4).
         negative_sampling: "sampled" (K draws without replacement from the generator, the paper's choice) or
@@ -98,7 +110,7 @@ class TeamsConfig(PreTrainedConfig):
     layer_tying: str = "bottom_half"
     pretraining_tasks: str = "rtd+mws"
     task_head_type: str = "attention"
-    rtd_head_source: str = "penultimate"
+    task_heads_on_layer: str = "penultimate"
     finetune_representation: str = "mws"
     num_negatives: int = 5
     negative_sampling: str = "sampled"
@@ -111,6 +123,7 @@ class TeamsConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        self._read_legacy_rtd_head_source(kwargs)
         if self.generator_num_hidden_layers is None:
             self.generator_num_hidden_layers = max(1, self.num_hidden_layers // 2)
         self.generator_hidden_size = self.generator_hidden_size or self.hidden_size
@@ -119,11 +132,25 @@ class TeamsConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self._check_choices()
 
+    def _read_legacy_rtd_head_source(self, kwargs):
+        """`rtd_head_source` (older configs) named only the RTD task layer's input; map it onto the placement."""
+        if "rtd_head_source" not in kwargs:
+            return
+        legacy = kwargs.pop("rtd_head_source")
+        if legacy not in LEGACY_RTD_HEAD_SOURCES:
+            raise ValueError(f"TeamsConfig.rtd_head_source={legacy!r} is not a known value; use task_heads_on_layer.")
+        if self.task_heads_on_layer != "penultimate":
+            raise ValueError("Pass task_heads_on_layer alone; rtd_head_source is its old name.")
+        logger.warning_once("TeamsConfig.rtd_head_source is deprecated; it is read as task_heads_on_layer.")
+        # It was ignored where no RTD task layer exists; keep such configs loadable.
+        if self.pretraining_tasks == "rtd+mws" and self.task_head_type == "attention":
+            self.task_heads_on_layer = LEGACY_RTD_HEAD_SOURCES[legacy]
+
     def _check_choices(self):
         for name, choices in (
             ("pretraining_tasks", PRETRAINING_TASKS),
             ("task_head_type", TASK_HEAD_TYPES),
-            ("rtd_head_source", RTD_HEAD_SOURCES),
+            ("task_heads_on_layer", TASK_HEAD_PLACEMENTS),
             ("finetune_representation", FINETUNE_REPRESENTATIONS),
             ("layer_tying", LAYER_TYINGS),
             ("negative_sampling", NEGATIVE_SAMPLINGS),
@@ -137,6 +164,11 @@ class TeamsConfig(PreTrainedConfig):
             )
         if self.layer_tying == "full" and self.generator_num_hidden_layers > self.num_hidden_layers:
             raise ValueError("layer_tying='full' needs generator_num_hidden_layers <= num_hidden_layers.")
+        if self.task_heads_on_layer != "penultimate" and not self.has_rtd_task_layer:
+            raise ValueError(
+                f"task_heads_on_layer={self.task_heads_on_layer!r} places attention task layers, which exist only "
+                "with pretraining_tasks='rtd+mws' and task_head_type='attention'."
+            )
         if self.finetune_representation == "rtd" and not self.has_rtd_task_layer:
             raise ValueError(
                 "finetune_representation='rtd' reads the RTD attention task layer, which exists only with "
@@ -157,6 +189,16 @@ class TeamsConfig(PreTrainedConfig):
     def has_rtd_task_layer(self) -> bool:
         """An extra transformer layer for RTD exists only when two tasks share the discriminator."""
         return self.pretraining_tasks == "rtd+mws" and self.task_head_type == "attention"
+
+    @property
+    def has_mws_task_layer(self) -> bool:
+        """An extra transformer layer for MWS exists only when both task heads sit on layer L."""
+        return self.has_rtd_task_layer and self.task_heads_on_layer == "last"
+
+    @property
+    def task_source_layer(self) -> int:
+        """How many discriminator layers run before the extra task layer(s): L-1 in the paper, L on layer L."""
+        return self.num_hidden_layers - (1 if self.task_heads_on_layer == "penultimate" else 0)
 
     @property
     def num_shared_generator_layers(self) -> int:

@@ -8,7 +8,8 @@ where it is silent, to the authors' TensorFlow code (tensorflow/models, official
 - the generator's MLM logits exist only at masked positions; from them one replacement per masked position and K
   non-original candidates (Gumbel top-k, i.e. sampling without replacement) are drawn in fp32 without gradient;
 - the discriminator's RTD head is one extra transformer layer fed from layer L-1, the MWS head reads layer L and
-  scores the K+1 candidates by dot product with their embedding rows: no vocabulary logits in the discriminator.
+  scores the K+1 candidates by dot product with their embedding rows: no vocabulary logits in the discriminator
+  (`config.task_heads_on_layer` moves both task layers onto layer L, Table 3).
 """
 
 from dataclasses import dataclass
@@ -135,11 +136,14 @@ class TeamsPreTrainedModel(PreTrainedModel):
 class TeamsModel(TeamsPreTrainedModel):
     """The discriminator encoder: what fine-tuning uses.
 
-    By default it returns the top layer (layer L, the MWS head's input). With `config.finetune_representation="rtd"`
-    it returns the RTD task layer's outputs instead (layers 1..L-1, then the RTD layer).
+    By default it returns the MWS head's input: layer L, or with `config.task_heads_on_layer="last"` the extra MWS
+    layer on top of it. With `config.finetune_representation="rtd"` it returns the RTD task layer's outputs instead
+    (layers 1..`config.task_source_layer`, then the RTD layer).
+
+    `with_all_task_layers=True` (pretraining) builds every task layer; by default only the one fine-tuning reads.
     """
 
-    def __init__(self, config: TeamsConfig, add_rtd_task_layer: bool | None = None):
+    def __init__(self, config: TeamsConfig, with_all_task_layers: bool = False):
         super().__init__(config)
         self.embeddings = ElectraEmbeddings(config)
         # Factorised embeddings (128 -> 256 for small).
@@ -147,12 +151,15 @@ class TeamsModel(TeamsPreTrainedModel):
             nn.Linear(config.embedding_size, config.hidden_size) if config.embedding_size != config.hidden_size else None
         )
         self.layer = nn.ModuleList([ElectraLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        # Pretraining always has the RTD task layer; a fine-tuned encoder only when it reads from it.
-        if add_rtd_task_layer is None:
-            add_rtd_task_layer = config.finetune_representation == "rtd"
+        reads_rtd = config.finetune_representation == "rtd"
         self.rtd_layer = (
             ElectraLayer(config, layer_idx=config.num_hidden_layers)
-            if add_rtd_task_layer and config.has_rtd_task_layer
+            if (with_all_task_layers or reads_rtd) and config.has_rtd_task_layer
+            else None
+        )
+        self.mws_layer = (
+            ElectraLayer(config, layer_idx=config.num_hidden_layers + 1)
+            if (with_all_task_layers or not reads_rtd) and config.has_mws_task_layer
             else None
         )
         self.post_init()
@@ -162,11 +169,6 @@ class TeamsModel(TeamsPreTrainedModel):
 
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
-
-    @property
-    def rtd_source_layer(self) -> int:
-        """How many discriminator layers run before the RTD task layer (L-1 in the paper)."""
-        return self.config.num_hidden_layers - (1 if self.config.rtd_head_source == "penultimate" else 0)
 
     def embed(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, project: bool = True):
         """Embeddings (checked against the position table), projected to the hidden size unless `project=False`
@@ -201,10 +203,12 @@ class TeamsModel(TeamsPreTrainedModel):
         hidden = self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
         mask = self.attention_mask_for(hidden, attention_mask)
         from_rtd = self.config.finetune_representation == "rtd"
-        for layer in self.layer[: self.rtd_source_layer] if from_rtd else self.layer:
+        for layer in self.layer[: self.config.task_source_layer] if from_rtd else self.layer:
             hidden = layer(hidden, mask, **kwargs)
         if from_rtd:
             hidden = self.rtd_layer(hidden, mask, **kwargs)
+        elif self.mws_layer is not None:
+            hidden = self.mws_layer(hidden, mask, **kwargs)
         return TeamsModelOutput(last_hidden_state=hidden)
 
 
@@ -264,7 +268,7 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
 
     def __init__(self, config: TeamsConfig):
         super().__init__(config)
-        self.teams = TeamsModel(config, add_rtd_task_layer=True)
+        self.teams = TeamsModel(config, with_all_task_layers=True)
         self.generator = TeamsGenerator(config)
         self.rtd_head = ElectraDiscriminatorPredictions(config) if config.trains_rtd else None
         self.mws_head = TeamsMultiWordSelectionHead(config) if config.trains_mws else None
@@ -327,15 +331,15 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
 
         # Discriminator on the corrupted input.
         hidden = self.teams.embed(corrupted, token_type_ids, position_ids)
-        rtd_input = None
+        task_input = None
         for index, layer in enumerate(self.teams.layer, start=1):
             hidden = layer(hidden, mask)
-            if index == self.teams.rtd_source_layer:
-                rtd_input = hidden
+            if index == config.task_source_layer:
+                task_input = hidden
         top = hidden
 
         if self.rtd_head is not None:
-            rtd_states = self.teams.rtd_layer(rtd_input, mask) if self.teams.rtd_layer is not None else top
+            rtd_states = self.teams.rtd_layer(task_input, mask) if self.teams.rtd_layer is not None else top
             output.rtd_logits = self.rtd_head(rtd_states)
             output.rtd_labels = (corrupted != original_ids).float()
             real = attention_mask.bool()
@@ -346,7 +350,8 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
 
         if self.mws_head is not None:
             output.candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling)
-            output.mws_logits = self.mws_head(top[rows, cols], word_embeddings[output.candidate_ids])
+            mws_states = self.teams.mws_layer(top, mask) if self.teams.mws_layer is not None else top
+            output.mws_logits = self.mws_head(mws_states[rows, cols], word_embeddings[output.candidate_ids])
             target = torch.zeros_like(originals)  # the original is candidate 0
             output.mws_loss = F.cross_entropy(output.mws_logits.float(), target)
             output.mws_accuracy = (output.mws_logits.detach().argmax(-1) == 0).float().mean()
