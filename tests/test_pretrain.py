@@ -31,11 +31,13 @@ def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True):
     return result
 
 
-def real_text_run(model, out, steps, logging_steps):
-    """A `tiny` pretraining run on 3,000 real Wikipedia documents (4,000-piece vocabulary, 16 x 128 tokens, lr 1e-3);
-    returns the trainer_state.json of its final checkpoint."""
+def real_text_run(model, out, steps, logging_steps, learning_rate="1e-3"):
+    """A `tiny` pretraining run on 3,000 real Wikipedia documents (4,000-piece vocabulary, 16 x 128 tokens, 30 warmup
+    steps, the recipe's optimiser at `learning_rate`, None: the paper's); returns the trainer_state.json of its final
+    checkpoint."""
     pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
-             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
+             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16",
+             *(["--learning_rate", learning_rate] if learning_rate else []),
              "--warmup_steps", "30", "--max_steps", str(steps), "--logging_steps", str(logging_steps),
              "--save_steps", str(steps), "--validation_documents", "50", "--output_dir", str(out))
     return out / f"checkpoint-{steps}" / "trainer_state.json"
@@ -138,7 +140,7 @@ def test_two_process_cpu_run(tmp_path):
     pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "6", "--logging_steps", "3",
              "--save_steps", "6", launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
     card = (out / "export" / "README.md").read_text()
-    assert "| batch size (global) | 16 |" in card  # 8 per process x 2 processes
+    assert "| batch (sequences per update) | 16 | 256 |" in card  # 8 per process x 2 processes; the paper's 256
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6 and state["train_batch_size"] == 8
 
