@@ -65,6 +65,12 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     assert front["library_name"] == "transformers" and front["license"] == "apache-2.0"
     assert "spanbert" in front["tags"] and front["pipeline_tag"] == "feature-extraction"
     assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training loss](loss_curve.png)" in card
+    # The run's optimisation, read from its trainer, next to the paper's (SpanBERT base: 2.4M updates of 256 x 512).
+    for row in ("| optimizer | AdamW (betas 0.9, 0.999; eps 1e-08) | AdamW (betas 0.9, 0.999; eps 1e-08) |",
+                "| weight decay | 0.01, every parameter | 0.01, every parameter |",
+                "| warmup steps | 1 (8.33% of 12 updates) | 10000 (0.42% of 2400000 updates) |",
+                "| batch (sequences per update) | 8 | 256 |", "| sequence length | 64 | 512 |"):
+        assert row in card, row
 
     # Reference outputs from the repository's own classes, then the same from a process that cannot import it.
     import models  # noqa: F401
