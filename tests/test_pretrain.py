@@ -68,7 +68,7 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     # The run's optimisation, read from its trainer, next to the paper's (SpanBERT base: 2.4M updates of 256 x 512).
     for row in ("| optimizer | AdamW (betas 0.9, 0.999; eps 1e-08) | AdamW (betas 0.9, 0.999; eps 1e-08) |",
                 "| weight decay | 0.01, every parameter | 0.01, every parameter |",
-                "| warmup steps | 1 (8.33% of 12 updates) | 10000 (0.42% of 2400000 updates) |",
+                "| warmup | 1 of 12 updates (8.33%) | 10000 of 2400000 updates (0.42%) |",
                 "| batch (sequences per update) | 8 | 256 |", "| sequence length | 64 | 512 |"):
         assert row in card, row
 

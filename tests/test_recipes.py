@@ -178,8 +178,8 @@ def test_unknown_size_is_named(tmp_path):
 
 def test_help_lists_each_recipes_paper_defaults():
     text = recipe_defaults_help()
-    assert "teams tiny/small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 steps" in text
-    assert "cloze tiny/small/base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 steps from 1e-07 x lr, " \
+    assert "teams tiny/small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 updates (2.00%)" in text
+    assert "cloze tiny/small/base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 updates (2.67%), from 1e-07 x lr, " \
            "cosine decay to 0.0001, weight decay 0, clip 0.1" in text
     assert "spanbert tiny/small/base/large: AdamW (betas 0.9, 0.999; eps 1e-08), lr 0.0001" in text
     assert "weight decay 0.01 on every parameter" in text and "electra large:" in text and "masking 25%" in text
@@ -192,7 +192,7 @@ def test_card_shows_what_the_run_used_next_to_the_paper(tmp_path):
     rows = optimisation_comparison(trainer, get_recipe("cloze").training_defaults["base"], max_seq_length=128)
     assert rows["optimizer"] == ("AdamW (betas 0.9, 0.999; eps 1e-08)", "SGD (Nesterov momentum 0.99)")
     assert rows["peak learning rate"] == ("0.0003", "1")
-    assert rows["warmup steps"] == ("16 (2.67% of 600 updates)", "16000 (2.67% of 600000 updates), from 1e-07 x lr")
+    assert rows["warmup"] == ("16 of 600 updates (2.67%)", "16000 of 600000 updates (2.67%), from 1e-07 x lr")
     assert rows["decay"] == ("linear decay to 0", "cosine decay to 0.0001")
     assert rows["gradient clipping"] == ("global norm 0.1", "global norm 0.1")
     assert rows["batch (sequences per update)"] == ("4", "not stated")

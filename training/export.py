@@ -9,7 +9,7 @@ from typing import Any
 
 from hub_cards import CardMetadata, plot_loss_curve, write_card
 
-from .recipes import Recipe, TrainingDefaults, describe_optimizer, describe_schedule
+from .recipes import Recipe, TrainingDefaults, describe_optimizer, describe_schedule, describe_warmup
 
 ARCHITECTURE_KEYS = (
     "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -91,8 +91,8 @@ def optimisation_comparison(trainer, paper: TrainingDefaults, max_seq_length: in
         "optimizer": (describe_optimizer(type(optimizer).__name__, optimizer.defaults),
                       describe_optimizer(paper.optim_class_name(), paper.optimizer_kwargs())),
         "peak learning rate": (f"{args.learning_rate:g}", f"{paper.learning_rate:g}"),
-        "warmup steps": (_warmup_text(warmup, state.max_steps, scheduler_kwargs),
-                   _warmup_text(paper.warmup_steps, paper.total_steps, paper.lr_scheduler_kwargs)),
+        "warmup": (describe_warmup(warmup, state.max_steps, scheduler_kwargs),
+                   describe_warmup(paper.warmup_steps, paper.total_steps, paper.lr_scheduler_kwargs)),
         "decay": (describe_schedule(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type), scheduler_kwargs),
                   describe_schedule(paper.lr_scheduler_type, paper.lr_scheduler_kwargs)),
         "weight decay": (_decay_text(args.weight_decay, len(decayed) == len(names)),
@@ -105,12 +105,6 @@ def optimisation_comparison(trainer, paper: TrainingDefaults, max_seq_length: in
     if mlm_probability is not None:
         rows["masking rate"] = (f"{mlm_probability:.0%}", f"{paper.mlm_probability or 0.15:.0%}")
     return rows
-
-
-def _warmup_text(steps: int, total: int, scheduler_kwargs: dict[str, Any] | None) -> str:
-    start = (scheduler_kwargs or {}).get("warmup_lr_rate")
-    share = f" ({steps / total:.2%} of {total} updates)" if total > 0 else ""
-    return f"{steps}{share}" + (f", from {start:g} x lr" if start else "")
 
 
 def _decay_text(weight_decay: float, every_parameter: bool) -> str:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,11 @@ class TrainingDefaults:
                 flags += ["--mlm_probability", repr(self.mlm_probability)]
             if self.batch_size and not set_by_user("--gradient_accumulation_steps"):
                 per_update = per_device_batch_size * world_size
-                flags += ["--gradient_accumulation_steps", str(max(1, math.ceil(self.batch_size / per_update)))]
+                accumulation = max(1, math.ceil(self.batch_size / per_update))
+                if accumulation * per_update != self.batch_size:
+                    logger.warning("The paper's batch of %d is not a multiple of %d per update: training with %d.",
+                                   self.batch_size, per_update, accumulation * per_update)
+                flags += ["--gradient_accumulation_steps", str(accumulation)]
         return flags
 
     def summary(self) -> str:
@@ -114,7 +122,7 @@ class TrainingDefaults:
         decay = f"weight decay {self.weight_decay:g}" + (" on every parameter" if self.decay_norms_and_biases else "")
         batch = f"batch {self.batch_size} x {self.max_seq_length}" if self.batch_size else f"length {self.max_seq_length}"
         return (f"{describe_optimizer(self.optim_class_name(), self.optimizer_kwargs())}, lr {self.learning_rate:g}, "
-                f"{describe_warmup(self.warmup_steps, self.total_steps, self.lr_scheduler_kwargs)}, "
+                f"warmup {describe_warmup(self.warmup_steps, self.total_steps, self.lr_scheduler_kwargs)}, "
                 f"{describe_schedule(self.lr_scheduler_type, self.lr_scheduler_kwargs)}, {decay}, "
                 f"clip {self.max_grad_norm:g}, {batch}" + (f", masking {self.mlm_probability:.0%}" if self.mlm_probability else ""))
 
@@ -148,8 +156,10 @@ def describe_schedule(scheduler_type: str, kwargs: dict[str, Any] | None) -> str
 
 
 def describe_warmup(warmup_steps: int, total_steps: int, scheduler_kwargs: dict[str, Any] | None) -> str:
+    """"10000 of 2400000 updates (0.42%)", with the starting rate when the schedule warms up from above 0."""
     start = (scheduler_kwargs or {}).get("warmup_lr_rate")
-    return f"warmup {warmup_steps} of {total_steps} steps" + (f" from {start:g} x lr" if start else "")
+    share = f" ({warmup_steps / total_steps:.2%})" if total_steps > 0 else ""
+    return f"{warmup_steps} of {total_steps} updates{share}" + (f", from {start:g} x lr" if start else "")
 
 
 @dataclass(frozen=True)
