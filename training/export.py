@@ -73,7 +73,7 @@ def export_pretrained(
 
 
 def _paper_recipe_title(paper: TrainingDefaults) -> str:
-    return f"{paper.source} ({paper.size} model)"
+    return f"{paper.source}; {paper.size} model"
 
 
 def optimisation_comparison(trainer, paper: TrainingDefaults, max_seq_length: int,
