@@ -31,19 +31,42 @@ GLUE_DEFAULTS = [
     "--num_train_epochs", "3", "--warmup_steps", "0.1", "--weight_decay", "0.01", "--save_strategy", "no",
     "--eval_strategy", "no", "--logging_steps", "50", "--report_to", "none",
 ]
-# Fine-tuning recipes from the papers' appendices (the flags a user passes still win).
+# Fine-tuning recipes from the papers' appendices, and the authors' fine-tuning code where they are silent (the
+# flags a user passes still win). Trainer's AdamW exempts biases and LayerNorm weights from weight decay, as every one
+# of these codebases does.
 PRESETS: dict[str, list[str]] = {
     # SpanBERT App. B: lr grid {5e-6, 1e-5, 2e-5, 3e-5, 5e-5}, batch {16, 32}, 10 epochs (CoLA 4), max_seq_length 128.
+    # Its code/run_glue.py: BertAdam (eps 1e-6, weight decay 0.01), 10% warmup then linear decay, clipping at 1.0.
     "spanbert": ["--learning_rate", "2e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "10",
-                 "--warmup_steps", "0.1", "--weight_decay", "0.01"],
+                 "--warmup_steps", "0.1", "--lr_scheduler_type", "linear", "--adam_epsilon", "1e-6",
+                 "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
     # TEAMS Table 6: lr 1e-4 (small) / 3e-5 (base, large), batch 32, 5 epochs, linear decay, warmup 0.1, eps 1e-6.
+    # The authors' Model Garden config: weight decay 0.01, clipping at 1.0, sequences of 128.
     "teams_small": ["--learning_rate", "1e-4", "--per_device_train_batch_size", "32", "--num_train_epochs", "5",
-                    "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear"],
+                    "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear",
+                    "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
     "teams_base": ["--learning_rate", "3e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "5",
-                   "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear"],
-    # Cloze (Baevski et al.) Sec. 4: batch 16, 3 epochs, lr grid {1e-4, 5e-5, 3e-5}, 10% warmup then cosine.
+                   "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear",
+                   "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
+    # Cloze (Baevski et al.) Sec. 4: Adam, batch 16, 3 epochs, lr grid {1e-4, 5e-5, 3e-5}, warmup over the first
+    # 10% of steps then cosine annealing to 1e-6; no weight decay named (fairseq's default is 0). Dropout: see
+    # PRESET_CONFIG.
     "cloze": ["--learning_rate", "5e-5", "--per_device_train_batch_size", "16", "--num_train_epochs", "3",
-              "--warmup_steps", "0.1", "--lr_scheduler_type", "cosine"],
+              "--warmup_steps", "0.1", "--lr_scheduler_type", "cosine_with_min_lr",
+              "--lr_scheduler_kwargs", '{"min_lr": 1e-6}', "--weight_decay", "0.0"],
+    # HIRE App. A.2: Adam (beta2 0.98, eps 1e-6), lr {1e-5, 2e-5}, warmup 6%, weight decay 0.1, gradient norm
+    # clipped at 1, batch {16, 32, 48}, 3 to 27 epochs with early stopping, max length 128. We take 1e-5, batch 32 and
+    # 10 epochs (RoBERTa-large's usual GLUE setting, the encoder HIRE extends); decay is linear, as RoBERTa's.
+    "hire": ["--learning_rate", "1e-5", "--adam_beta1", "0.9", "--adam_beta2", "0.98", "--adam_epsilon", "1e-6",
+             "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
+             "--per_device_train_batch_size", "32", "--num_train_epochs", "10", "--max_seq_length", "128"],
+}
+# Model config values a preset sets when the model is loaded (--config_overrides still wins).
+PRESET_CONFIG: dict[str, dict[str, float]] = {
+    # Cloze Sec. 4: "we disable dropout in the language model and add 0.1 dropout between language model output and
+    # the final output projection".
+    "cloze": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "activation_dropout": 0.0,
+              "classifier_dropout": 0.1},
 }
 PRESET_EPOCHS_OVERRIDE = {("spanbert", "cola"): "4"}  # "10 epochs lead to severe overfitting" on CoLA
 METRIC_MODULE = str(Path(__file__).resolve().parent / "metrics" / "glue_zoo")
@@ -65,6 +88,11 @@ class GlueArguments:
     max_seq_length: int = field(default=128, metadata={"help": "Longer inputs are truncated."})
     seeds: list[int] | None = field(default=None, metadata={"help": "Run each task once per seed; report each and the median."})
     preset: str | None = field(default=None, metadata={"help": f"Paper hyperparameters: {', '.join(PRESETS)}."})
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated model config fields set when the model is loaded, on top of the preset's, "
+                  "e.g. 'hidden_dropout_prob=0.0,classifier_dropout=0.1'."},
+    )
     trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints (their code travels with them)."})
     ignore_mismatched_sizes: bool = field(default=False, metadata={"help": "Re-initialise a classifier of another label count."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate training data (quick runs)."})
@@ -109,6 +137,22 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
     return args, training_args, argv
 
 
+def model_config_overrides(args: GlueArguments) -> dict:
+    """The preset's config values and the user's --config_overrides, checked against the model's config."""
+    from transformers import AutoConfig
+
+    from training.pretrain import parse_overrides
+
+    overrides = {**PRESET_CONFIG.get(args.preset, {}), **parse_overrides(args.config_overrides)}
+    if overrides:
+        config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+        unknown = [key for key in overrides if not hasattr(config, key)]
+        if unknown:
+            source = f"--preset {args.preset}" if set(unknown) <= set(PRESET_CONFIG.get(args.preset, {})) else "--config_overrides"
+            raise ValueError(f"{source}: {type(config).__name__} has no field {', '.join(map(repr, unknown))}.")
+    return overrides
+
+
 def run_task(task_name: str, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str]) -> dict:
     import evaluate
     import numpy as np
@@ -143,6 +187,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         "id2label": dict(enumerate(task.label_names or range(task.num_labels))),
         "label2id": {str(name): i for i, name in enumerate(task.label_names or range(task.num_labels))},
     }
+    config_overrides = model_config_overrides(args)
     epochs_override = PRESET_EPOCHS_OVERRIDE.get((args.preset, task.name))
     runs = []
     for seed in args.seeds or [training_args.seed]:
@@ -155,6 +200,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
             args.model_name_or_path, num_labels=task.num_labels, trust_remote_code=args.trust_remote_code,
             ignore_mismatched_sizes=args.ignore_mismatched_sizes,
             problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs,
+            **config_overrides,
         )
         trainer = Trainer(model=model, args=run_args, train_dataset=encoded["train"],
                           eval_dataset=encoded[task.validation_splits[0]], processing_class=tokenizer,

@@ -63,8 +63,17 @@ The same folder loads through every Auto class listed in its `config.json` `auto
 {% for key, value in meta.training.items() -%}
 | {{ key }} | {{ value }} |
 {% endfor %}
+{% if meta.optimisation -%}
+Optimisation: the values this run used (read from its trainer), next to the paper's ({{ meta.optimisation_source }}).
+
+| setting | this run | paper |
+| --- | --- | --- |
+{% for key, pair in meta.optimisation.items() -%}
+| {{ key }} | {{ pair[0] }} | {{ pair[1] }} |
+{% endfor %}
+{%- endif %}
 {% if meta.paper_hyperparameters -%}
-The paper's own recipe, for reference:
+The paper's other settings, for reference:
 
 | setting | paper |
 | --- | --- |
@@ -103,6 +112,8 @@ class CardMetadata:
     """Everything a card says, as data.
 
     `paper` is any object with `title`, `authors`, `year`, `url`, `bibtex` (e.g. `training.recipes.Paper`).
+    `optimisation` maps a setting to (the value this run used, the paper's), shown side by side;
+    `optimisation_source` names where the paper's values come from.
     `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
     """
 
@@ -119,6 +130,8 @@ class CardMetadata:
     architecture: dict[str, Any] = field(default_factory=dict)
     training_data: str = ""
     training: dict[str, Any] = field(default_factory=dict)
+    optimisation: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    optimisation_source: str = ""
     paper_hyperparameters: dict[str, Any] = field(default_factory=dict)
     loss_curve: str | None = None
     eval_results: list[dict[str, Any]] = field(default_factory=list)

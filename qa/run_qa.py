@@ -25,6 +25,9 @@ from transformers import HfArgumentParser, TrainingArguments
 
 logger = logging.getLogger("run_qa")
 METRIC_MODULE = str(Path(__file__).resolve().parent / "metrics" / "squad_zoo")
+# v2: a question is answered null when its null odds (null score - best span score) exceed this; the metric's
+# best_* figures tune it on the evaluation set.
+NULL_ODDS_THRESHOLD = 0.0
 QA_DEFAULTS = ["--learning_rate", "3e-5", "--per_device_train_batch_size", "16", "--per_device_eval_batch_size", "32",
                "--num_train_epochs", "2", "--warmup_steps", "0.1", "--weight_decay", "0.01", "--save_strategy", "no",
                "--eval_strategy", "no", "--logging_steps", "50", "--report_to", "none"]
@@ -117,10 +120,11 @@ def main(argv=None) -> dict:
         references = [{"id": r["id"], "answers": r["answers"]} for r in raw["validation"]]
         scored = [{"id": q, "prediction_text": t, **({"no_answer_probability": null_odds[q]} if version_2 else {})}
                   for q, t in predictions.items()]
-        results["eval"] = metric.compute(predictions=scored, references=references)
+        results["eval"] = metric.compute(predictions=scored, references=references,
+                                         **({"no_answer_threshold": NULL_ODDS_THRESHOLD} if version_2 else {}))
         if training_args.process_index == 0:
             output.mkdir(parents=True, exist_ok=True)
-            final = {q: ("" if version_2 and null_odds[q] > 0 else t) for q, t in predictions.items()}
+            final = {q: ("" if version_2 and null_odds[q] > NULL_ODDS_THRESHOLD else t) for q, t in predictions.items()}
             (output / "predictions.json").write_text(json.dumps(final, indent=1))
             (output / "nbest_predictions.json").write_text(json.dumps(nbest, indent=1))
             if version_2:

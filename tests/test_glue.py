@@ -16,7 +16,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import AutoTokenizer
 
 import models  # noqa: F401
-from glue.run_glue import METRIC_MODULE, glue_average, main
+from glue.run_glue import METRIC_MODULE, glue_average, main, model_config_overrides, parse_args
 from glue.tasks import TASKS, load_movie_sentiment_regression, load_rotten_tomatoes, load_task
 from training.resources import minilm_path
 
@@ -178,3 +178,99 @@ def test_bad_input_is_named(tmp_path):
 def test_every_glue_task_is_described():
     assert {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"} <= set(TASKS)
     assert TASKS["stsb"].is_regression and TASKS["mnli"].validation_splits == ("validation_matched", "validation_mismatched")
+
+
+def test_hire_preset_is_the_papers_appendix(tmp_path):
+    from transformers import Trainer
+
+    args, training_args, _ = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--output_dir", str(tmp_path)])
+    optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_args)
+    # App. A.2: Adam with beta1 0.9, beta2 0.98, eps 1e-6; lr 1e-5 (of 1e-5, 2e-5); 6% warmup; weight decay 0.1;
+    # gradient norm clipped at 1; inputs of 128 tokens.
+    assert optimizer_class.__name__ == "AdamW" and kwargs["betas"] == (0.9, 0.98) and kwargs["eps"] == 1e-6
+    assert (training_args.learning_rate, training_args.weight_decay, training_args.max_grad_norm) == (1e-5, 0.1, 1.0)
+    assert training_args.get_warmup_steps(1000) == 60 and args.max_seq_length == 128
+    args, training_args, _ = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--learning_rate", "2e-5",
+                                         "--output_dir", str(tmp_path)])
+    assert training_args.learning_rate == 2e-5 and training_args.adam_beta2 == 0.98  # a flag still wins
+
+
+def test_presets_follow_the_papers_fine_tuning_recipes(tmp_path):
+    def resolved(preset):
+        return parse_args(["--model_name_or_path", "m", "--preset", preset, "--output_dir", str(tmp_path)])[1]
+
+    spanbert, teams_small, teams_base, cloze = (resolved(p) for p in ("spanbert", "teams_small", "teams_base", "cloze"))
+    assert (spanbert.adam_epsilon, spanbert.weight_decay, spanbert.num_train_epochs) == (1e-6, 0.01, 10)
+    assert (teams_small.learning_rate, teams_base.learning_rate, teams_small.adam_epsilon) == (1e-4, 3e-5, 1e-6)
+    assert teams_small.num_train_epochs == 5 and teams_small.weight_decay == 0.01
+    # Cloze Sec. 4: 10% warmup, then cosine annealing to 1e-6; batch 16, 3 epochs.
+    assert cloze.lr_scheduler_type == "cosine_with_min_lr" and cloze.lr_scheduler_kwargs == {"min_lr": 1e-6}
+    assert (cloze.per_device_train_batch_size, cloze.num_train_epochs, cloze.weight_decay) == (16, 3, 0.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_cloze(tmp_path_factory):
+    import torch
+
+    from models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from models.cloze.modeling_cloze import TwoTowerCloze
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("cloze")
+    config = TwoTowerClozeConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=128, bos_token_id=tokenizer.cls_token_id,
+                                 eos_token_id=tokenizer.sep_token_id, sep_token_id=tokenizer.sep_token_id)
+    TwoTowerCloze(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def dropout_rates(model):
+    """Every dropout rate of a cloze classifier: nn.Dropout modules and the attention's SDPA dropout."""
+    from torch import nn
+
+    rates = {}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Dropout):
+            rates[name] = module.p
+        elif isinstance(getattr(module, "dropout", None), float):
+            rates[name + ".dropout"] = module.dropout
+    return rates
+
+
+def test_cloze_preset_switches_off_dropout_in_the_language_model_and_keeps_it_before_the_projection(tmp_path, tiny_cloze):
+    from transformers import AutoModelForSequenceClassification
+
+    results = main(["--model_name_or_path", tiny_cloze, "--trust_remote_code", "--task_name", "rotten_tomatoes",
+                    "--preset", "cloze", "--max_train_samples", "16", "--max_eval_samples", "8", "--max_seq_length", "32",
+                    "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "out")])
+    assert 0 <= results["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
+    trained = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "rotten_tomatoes" / "seed-42",
+                                                                 trust_remote_code=True)
+    config = trained.config
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob, config.activation_dropout) == (0.0, 0.0, 0.0)
+    rates = dropout_rates(trained)
+    language_model = {name: rate for name, rate in rates.items() if name.startswith("cloze.")}
+    assert len(language_model) >= 10 and set(language_model.values()) == {0.0}  # towers and combination layer
+    assert rates["dropout"] == 0.1  # between the language model output and the projection
+    # Without the preset, the pretraining dropout is back everywhere; --config_overrides beats the preset.
+    args, _, _ = parse_args(["--model_name_or_path", tiny_cloze, "--trust_remote_code", "--output_dir", str(tmp_path)])
+    plain = AutoModelForSequenceClassification.from_pretrained(tiny_cloze, trust_remote_code=True, num_labels=2,
+                                                               **model_config_overrides(args))
+    assert dropout_rates(plain)["cloze.forward_tower.layers.0.dropout"] == 0.1
+    args, _, _ = parse_args(["--model_name_or_path", tiny_cloze, "--trust_remote_code", "--preset", "cloze",
+                             "--config_overrides", "classifier_dropout=0.3", "--output_dir", str(tmp_path)])
+    assert model_config_overrides(args) == {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+                                            "activation_dropout": 0.0, "classifier_dropout": 0.3}
+
+
+def test_config_overrides_are_checked_against_the_model(tmp_path, tiny_zoo_model):
+    args, _, _ = parse_args(["--model_name_or_path", tiny_zoo_model, "--trust_remote_code", "--preset", "cloze",
+                             "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="--preset cloze: SpanBertConfig has no field 'activation_dropout'"):
+        model_config_overrides(args)
+    args, _, _ = parse_args(["--model_name_or_path", tiny_zoo_model, "--trust_remote_code", "--config_overrides",
+                             "hidden_dropout_prob=0.0,dropout_everywhere=1", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="--config_overrides: SpanBertConfig has no field 'dropout_everywhere'"):
+        model_config_overrides(args)

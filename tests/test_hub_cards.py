@@ -26,7 +26,9 @@ def make_card(tmp_path):
         paper=recipe.paper,
         architecture={"hidden_size": 128},
         training_data="Wikipedia.",
-        training={"steps": 40, "learning rate": 1e-4},
+        training={"steps": 40},
+        optimisation={"peak learning rate": ("0.0003", "0.0001")},
+        optimisation_source="SpanBERT Sec. 4 (base model)",
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name,
         limitations=["Tiny."],
@@ -41,7 +43,9 @@ def test_card_has_front_matter_and_every_section(tmp_path):
     assert {"spanbert", "custom_code"} <= set(meta["tags"]) and meta["datasets"] == ["wikipedia"]
     text = path.read_text()
     for needle in ("## How to load", 'AutoModel.from_pretrained("someone/spanbert-tiny", trust_remote_code=True)',
-                   "| hidden_size | 128 |", "| steps | 40 |", "The paper's own recipe", "![Training loss](loss_curve.png)",
+                   "| hidden_size | 128 |", "| steps | 40 |",
+                   "| setting | this run | paper |", "| peak learning rate | 0.0003 | 0.0001 |",
+                   "(SpanBERT Sec. 4 (base model))", "The paper's other settings", "| dropout | 0.1 on all layers", "![Training loss](loss_curve.png)",
                    "## Evaluation results", "## Intended use and limitations", "- Tiny.", "@article{joshi2020spanbert"):
         assert needle in text, needle
     assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -31,11 +31,13 @@ def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True):
     return result
 
 
-def real_text_run(model, out, steps, logging_steps):
-    """A `tiny` pretraining run on 3,000 real Wikipedia documents (4,000-piece vocabulary, 16 x 128 tokens, lr 1e-3);
-    returns the trainer_state.json of its final checkpoint."""
+def real_text_run(model, out, steps, logging_steps, learning_rate="1e-3"):
+    """A `tiny` pretraining run on 3,000 real Wikipedia documents (4,000-piece vocabulary, 16 x 128 tokens, 30 warmup
+    steps, the recipe's optimiser at `learning_rate`, None: the paper's); returns the trainer_state.json of its final
+    checkpoint."""
     pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
-             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
+             "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16",
+             *(["--learning_rate", learning_rate] if learning_rate else []),
              "--warmup_steps", "30", "--max_steps", str(steps), "--logging_steps", str(logging_steps),
              "--save_steps", str(steps), "--validation_documents", "50", "--output_dir", str(out))
     return out / f"checkpoint-{steps}" / "trainer_state.json"
@@ -63,6 +65,12 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     assert front["library_name"] == "transformers" and front["license"] == "apache-2.0"
     assert "spanbert" in front["tags"] and front["pipeline_tag"] == "feature-extraction"
     assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training loss](loss_curve.png)" in card
+    # The run's optimisation, read from its trainer, next to the paper's (SpanBERT base: 2.4M updates of 256 x 512).
+    for row in ("| optimizer | AdamW (betas 0.9, 0.999; eps 1e-08) | AdamW (betas 0.9, 0.999; eps 1e-08) |",
+                "| weight decay | 0.01, every parameter | 0.01, every parameter |",
+                "| warmup | 1 of 12 updates (8.33%) | 10000 of 2400000 updates (0.42%) |",
+                "| batch (sequences per update) | 8 | 256 |", "| sequence length | 64 | 512 |"):
+        assert row in card, row
 
     # Reference outputs from the repository's own classes, then the same from a process that cannot import it.
     import models  # noqa: F401
@@ -138,7 +146,7 @@ def test_two_process_cpu_run(tmp_path):
     pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "6", "--logging_steps", "3",
              "--save_steps", "6", launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
     card = (out / "export" / "README.md").read_text()
-    assert "| batch size (global) | 16 |" in card  # 8 per process x 2 processes
+    assert "| batch (sequences per update) | 16 | 256 |" in card  # 8 per process x 2 processes; the paper's 256
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6 and state["train_batch_size"] == 8
 

@@ -120,10 +120,64 @@ def test_metrics_on_hand_checked_cases():
     v2 = evaluate.load(METRIC_MODULE, "v2")
     refs2 = refs + [{"id": "c", "answers": {"text": [], "answer_start": []}}]
     preds2 = [{**p, "no_answer_probability": -1.0} for p in preds] + [{"id": "c", "prediction_text": "x", "no_answer_probability": 2.0}]
-    result = v2.compute(predictions=preds2, references=refs2)
+    result = v2.compute(predictions=preds2, references=refs2, no_answer_threshold=0.0)  # null odds, as run_qa passes
     assert result["HasAns_exact"] == 50.0 and result["HasAns_f1"] == 75.0 and result["HasAns_total"] == 2
     assert result["NoAns_exact"] == 100.0 and result["NoAns_total"] == 1  # odds 2 > 0: predicted null, correctly
     assert result["exact"] == pytest.approx(200 / 3) and result["f1"] == pytest.approx(250 / 3)  # (100 + 50 + 100) / 3
+
+
+def refs(*golds):
+    return [{"id": f"q{i}", "answers": {"text": list(gold), "answer_start": [0] * len(gold)}} for i, gold in enumerate(golds)]
+
+
+def preds(*texts, no_answer=None):
+    return [{"id": f"q{i}", "prediction_text": text, **({} if no_answer is None else {"no_answer_probability": no_answer[i]})}
+            for i, text in enumerate(texts)]
+
+
+def test_v1_scores_gold_answers_that_normalise_to_nothing_as_the_official_script():
+    v1 = evaluate.load(METRIC_MODULE, "v1")
+    # evaluate-v1.1.py: "" == normalize("the") gives EM 1, but F1 needs a shared token, so 0 (not 100).
+    assert v1.compute(predictions=preds(""), references=refs(["the"])) == {"exact_match": 100.0, "f1": 0.0, "total": 1}
+    # Every gold answer counts as written: "." keeps its EM credit for an empty prediction ...
+    assert v1.compute(predictions=preds(""), references=refs([".", "x"])) == {"exact_match": 100.0, "f1": 0.0, "total": 1}
+    # ... and a real answer scores as usual next to it.
+    assert v1.compute(predictions=preds("the x!"), references=refs([".", "x"])) == {"exact_match": 100.0, "f1": 100.0, "total": 1}
+    with pytest.raises(ValueError, match="no gold answer.*'v2'"):
+        v1.compute(predictions=preds("x"), references=refs([]))
+
+
+def test_v2_counts_a_question_whose_answers_normalise_to_nothing_as_hasans():
+    v2 = evaluate.load(METRIC_MODULE, "v2")
+    # evaluate-v2.0.py: HasAns is decided by the raw gold list; the answers that normalise to nothing are then
+    # dropped and the question is scored against "" (F1 1 when both are empty).
+    result = v2.compute(predictions=preds("", "The", "cat", no_answer=[0.0, 0.0, 0.0]),
+                        references=refs(["the"], [".", "a"], ["the"]))
+    assert result["HasAns_total"] == 3 and "NoAns_total" not in result
+    assert result["HasAns_exact"] == result["HasAns_f1"] == pytest.approx(200 / 3)
+    # A gold list with "." and a real answer keeps only the real one.
+    result = v2.compute(predictions=preds("", no_answer=[0.0]), references=refs([".", "x"]))
+    assert (result["exact"], result["f1"]) == (0.0, 0.0)
+    # Predicted null on such a question: the official script scores it 0 (a HasAns question answered null).
+    result = v2.compute(predictions=preds("", no_answer=[0.9]), references=refs(["the"]), no_answer_threshold=0.5)
+    assert result["exact"] == 0.0
+
+
+def test_v2_takes_the_squad_v2_metric_arguments_and_defaults():
+    v2 = evaluate.load(METRIC_MODULE, "v2")
+    references = refs(["Paris"], [])
+    # `squad_v2`'s default no_answer_threshold is 1.0 on probabilities: 0.9 is not "no answer", so the
+    # unanswerable question answered "London" scores 0 ...
+    default = v2.compute(predictions=preds("Paris", "London", no_answer=[0.1, 0.9]), references=references)
+    assert (default["exact"], default["NoAns_exact"], default["HasAns_exact"]) == (50.0, 0.0, 100.0)
+    # ... and with no_answer_threshold=0.5 it is predicted null, correctly.
+    tuned = v2.compute(predictions=preds("Paris", "London", no_answer=[0.1, 0.9]), references=references,
+                       no_answer_threshold=0.5)
+    assert (tuned["exact"], tuned["NoAns_exact"]) == (100.0, 100.0)
+    # The best-threshold search ranks by the same scores: answering only below 0.9 is perfect.
+    assert (default["best_exact"], default["best_exact_thresh"]) == (100.0, pytest.approx(0.1))
+    with pytest.raises(TypeError):
+        v2.compute(predictions=preds("Paris", no_answer=[0.1]), references=refs(["Paris"]), null_threshold=0.0)
 
 
 def test_v2_threshold_tuning_beats_a_fixed_zero_threshold():
@@ -136,7 +190,7 @@ def test_v2_threshold_tuning_beats_a_fixed_zero_threshold():
     preds = [{"id": "a", "prediction_text": "Paris", "no_answer_probability": -3.0},
              {"id": "b", "prediction_text": "London", "no_answer_probability": -1.0},
              {"id": "c", "prediction_text": "Rome", "no_answer_probability": -0.5}]
-    result = v2.compute(predictions=preds, references=refs)
+    result = v2.compute(predictions=preds, references=refs, no_answer_threshold=0.0)
     assert result["exact"] == pytest.approx(100 / 3)
     assert result["best_exact"] == 100.0 and result["best_f1"] == 100.0 and result["best_f1_thresh"] == -3.0
 
@@ -174,6 +228,15 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     out = tmp_path / "out"
     predictions = json.loads((out / "predictions.json").read_text())
     assert len(predictions) == 20 and set(json.loads((out / "null_odds.json").read_text())) == set(predictions)
+    # run_qa scores null odds with threshold 0: the same numbers as the written predictions (null = "") scored
+    # with no question predicted null by the metric.
+    qas = [article["paragraphs"][0]["qas"][0] for article in json.loads(Path(valid).read_text())["data"]]
+    references = [{"id": qa["id"], "answers": {"text": [a["text"] for a in qa["answers"]],
+                                               "answer_start": [a["answer_start"] for a in qa["answers"]]}} for qa in qas]
+    rescored = evaluate.load(METRIC_MODULE, "v2").compute(
+        predictions=[{"id": q, "prediction_text": t, "no_answer_probability": 0.0} for q, t in predictions.items()],
+        references=references)
+    assert (rescored["exact"], rescored["f1"]) == (results["eval"]["exact"], results["eval"]["f1"])
     assert all(len(v) <= 20 for v in json.loads((out / "nbest_predictions.json").read_text()).values())
     assert "model-index" in (out / "README.md").read_text()
     from transformers import AutoModelForQuestionAnswering

@@ -9,7 +9,7 @@ from typing import Any
 
 from hub_cards import CardMetadata, plot_loss_curve, write_card
 
-from .recipes import Recipe
+from .recipes import Recipe, TrainingDefaults, describe_optimizer, describe_schedule, describe_warmup
 
 ARCHITECTURE_KEYS = (
     "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -28,8 +28,11 @@ def export_pretrained(
     training_data: str,
     datasets: list[str],
     log_history: list[dict[str, Any]],
+    optimisation: dict[str, tuple[str, str]] | None = None,
     repo_id: str | None = None,
 ) -> Path:
+    """Save model, tokenizer, log, loss curve and card. `optimisation`: setting -> (this run, the paper), from
+    `optimisation_comparison`."""
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(export_dir)
@@ -55,6 +58,8 @@ def export_pretrained(
         architecture=architecture,
         training_data=training_data,
         training=training,
+        optimisation=optimisation or {},
+        optimisation_source=_paper_recipe_title(recipe.training_defaults[model_size]),
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name if curve else None,
         limitations=[
@@ -65,6 +70,51 @@ def export_pretrained(
     )
     write_card(meta, export_dir)
     return export_dir
+
+
+def _paper_recipe_title(paper: TrainingDefaults) -> str:
+    return f"{paper.source}; {paper.size} model"
+
+
+def optimisation_comparison(trainer, paper: TrainingDefaults, max_seq_length: int,
+                            mlm_probability: float | None = None) -> dict[str, tuple[str, str]]:
+    """What the run used, read from the trained `trainer` (its optimizer object, resolved arguments and decay
+    groups), next to the paper's values. `mlm_probability`: the run's masking rate (None: the recipe masks nothing)."""
+    args, state = trainer.args, trainer.state
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
+    names = [name for name, parameter in trainer.model.named_parameters() if parameter.requires_grad]
+    decayed = set(trainer.get_decay_parameter_names(trainer.model)) & set(names)
+    warmup = args.get_warmup_steps(state.max_steps)
+    scheduler_kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
+    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    rows = {
+        "optimizer": (describe_optimizer(type(optimizer).__name__, optimizer.defaults),
+                      describe_optimizer(paper.optim_class_name(), paper.optimizer_kwargs())),
+        "peak learning rate": (f"{args.learning_rate:g}", f"{paper.learning_rate:g}"),
+        "warmup": (describe_warmup(warmup, state.max_steps, scheduler_kwargs),
+                   describe_warmup(paper.warmup_steps, paper.total_steps, paper.lr_scheduler_kwargs)),
+        "decay": (describe_schedule(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type), scheduler_kwargs),
+                  describe_schedule(paper.lr_scheduler_type, paper.lr_scheduler_kwargs)),
+        "weight decay": (_decay_text(args.weight_decay, len(decayed) == len(names)),
+                         _decay_text(paper.weight_decay, paper.decay_norms_and_biases)),
+        "gradient clipping": (_clip_text(args.max_grad_norm), _clip_text(paper.max_grad_norm)),
+        "batch (sequences per update)": (f"{global_batch}", f"{paper.batch_size}" if paper.batch_size else "not stated"),
+        "sequence length": (f"{max_seq_length}", f"{paper.max_seq_length}"),
+        "updates": (f"{state.global_step}", f"{paper.total_steps}"),
+    }
+    if mlm_probability is not None:
+        rows["masking rate"] = (f"{mlm_probability:.0%}", f"{paper.mlm_probability or 0.15:.0%}")
+    return rows
+
+
+def _decay_text(weight_decay: float, every_parameter: bool) -> str:
+    if not weight_decay:
+        return "none"
+    return f"{weight_decay:g}, " + ("every parameter" if every_parameter else "biases and LayerNorm exempt")
+
+
+def _clip_text(max_grad_norm: float) -> str:
+    return f"global norm {max_grad_norm:g}" if max_grad_norm and max_grad_norm > 0 else "none"
 
 
 def push_export(export_dir: str | Path, repo_id: str, token: str | None = None, private: bool | None = None) -> str:

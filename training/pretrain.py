@@ -14,6 +14,7 @@ import argparse
 import ast
 import difflib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +26,9 @@ from training.recipes import all_recipes, get_recipe
 
 logger = logging.getLogger("pretrain")
 
-# Applied before the user's own flags (later flags win): what pretraining needs that Trainer's defaults lack.
+# Applied before the user's own flags (later flags win): what pretraining needs that Trainer's defaults lack. The
+# optimiser, schedule, batch and length come from the recipe's paper (`Recipe.training_defaults`, listed in --help).
 PRETRAINING_DEFAULTS = [
-    "--learning_rate", "1e-4",
-    "--weight_decay", "0.01",
-    "--adam_epsilon", "1e-6",
-    "--warmup_steps", "0.06",
-    "--max_grad_norm", "1.0",
     "--logging_steps", "10",
     "--save_steps", "500",
     "--eval_steps", "500",
@@ -74,6 +71,11 @@ class PretrainArguments:
         metadata={"help": "subword, whole_word, span, named_entity or noun_phrase (default: the recipe's)."},
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Masking budget as a fraction of word pieces."})
+    decay_norms_and_biases: bool = field(
+        default=False,
+        metadata={"help": "Apply weight decay to biases and LayerNorm weights too (SpanBERT's code did; Trainer "
+                  "exempts them). Default: the recipe's."},
+    )
     random_token_distribution: str = field(
         default="unigram", metadata={"help": "Law of the 10% random replacements: unigram (corpus) or uniform."}
     )
@@ -103,6 +105,21 @@ def parse_overrides(text: str | None) -> dict:
     return overrides
 
 
+def recipe_defaults_help() -> str:
+    """Per `--model`, the paper's training defaults of each size (sizes sharing one recipe on one line)."""
+    lines = ["Paper training defaults per --model and --model_size (applied before your flags: any flag overrides "
+             "them; sizes the paper lacks keep its optimiser and schedule, not its batch):"]
+    for name, recipe in sorted(all_recipes().items()):
+        groups: dict[str, list[str]] = {}
+        for size in recipe.sizes:
+            defaults = recipe.training_defaults[size]
+            groups.setdefault(f"{defaults.summary()} [{defaults.source}]", []).append(size)
+        lines += [f"  {name} {'/'.join(sizes)}: {text}" for text, sizes in groups.items()]
+    lines.append("  A run shorter than the paper's warms up over the paper's fraction of it (e.g. SpanBERT 10k of 2.4M "
+                 "steps); the paper's batch is reached by gradient accumulation over per-device batch x processes.")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, TrainingArguments]:
     import torch
 
@@ -110,13 +127,24 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     defaults_text = " ".join(f"{flag} {value}" if not value.startswith("--") else flag for flag, value in zip(PRETRAINING_DEFAULTS[::2], PRETRAINING_DEFAULTS[1::2]))
     parser = HfArgumentParser(
         (PretrainArguments, TrainingArguments),
-        description=__doc__ + f"\nPretraining defaults that differ from Trainer's (the same flags override them):\n  {defaults_text}",
+        description=__doc__ + f"\nPretraining defaults that differ from Trainer's (the same flags override them):\n  {defaults_text}\n\n"
+        + recipe_defaults_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # Without an accelerator, Trainer runs several launched processes as CPU DDP (gloo) only with use_cpu.
     defaults = PRETRAINING_DEFAULTS + ([] if torch.cuda.is_available() or torch.backends.mps.is_available() else ["--use_cpu", "true"])
+    # First pass: which recipe and size, how long a run and what per-device batch, to resolve the paper's defaults.
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
-    get_recipe(args.model)  # fail fast on an unknown --model
+    recipe = get_recipe(args.model)  # fail fast on an unknown --model
+    if args.model_size not in recipe.training_defaults:
+        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
+    recipe_flags = recipe.training_defaults[args.model_size].flags(
+        model_size=args.model_size, max_steps=training_args.max_steps,
+        per_device_batch_size=training_args.per_device_train_batch_size,
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),
+    )
+    args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
     # The collators read columns the model's forward does not name (word_start, linguistic_span).
     training_args.remove_unused_columns = False
     # An eval batch has targets when it has `labels`; without this Trainer would also demand every other forward
@@ -172,7 +200,7 @@ def main(argv: list[str] | None = None) -> Path:
     from training.data import (
         boundary_token_ids, load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution,
     )
-    from training.export import export_pretrained, push_export
+    from training.export import export_pretrained, optimisation_comparison, push_export
     from training.trainer import PretrainingTrainer, SaveOnSignal
 
     with training_args.main_process_first(desc="loading the corpus"):
@@ -250,6 +278,7 @@ def main(argv: list[str] | None = None) -> Path:
         processing_class=tokenizer,
         logged_outputs=recipe.logged_outputs,
         perplexity_of=recipe.perplexity_of,
+        decay_norms_and_biases=args.decay_norms_and_biases,
         callbacks=[SaveOnSignal()],
     )
     result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -274,13 +303,7 @@ def main(argv: list[str] | None = None) -> Path:
             training={
                 "steps": trainer.state.global_step,
                 "examples": len(train_dataset),
-                "max sequence length": args.max_seq_length,
                 "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
-                "batch size (global)": training_args.per_device_train_batch_size
-                * training_args.gradient_accumulation_steps * training_args.world_size,
-                "learning rate": training_args.learning_rate,
-                "weight decay": training_args.weight_decay,
-                "warmup": training_args.warmup_steps,
                 "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
                 "final training loss": round(metrics.get("train_loss", float("nan")), 4),
                 **({"validation loss": round(metrics["eval_loss"], 4)} if "eval_loss" in metrics else {}),
@@ -289,6 +312,8 @@ def main(argv: list[str] | None = None) -> Path:
             f" ({len(train_docs)} documents).",
             datasets=[args.dataset] if args.dataset and not Path(args.dataset).exists() else [],
             log_history=trainer.state.log_history,
+            optimisation=optimisation_comparison(trainer, recipe.training_defaults[args.model_size], args.max_seq_length,
+                                                 args.mlm_probability if args.masking_scheme else None),
             repo_id=training_args.hub_model_id,
         )
         logger.info("Exported to %s", export_dir)

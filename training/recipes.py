@@ -1,16 +1,22 @@
 """The `--model` registry of `training/pretrain.py`: one `Recipe` per pretraining method or baseline.
 
 A recipe names the model family, its size presets, how to build the collator (the pretraining objective's data side),
-which model outputs to log, and the paper metadata the model card needs. Families add their recipes in
-`training/recipes_<family>.py` and list them in `_RECIPE_MODULES` below.
+which model outputs to log, the paper's optimisation recipe per size (`TrainingDefaults`) and the paper metadata the
+model card needs. Families add their recipes in `training/recipes_<family>.py` and list them in `_RECIPE_MODULES`.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,138 @@ class Paper:
     year: int
     url: str
     bibtex: str
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """One paper configuration's optimisation recipe. `training/pretrain.py` turns it into flags placed before the
+    user's own, so any flag still overrides it. Only what torch and Trainer offer: `--optim` (`sgd` with
+    `optim_args` for Nesterov momentum), `--lr_scheduler_type` with `lr_scheduler_kwargs`, `--max_grad_norm`.
+
+    Attributes:
+        size: the paper's model size these values were published for ("base", "small", ...).
+        source: where the values come from (table, section, or the authors' code where the paper is silent).
+        learning_rate: peak learning rate.
+        warmup_steps, total_steps: the paper's warmup and run length in optimizer updates. A run as long as the
+            paper's keeps `warmup_steps`; a shorter one (`--max_steps` below `total_steps`, or a run measured in
+            epochs) warms up over the same fraction `warmup_steps / total_steps` of its own length, so the schedule
+            keeps the paper's shape instead of never leaving warmup.
+        optim, optim_args: Trainer's optimizer name and its `optim_args` string.
+        adam_beta1, adam_beta2, adam_epsilon: Adam's hyperparameters (unused by `sgd`).
+        weight_decay: decoupled weight decay (AdamW) or L2 (SGD).
+        decay_norms_and_biases: decay biases and LayerNorm weights too (the authors' code did); by default Trainer
+            exempts them, as BERT, ELECTRA and TEAMS do.
+        lr_scheduler_type, lr_scheduler_kwargs: Trainer's schedule after warmup.
+        max_grad_norm: clip the global gradient norm at this value (0: no clipping).
+        batch_size: sequences per update (the global batch); None where the paper does not say.
+        max_seq_length: tokens per sequence.
+        mlm_probability: masking rate when it is not the usual 15% (ELECTRA-Large: 25%).
+    """
+
+    size: str
+    source: str
+    learning_rate: float
+    warmup_steps: int
+    total_steps: int
+    optim: str = "adamw_torch_fused"
+    optim_args: str | None = None
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    weight_decay: float = 0.0
+    decay_norms_and_biases: bool = False
+    lr_scheduler_type: str = "linear"
+    lr_scheduler_kwargs: dict[str, float] | None = None
+    max_grad_norm: float = 1.0
+    batch_size: int | None = None
+    max_seq_length: int = 512
+    mlm_probability: float | None = None
+
+    def warmup_for(self, max_steps: int) -> float:
+        """`--warmup_steps` for a run of `max_steps` updates (<= 0: measured in epochs): the paper's steps, or the
+        paper's fraction of a shorter run (a float below 1, which Trainer reads as a ratio)."""
+        if max_steps >= self.total_steps:
+            return self.warmup_steps
+        return self.warmup_steps / self.total_steps
+
+    def flags(self, *, model_size: str, max_steps: int, per_device_batch_size: int, world_size: int,
+              set_by_user: Callable[[str], bool]) -> list[str]:
+        """The flags of this recipe for a `--model_size` run of `max_steps` updates. The batch, sequence length and
+        masking rate belong to the paper's model size: smaller smoke-test sizes keep the optimiser and schedule but
+        not the paper's batch. The global batch is reached by gradient accumulation over
+        `per_device_batch_size x world_size` unless the user set `--gradient_accumulation_steps`."""
+        flags = [
+            "--optim", self.optim,
+            "--learning_rate", repr(self.learning_rate),
+            "--adam_beta1", repr(self.adam_beta1),
+            "--adam_beta2", repr(self.adam_beta2),
+            "--adam_epsilon", repr(self.adam_epsilon),
+            "--weight_decay", repr(self.weight_decay),
+            "--decay_norms_and_biases", str(self.decay_norms_and_biases),
+            "--lr_scheduler_type", self.lr_scheduler_type,
+            "--warmup_steps", repr(self.warmup_for(max_steps)),
+            "--max_grad_norm", repr(self.max_grad_norm),
+        ]
+        if self.optim_args:
+            flags += ["--optim_args", self.optim_args]
+        if self.lr_scheduler_kwargs:
+            flags += ["--lr_scheduler_kwargs", json.dumps(self.lr_scheduler_kwargs)]
+        if model_size == self.size:
+            flags += ["--max_seq_length", str(self.max_seq_length)]
+            if self.mlm_probability is not None:
+                flags += ["--mlm_probability", repr(self.mlm_probability)]
+            if self.batch_size and not set_by_user("--gradient_accumulation_steps"):
+                per_update = per_device_batch_size * world_size
+                accumulation = max(1, math.ceil(self.batch_size / per_update))
+                if accumulation * per_update != self.batch_size:
+                    logger.warning("The paper's batch of %d is not a multiple of %d per update: training with %d.",
+                                   self.batch_size, per_update, accumulation * per_update)
+                flags += ["--gradient_accumulation_steps", str(accumulation)]
+        return flags
+
+    def summary(self) -> str:
+        """One line for `--help`."""
+        decay = f"weight decay {self.weight_decay:g}" + (" on every parameter" if self.decay_norms_and_biases else "")
+        batch = f"batch {self.batch_size} x {self.max_seq_length}" if self.batch_size else f"length {self.max_seq_length}"
+        return (f"{describe_optimizer(self.optim_class_name(), self.optimizer_kwargs())}, lr {self.learning_rate:g}, "
+                f"warmup {describe_warmup(self.warmup_steps, self.total_steps, self.lr_scheduler_kwargs)}, "
+                f"{describe_schedule(self.lr_scheduler_type, self.lr_scheduler_kwargs)}, {decay}, "
+                f"clip {self.max_grad_norm:g}, {batch}" + (f", masking {self.mlm_probability:.0%}" if self.mlm_probability else ""))
+
+    def optim_class_name(self) -> str:
+        return "SGD" if self.optim == "sgd" else "AdamW"
+
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """The hyperparameters `describe_optimizer` shows, as the torch optimizer names them."""
+        if self.optim == "sgd":
+            parsed = dict(item.split("=") for item in (self.optim_args or "").split(",") if item)
+            return {"momentum": float(parsed.get("momentum", 0)), "nesterov": parsed.get("nesterov", "False").lower() == "true"}
+        return {"betas": (self.adam_beta1, self.adam_beta2), "eps": self.adam_epsilon}
+
+
+def describe_optimizer(class_name: str, kwargs: dict[str, Any]) -> str:
+    """"AdamW (betas 0.9, 0.999; eps 1e-08)" or "SGD (Nesterov momentum 0.99)", from a torch optimizer's defaults."""
+    if "betas" in kwargs:
+        beta1, beta2 = kwargs["betas"]
+        return f"{class_name} (betas {beta1:g}, {beta2:g}; eps {kwargs['eps']:g})"
+    if kwargs.get("momentum"):
+        return f"{class_name} ({'Nesterov momentum' if kwargs.get('nesterov') else 'momentum'} {kwargs['momentum']:g})"
+    return class_name
+
+
+def describe_schedule(scheduler_type: str, kwargs: dict[str, Any] | None) -> str:
+    """What follows the warmup: "linear decay to 0", "cosine decay to 0.0001", ..."""
+    kwargs = kwargs or {}
+    if "min_lr" in kwargs:
+        return f"cosine decay to {kwargs['min_lr']:g}"
+    return {"linear": "linear decay to 0", "cosine": "cosine decay to 0"}.get(scheduler_type, f"{scheduler_type} schedule")
+
+
+def describe_warmup(warmup_steps: int, total_steps: int, scheduler_kwargs: dict[str, Any] | None) -> str:
+    """"10000 of 2400000 updates (0.42%)", with the starting rate when the schedule warms up from above 0."""
+    start = (scheduler_kwargs or {}).get("warmup_lr_rate")
+    share = f" ({warmup_steps / total_steps:.2%})" if total_steps > 0 else ""
+    return f"{warmup_steps} of {total_steps} updates{share}" + (f", from {start:g} x lr" if start else "")
 
 
 @dataclass(frozen=True)
@@ -40,8 +178,10 @@ class Recipe:
         logged_outputs: scalar `ModelOutput` fields averaged over each logging interval (e.g. `mlm_loss`).
         perplexity_of: loss fields whose exp() is logged as `<name>_ppl`.
         default_masking_scheme: the collator scheme this recipe uses unless `--masking_scheme` says otherwise.
+        training_defaults: `--model_size` -> the paper's optimisation recipe it trains with (`TrainingDefaults`);
+            sizes the paper does not have map to the nearest paper size's recipe.
         paper: citation for the card; `None` for plain baselines.
-        hyperparameters: the paper's recipe (lr, warmup, ...) shown on the card as reference.
+        hyperparameters: the paper's other settings (dropout, masking, loss weights) shown on the card.
     """
 
     name: str
@@ -49,6 +189,7 @@ class Recipe:
     summary: str
     sizes: dict[str, dict[str, Any]]
     build_collator: Callable[..., Any]
+    training_defaults: dict[str, TrainingDefaults]
     config_overrides: dict[str, Any] = field(default_factory=dict)
     build_dataset: Callable[..., Any] | None = None
     logged_outputs: tuple[str, ...] = ()

@@ -9,7 +9,7 @@ import datasets
 import torch
 
 from .data import boundary_token_ids
-from .recipes import Paper, Recipe
+from .recipes import Paper, Recipe, TrainingDefaults
 
 # Table 1 with the BPE vocabulary: d = 1024, FFN 4096, 16 heads; base 6 blocks per tower and a summed query, large
 # 12 blocks, 32 combination heads and a concatenated query. (Table 1's 12 combination heads for the base model do
@@ -39,10 +39,22 @@ CLOZE_PAPER = Paper(
 }""",
 )
 
+# Section 5.3: Nesterov's accelerated gradient with momentum 0.99 (torch's SGD(nesterov=True) is the same update
+# as fairseq's NAG, learning-rate changes included), gradients renormalised above norm 0.1 (= clipping at 0.1), the
+# learning rate warmed up linearly from 1e-7 to 1 over 16k steps, then one cosine cycle down to 1e-4; 600k updates
+# (base) / 1M (large). No weight decay (the paper names none; fairseq's default is 0). The paper does not give the
+# batch: paragraphs of any length, pretrain.py's per-device batch. tiny and small (not in the paper) get base's.
+_CLOZE = dict(source="Cloze-driven pretraining Sec. 5.3 and Table 1", learning_rate=1.0, warmup_steps=16_000,
+              optim="sgd", optim_args="momentum=0.99,nesterov=True", weight_decay=0.0,
+              lr_scheduler_type="cosine_warmup_with_min_lr",
+              lr_scheduler_kwargs={"min_lr": 1e-4, "warmup_lr_rate": 1e-7}, max_grad_norm=0.1, max_seq_length=512)
+CLOZE_TRAINING = {
+    "base": TrainingDefaults(size="base", total_steps=600_000, **_CLOZE),
+    "large": TrainingDefaults(size="large", total_steps=1_000_000, **_CLOZE),
+}
+CLOZE_TRAINING["tiny"] = CLOZE_TRAINING["small"] = CLOZE_TRAINING["base"]
+
 CLOZE_HYPERPARAMETERS = {
-    "optimizer": "Nesterov accelerated gradient, momentum 0.99, gradients renormalised above norm 0.1",
-    "learning rate": "linear warmup from 1e-7 to 1 over 16k steps, then one cosine cycle down to 1e-4",
-    "updates": "600k (base) / 1M (large)",
     "dropout": "0.1 model and attention, 0.05 after ReLU",
     "examples": "paragraphs of arbitrary length with boundary markers; every token is a target",
 }
@@ -98,6 +110,7 @@ RECIPES = {
         summary="Two-tower cloze language model: a forward and a backward transformer tower combined by an attention "
         "layer that predicts every token from its full left and right context, never from itself.",
         sizes=CLOZE_SIZES,
+        training_defaults=CLOZE_TRAINING,
         build_collator=lambda tokenizer, args: ClozeCollator(tokenizer),
         build_dataset=paragraph_examples,
         logged_outputs=("cloze_loss", "bilm_loss"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .recipes import Paper, Recipe
+from .recipes import Paper, Recipe, TrainingDefaults
 from .recipes_spanbert import build_span_collator
 
 # The paper's Table 5 (small = "Small/Small++"), plus tiny for tests and smoke runs.
@@ -53,20 +53,46 @@ ELECTRA_PAPER = Paper(
 }""",
 )
 
+# Table 5, with the authors' TF Model Garden config where it is silent (official/projects/teams: AdamW with weight
+# decay 0.01 except LayerNorm and biases, eps 1e-6, gradient norm clipped at 1.0, polynomial decay of power 1 =
+# linear). Base uses 2e-4 (Table 5's "2e-4/3e-4" is Base/Base++). tiny (not in the paper) gets small's optimiser
+# and schedule without its batch.
+_TEAMS = dict(source="TEAMS Table 5; clipping and weight-decay exclusions from the authors' TF Model Garden config",
+              warmup_steps=10_000, adam_epsilon=1e-6, weight_decay=0.01, max_grad_norm=1.0, max_seq_length=512)
+TEAMS_TRAINING = {
+    "small": TrainingDefaults(size="small", learning_rate=5e-4, total_steps=500_000, batch_size=256, **_TEAMS),
+    "base": TrainingDefaults(size="base", learning_rate=2e-4, total_steps=1_000_000, batch_size=256, **_TEAMS),
+    "large": TrainingDefaults(size="large", learning_rate=2e-4, total_steps=1_760_000, batch_size=2048, **_TEAMS),
+}
+TEAMS_TRAINING["tiny"] = TEAMS_TRAINING["small"]
+
+# ELECTRA Table 6 and the authors' code (google-research/electra: AdamW eps 1e-6, weight decay 0.01 except
+# LayerNorm and biases, gradient norm clipped at 1.0, linear decay): ELECTRA-Small trains on 128-token sequences,
+# batch 128, 1M steps; Base 256 x 512 for 766k steps; Large 2048 x 512 for 400k steps with 25% masking.
+_ELECTRA = dict(source="ELECTRA Table 6; clipping and weight-decay exclusions from the authors' code",
+                warmup_steps=10_000, adam_epsilon=1e-6, weight_decay=0.01, max_grad_norm=1.0)
+ELECTRA_TRAINING = {
+    "small": TrainingDefaults(size="small", learning_rate=5e-4, total_steps=1_000_000, batch_size=128, max_seq_length=128,
+                              **_ELECTRA),
+    "base": TrainingDefaults(size="base", learning_rate=2e-4, total_steps=766_000, batch_size=256, max_seq_length=512,
+                             **_ELECTRA),
+    "large": TrainingDefaults(size="large", learning_rate=2e-4, total_steps=400_000, batch_size=2048, max_seq_length=512,
+                              mlm_probability=0.25, **_ELECTRA),
+}
+ELECTRA_TRAINING["tiny"] = ELECTRA_TRAINING["small"]
+
 TEAMS_HYPERPARAMETERS = {
-    "peak learning rate": "5e-4 (small), 2e-4 (base, large); 10k warmup steps, linear decay",
-    "optimizer": "AdamW (beta1 0.9, beta2 0.999, eps 1e-6), weight decay 0.01",
-    "batch / steps": "small 256 x 500k, base 256 x 1M, large 2048 x 1.76M; sequences of 512",
     "masking": "15% of word pieces",
     "loss": "MLM + 5 RTD + 2 MWS, K = 5 non-original candidates (sampled without replacement)",
     "generator": "1/2 of the discriminator's layers at its width; bottom half shared; tied embeddings",
+    "dropout": "0.1 on all layers and attention",
 }
 
 ELECTRA_HYPERPARAMETERS = {
-    "peak learning rate": "5e-4 (small), 2e-4 (base, large); 10k warmup steps, linear decay",
-    "optimizer": "AdamW (eps 1e-6), weight decay 0.01",
+    "masking": "15% of word pieces (25% for large)",
     "loss": "MLM + 50 RTD",
     "generator": "1/4 (small, large) or 1/3 (base) of the discriminator's width; tied embeddings",
+    "dropout": "0.1 on all layers and attention",
 }
 
 LOGGED = ("mlm_loss", "rtd_loss", "mws_loss", "mlm_accuracy", "rtd_accuracy", "mws_accuracy")
@@ -86,6 +112,7 @@ RECIPES = {
         "token detection through an attention task layer fed from layer L-1 and selects the original token among "
         "K+1 candidates on layer L.",
         sizes=TEAMS_SIZES,
+        training_defaults=TEAMS_TRAINING,
         build_collator=build_masking_collator,
         config_overrides={"pretraining_tasks": "rtd+mws", "task_head_type": "attention", "layer_tying": "bottom_half"},
         logged_outputs=LOGGED,
@@ -100,6 +127,7 @@ RECIPES = {
         summary="ELECTRA baseline on TEAMS's code path: replaced token detection only through an FFN head on the top "
         "layer, a narrow full-depth generator with tied embeddings and no shared layers, loss MLM + 50 RTD.",
         sizes=ELECTRA_SIZES,
+        training_defaults=ELECTRA_TRAINING,
         build_collator=build_masking_collator,
         config_overrides={
             "pretraining_tasks": "rtd",

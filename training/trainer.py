@@ -12,16 +12,23 @@ from transformers import Trainer, TrainerCallback
 
 class PretrainingTrainer(Trainer):
     """Trainer that also logs the mean of chosen scalar model outputs (e.g. `mlm_loss`, `sbo_loss`, `rtd_accuracy`)
-    over each logging interval, their perplexities, and training throughput in non-padding tokens per second."""
+    over each logging interval, their perplexities, and training throughput in non-padding tokens per second.
+    `decay_norms_and_biases=True` applies weight decay to every parameter, as SpanBERT's fairseq code did."""
 
-    def __init__(self, *args, logged_outputs=(), perplexity_of=(), **kwargs):
+    def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.logged_outputs = tuple(logged_outputs)
         self.perplexity_of = tuple(perplexity_of)
+        self.decay_norms_and_biases = decay_norms_and_biases
         self._sums: dict[str, torch.Tensor] = {}
         self._count = 0
         self._tokens = 0
         self._interval_start = time.perf_counter()
+
+    def get_decay_parameter_names(self, model) -> list[str]:
+        if self.decay_norms_and_biases:
+            return [name for name, _ in model.named_parameters()]
+        return super().get_decay_parameter_names(model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(**inputs)
