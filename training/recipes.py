@@ -42,6 +42,18 @@ class Recipe:
         default_masking_scheme: the collator scheme this recipe uses unless `--masking_scheme` says otherwise.
         paper: citation for the card; `None` for plain baselines.
         hyperparameters: the paper's recipe (lr, warmup, ...) shown on the card as reference.
+        training_defaults: `pretrain.py` flag -> value defaults of this recipe (its paper's optimiser, schedule,
+            default size, ...), applied after the generic pretraining defaults and before the user's own flags.
+        load_corpus: optional `(args) -> Dataset`, the recipe's own corpus of documents (default:
+            `training.data.load_corpus`, one text per row); the validation documents are split off it.
+        corpus_description: what the embedded default corpus is, for the card (default: the lead sections).
+        build_tokenizer: optional `(train_docs, args) -> PreTrainedTokenizerFast` trained when no `--tokenizer_name`
+            is given and OUTPUT_DIR holds none (default: a cased WordPiece).
+        init_model: optional `(model, tokenizer, train_docs, args, training_args) -> None`, run once on the new model
+            before training (e.g. frozen pretrained word vectors; a resumed run then loads its checkpoint over it).
+        trainer_class: the Trainer subclass that runs the recipe (default `PretrainingTrainer`).
+        describe_training: optional `(trainer, args) -> dict` of rows added to (or replacing) the card's training table.
+        card_plots: extra card figures, file name -> logged keys drawn in it.
     """
 
     name: str
@@ -56,10 +68,18 @@ class Recipe:
     default_masking_scheme: str | None = None
     paper: Paper | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    training_defaults: dict[str, Any] = field(default_factory=dict)
+    load_corpus: Callable[..., Any] | None = None
+    corpus_description: str | None = None
+    build_tokenizer: Callable[..., Any] | None = None
+    init_model: Callable[..., None] | None = None
+    trainer_class: type | None = None
+    describe_training: Callable[..., dict[str, Any]] | None = None
+    card_plots: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # Each module defines RECIPES: dict[str, Recipe].
-_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze")
+_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze", "training.recipes_bertac")
 
 
 def all_recipes() -> dict[str, Recipe]:
