@@ -204,11 +204,12 @@ def main(argv: list[str] | None = None) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
         elif tokenizer_dir.is_dir():  # resuming, or a rerun: keep the vocabulary the checkpoints were trained with
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        elif recipe.build_tokenizer:
-            tokenizer = recipe.build_tokenizer(train_docs, args)
         else:
-            logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
-            tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
+            if recipe.build_tokenizer:
+                tokenizer = recipe.build_tokenizer(train_docs, args)
+            else:
+                logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
+                tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
             if training_args.process_index == 0:
                 tokenizer.save_pretrained(tokenizer_dir)
 

@@ -173,11 +173,11 @@ class GanTrainer(PretrainingTrainer):
 
             last = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
             raise NonFiniteLossError(
-                f"the {which} loss or its gradient became {values[0].item()} / {values[1].item()} at step "
+                f"the {which} loss became {values[0].item():.4g} (gradient norm {values[1].item():.4g}) at step "
                 f"{self.state.global_step + 1}; training stopped before that update. "
-                + (f"The last good checkpoint is {last}: resume from it (--resume_from_checkpoint {last}) "
-                   if last else "No checkpoint was saved yet: restart ")
-                + "with a lower --learning_rate (or --config_overrides generator_loss=non_saturating)."
+                + (f"The last good checkpoint, {last}, is kept. " if last else "No checkpoint was saved yet. ")
+                + "Start a new run with a lower --learning_rate (a resumed run keeps its old rate) or try "
+                "--config_overrides generator_loss=non_saturating."
             )
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):

@@ -117,6 +117,23 @@ class BertacWordEmbeddings(nn.Module):
         return F.embedding(input_ids, self.weight, self.padding_idx)
 
 
+class BertacWordProjection(nn.Linear):
+    """W_s, the CNN's bias-free `dw -> dw` word projection (N(0, 0.1) init, as in the authors' `Generator`)."""
+
+    def __init__(self, dim: int):
+        super().__init__(dim, dim, bias=False)
+
+
+class BertacDiscriminator(nn.Linear):
+    """D: logistic regression on one CNN vector; returns its logit `w . z + b`, shape `(B,)`."""
+
+    def __init__(self, in_features: int):
+        super().__init__(in_features, 1)
+
+    def forward(self, representation: torch.Tensor) -> torch.Tensor:
+        return super().forward(representation).squeeze(-1)
+
+
 class BertacCnnEncoder(nn.Module):
     """The trained part of one CNN (F or R): word projection, one convolution per window width, masked average
     pooling over time, concatenation. Reads word embeddings, so R and F can share one frozen table."""
@@ -125,7 +142,7 @@ class BertacCnnEncoder(nn.Module):
         super().__init__()
         self.windows = list(config.filter_windows)
         self.slope = config.leaky_relu_slope
-        self.projection = nn.Linear(config.word_embedding_dim, config.word_embedding_dim, bias=False)
+        self.projection = BertacWordProjection(config.word_embedding_dim)
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.word_embedding_dim, config.num_filters, width, padding=width - 1) for width in self.windows
         )
@@ -153,12 +170,21 @@ class BertacCnnPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        # Called per module that holds parameters or buffers, so each role has its own class.
         config = self.config
-        if isinstance(module, BertacCnnEncoder):
-            init.normal_(module.projection.weight, mean=0.0, std=config.projection_initializer_std)
-            for convolution in module.convolutions:  # He init, as the paper says
-                init.kaiming_normal_(convolution.weight, a=config.leaky_relu_slope, nonlinearity="leaky_relu")
-                init.zeros_(convolution.bias)
+        if isinstance(module, BertacWordProjection):
+            init.normal_(module.weight, mean=0.0, std=config.projection_initializer_std)
+        elif isinstance(module, nn.Conv1d):  # He init, as the paper says
+            init.kaiming_normal_(module.weight, a=config.leaky_relu_slope, nonlinearity="leaky_relu")
+            init.zeros_(module.bias)
+        elif isinstance(module, BertacDiscriminator):
+            # Logistic regression starts undecided (D = 1/2 everywhere), so its first update points from the fake
+            # representations towards the real ones instead of along a random initial direction.
+            init.zeros_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear):  # the self-supervised ablation's projection
+            init.normal_(module.weight, mean=0.0, std=config.initializer_range)
+            init.zeros_(module.bias)
         elif isinstance(module, BertacWordEmbeddings):
             table = module.weight
             if not getattr(table, "_is_hf_initialized", False):
@@ -166,11 +192,6 @@ class BertacCnnPreTrainedModel(PreTrainedModel):
                 # Generator; training/bertac_data.py fills the others from fastText.
                 table.uniform_(-0.1, 0.1)
                 table[config.pad_token_id].zero_()
-        elif isinstance(module, BertacCnnForPreTraining):
-            for head in (module.discriminator, module.entity_projection):
-                if head is not None:
-                    init.normal_(head.weight, mean=0.0, std=config.initializer_range)
-                    init.zeros_(head.bias)
 
 
 class BertacCnnModel(BertacCnnPreTrainedModel):
@@ -179,7 +200,7 @@ class BertacCnnModel(BertacCnnPreTrainedModel):
     The word embedding table is frozen (a buffer, not a parameter) and saved with the weights. Word ids come from the
     checkpoint's own word tokenizer (lowercased BERT basic words + `[EM]`):
 
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
         vector = AutoModel.from_pretrained(path, trust_remote_code=True)(**tokenizer(text, return_tensors="pt")).pooler_output
 
     BERTAC's TIER layers feed updated word embeddings instead of ids: pass them as `inputs_embeds`.
@@ -245,7 +266,7 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
         self.cnn = BertacCnnModel(config)
         gan = config.pretraining_objective == "gan"
         self.real_encoder = BertacCnnEncoder(config) if gan else None
-        self.discriminator = nn.Linear(config.output_size, 1) if gan else None
+        self.discriminator = BertacDiscriminator(config.output_size) if gan else None
         self.entity_projection = None if gan else nn.Linear(config.output_size, config.word_embedding_dim)
         self.post_init()
 
@@ -290,8 +311,8 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
         with torch.set_grad_enabled(torch.is_grad_enabled() and gan_step is None):  # F is not trained by D's loss
             fake = self.cnn(input_ids, attention_mask).pooler_output
         real = self.real_encoder(self.cnn.embeddings(entity_ids), entity_attention_mask)
-        real_logits = self.discriminator(real).squeeze(-1)
-        fake_logits = self.discriminator(fake).squeeze(-1)
+        real_logits = self.discriminator(real)
+        fake_logits = self.discriminator(fake)
         d_loss = discriminator_loss(real_logits, fake_logits)
         output = BertacCnnForPreTrainingOutput(
             loss=d_loss,
@@ -321,6 +342,8 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
 __all__ = [
     "BertacCnnPreTrainedModel",
     "BertacWordEmbeddings",
+    "BertacWordProjection",
+    "BertacDiscriminator",
     "BertacCnnEncoder",
     "BertacCnnModel",
     "BertacCnnForPreTraining",
