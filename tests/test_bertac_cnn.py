@@ -6,16 +6,14 @@ import json
 import math
 import os
 import re
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_isolated
+from helpers import run_isolated, terminate_when
 from safetensors.torch import load_file
+from test_pretrain import PRETRAIN, env, pretrain
 from torch.nn import functional as F
 
 import models  # noqa: F401
@@ -29,8 +27,6 @@ from models.bertac.modeling_bertac import (
 from training import bertac_data
 from training.recipes_bertac import BERTAC_CNN_SIZES
 
-REPO = Path(__file__).resolve().parents[1]
-PRETRAIN = str(REPO / "training" / "pretrain.py")
 # 12 real articles of the embedded enwiki excerpt (about 1,400 pairs), the tiny preset, 16 pairs per step.
 TINY = ["--model", "bertac_cnn", "--model_size", "tiny", "--max_documents", "12", "--per_device_train_batch_size", "16",
         "--dataloader_num_workers", "0"]
@@ -47,18 +43,7 @@ The airport opened in 2006 near [[Bang Phli District|Bang Phli]], replacing [[Do
 """
 
 
-def env():
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"}
-
-
-def pretrain(*args, launcher=(sys.executable,), check=True, timeout=600):
-    result = subprocess.run([*launcher, PRETRAIN, *args], capture_output=True, text=True, env=env(), timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stderr[-5000:]}")
-    return result
-
-
-def train_logs(state_path):
+def step_logs(state_path):
     return [entry for entry in json.loads(Path(state_path).read_text())["log_history"] if "f_loss" in entry or "mse_loss" in entry]
 
 
@@ -69,10 +54,18 @@ def tiny_config(**overrides):
 
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory):
-    """An uninterrupted tiny run (fastText trained on the fly, checkpoints every 10 steps, export at the end)."""
-    out = tmp_path_factory.mktemp("bertac") / "reference"
-    pretrain(*TINY, "--output_dir", str(out), "--max_steps", str(REFERENCE_STEPS), "--logging_steps", "1",
-             "--save_steps", "10", "--save_total_limit", "100", "--validation_documents", "2")
+    """An uninterrupted tiny run (fastText trained on the fly, checkpoints every 10 steps, export at the end), made
+    once for every pytest-xdist worker (they share the parent of their temporary folders)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared  # this session's folder either way
+    out = shared / "bertac_reference_run"
+    with FileLock(str(shared / "bertac_reference_run.lock")):
+        if not (out / "export" / "model.safetensors").exists():
+            pretrain(*TINY, "--output_dir", str(out), "--max_steps", str(REFERENCE_STEPS), "--logging_steps", "1",
+                     "--save_steps", "10", "--save_total_limit", "100", "--validation_documents", "2",
+                     "--overwrite_output_dir")
     return out
 
 
@@ -305,21 +298,13 @@ def test_interrupted_run_resumes_bitwise(reference_run, tmp_path):
     out = tmp_path / "interrupted"
     args = [*TINY, "--output_dir", str(out), "--max_steps", str(REFERENCE_STEPS), "--logging_steps", "1",
             "--save_steps", "10", "--save_total_limit", "100", "--validation_documents", "2"]
-    process = subprocess.Popen([sys.executable, PRETRAIN, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=env())
-    deadline = time.time() + 300
-    while not (out / "checkpoint-10" / "trainer_state.json").exists():
-        assert process.poll() is None, process.stderr.read()[-3000:]
-        assert time.time() < deadline
-        time.sleep(0.02)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=120) == 0, process.stderr.read()[-3000:]
+    terminate_when([sys.executable, PRETRAIN, *args], out / "checkpoint-10" / "trainer_state.json", env())
     stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
     assert 10 <= stopped_at < REFERENCE_STEPS and not (out / "export").exists()
 
     pretrain(*args, "--resume_from_checkpoint", "true")
     final, expected = out / f"checkpoint-{REFERENCE_STEPS}", reference_run / f"checkpoint-{REFERENCE_STEPS}"
-    resumed_logs, reference_logs = train_logs(final / "trainer_state.json"), train_logs(expected / "trainer_state.json")
+    resumed_logs, reference_logs = step_logs(final / "trainer_state.json"), step_logs(expected / "trainer_state.json")
     keys = ("step", "d_loss", "f_loss", "d_accuracy_real", "d_accuracy_fake", "cosine_unrelated")
     assert [[e[k] for k in keys] for e in resumed_logs] == [[e[k] for k in keys] for e in reference_logs]
     resumed, reference = load_file(final / "model.safetensors"), load_file(expected / "model.safetensors")
@@ -349,8 +334,7 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(refere
     vectors = next((reference_run / "word_vectors").glob("*.vec"))
     out = tmp_path / "diverging"
     result = pretrain(*TINY, "--output_dir", str(out), "--max_steps", "20", "--save_steps", "1", "--save_total_limit", "100",
-                      "--learning_rate", "1e8",
-                      "--validation_documents", "0", "--word_vectors", str(vectors), check=False)
+                      "--learning_rate", "1e8", "--validation_documents", "0", "--word_vectors", str(vectors), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     failed_at = int(re.search(r"at step (\d+); training stopped before that update", result.stderr).group(1))
     last_good = out / f"checkpoint-{failed_at - 1}"
@@ -361,6 +345,15 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(refere
     assert all(torch.isfinite(t).all() for t in load_file(last_good / "model.safetensors").values())
 
 
+def test_bad_input_gets_one_clear_line(tmp_path):
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"text": "not a dump"}\n')
+    result = pretrain(*TINY, "--dataset", str(notes), "--output_dir", str(tmp_path / "run"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "is not a MediaWiki XML dump" in result.stderr
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("checkpoint-*"))
+
+
 @pytest.mark.slow
 def test_real_data_gan_run_moves_d_off_chance_with_finite_losses(tmp_path):
     """30 real articles (~3,500 pairs), the paper's RMSProp at 2e-4, 120 steps of 64 pairs. D first learns to tell
@@ -369,7 +362,7 @@ def test_real_data_gan_run_moves_d_off_chance_with_finite_losses(tmp_path):
     pretrain("--model", "bertac_cnn", "--model_size", "tiny", "--max_documents", "30", "--per_device_train_batch_size",
              "64", "--max_steps", "120", "--logging_steps", "5", "--save_steps", "120", "--validation_documents", "3",
              "--output_dir", str(out))
-    logs = train_logs(out / "checkpoint-120" / "trainer_state.json")
+    logs = step_logs(out / "checkpoint-120" / "trainer_state.json")
     assert len(logs) == 24
     keys = ("d_loss", "f_loss", "d_accuracy_real", "d_accuracy_fake", "real_norm", "fake_norm", "cosine_related",
             "cosine_unrelated")
@@ -390,7 +383,7 @@ def test_self_supervised_ablation_trains_through_pretrain(reference_run, tmp_pat
     pretrain(*TINY, "--output_dir", str(out), "--max_steps", "60", "--logging_steps", "10", "--save_steps", "60",
              "--validation_documents", "0", "--learning_rate", "2e-3", "--word_vectors", str(vectors),
              "--config_overrides", "pretraining_objective=self_supervised")
-    logs = train_logs(out / "checkpoint-60" / "trainer_state.json")
+    logs = step_logs(out / "checkpoint-60" / "trainer_state.json")
     assert all("d_loss" not in entry for entry in logs)
     assert logs[-1]["mse_loss"] < 0.7 * logs[0]["mse_loss"], [entry["mse_loss"] for entry in logs]
     weights = load_file(out / "export" / "model.safetensors")

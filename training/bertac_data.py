@@ -35,6 +35,10 @@ from .resources import resource_path
 
 logger = logging.getLogger(__name__)
 
+# `datasets` hashes module-level map functions by name, not code: the caches below are keyed by this file's source
+# (and the parser's version) too, so a changed parser never reuses stale sentences.
+_SOURCE_DIGEST = hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
+
 EMBEDDED_DUMP = "enwiki_excerpt"
 WIKILINK_SOURCE = "wikilink"
 PAD, UNK, ENTITY_MASK = "[PAD]", "[UNK]", "[EM]"
@@ -129,10 +133,10 @@ def _open_dump(path):
     return bz2.open(path, "rb") if magic == b"BZh" else open(path, "rb")
 
 
-def iter_article_pages(paths: list[str], max_pages: int | None = None, file_stamps=None) -> Iterator[dict[str, str]]:
+def iter_article_pages(paths: list[str], max_pages: int | None = None, cache_key=None) -> Iterator[dict[str, str]]:
     """Articles (namespace 0, no redirects) of dump files, parsed lazily: `{"title", "wikitext"}` per page.
 
-    `file_stamps` (size, mtime) is unused here; it keys `Dataset.from_generator`'s cache to the files' contents.
+    `cache_key` is unused here; it keys `Dataset.from_generator`'s cache to the files (size, mtime) and this code.
     """
     count = 0
     for path in paths:
@@ -157,7 +161,7 @@ def load_article_pages(dataset: str | None = None, max_documents: int | None = N
     stamps = [(Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]
     pages = datasets.Dataset.from_generator(
         iter_article_pages,
-        gen_kwargs={"paths": files, "max_pages": max_documents, "file_stamps": stamps},
+        gen_kwargs={"paths": files, "max_pages": max_documents, "cache_key": (stamps, _SOURCE_DIGEST)},
         num_proc=min(num_proc or 1, len(files)) if len(files) > 1 else None,
         split="train",
     )
@@ -296,8 +300,16 @@ def page_sentences(batch: dict[str, list]) -> dict[str, list]:
 
 def article_sentences(pages: datasets.Dataset, num_proc: int | None = None) -> datasets.Dataset:
     """Every paragraph sentence of the pages, with the spans of its entity links (cached by `datasets`)."""
+    import mwparserfromhell
+
     return pages.map(page_sentences, batched=True, batch_size=16, remove_columns=pages.column_names, num_proc=num_proc,
-                     desc="Parsing wikitext")
+                     new_fingerprint=_fingerprint(pages, "sentences", mwparserfromhell.__version__), desc="Parsing wikitext")
+
+
+def _fingerprint(dataset: datasets.Dataset, *parts) -> str:
+    from datasets.fingerprint import Hasher
+
+    return Hasher.hash([dataset._fingerprint, _SOURCE_DIGEST, *parts])
 
 
 # ------------------------------------------------------------------------------------------------ sentence pairs
@@ -317,7 +329,11 @@ def mask_one_mention(batch: dict[str, list], seed: int) -> dict[str, list]:
             continue
         pick = draw_index(seed, f"{title}\x00{sentence}", len(starts))
         start, end = starts[pick], ends[pick]
-        entity, masked = sentence[start:end].strip(), f"{sentence[:start]}{ENTITY_MASK}{sentence[end:]}"
+        while start < end and sentence[start].isspace():
+            start += 1
+        while end > start and sentence[end - 1].isspace():
+            end -= 1
+        entity, masked = sentence[start:end], f"{sentence[:start]}{ENTITY_MASK}{sentence[end:]}"
         # A mention without words, or a sentence that is nothing but the mention, makes no pair.
         if not split_words(entity) or not split_words(sentence[:start] + " " + sentence[end:]):
             continue
@@ -338,7 +354,8 @@ def entity_masked_pairs(pages: datasets.Dataset, seed: int, num_proc: int | None
     """
     sentences = article_sentences(pages, num_proc)
     return sentences.map(mask_one_mention, batched=True, fn_kwargs={"seed": seed}, remove_columns=sentences.column_names,
-                         num_proc=num_proc, desc="Masking one mention per sentence")
+                         num_proc=num_proc, new_fingerprint=_fingerprint(sentences, "pairs", seed),
+                         desc="Masking one mention per sentence")
 
 
 def encode_pairs(pairs: datasets.Dataset, tokenizer, max_words: int, num_proc: int | None = None) -> datasets.Dataset:
@@ -419,7 +436,9 @@ def fasttext_vectors(sentences: datasets.Dataset, dim: int, cache_dir: str | Pat
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     text_path = cache_dir / "fasttext-input.txt"
-    version = importlib.metadata.version("fasttext-numpy2") if importlib.util.find_spec("fasttext") else "missing"
+    if importlib.util.find_spec("fasttext") is None:
+        raise OSError("Training word vectors needs fastText: `pip install fasttext-numpy2`, or pass --word_vectors.")
+    version = next((importlib.metadata.version(d) for d in ("fasttext-numpy2", "fasttext") if _installed(d)), "")
     digest = hashlib.blake2b(repr((sorted(FASTTEXT_SETTINGS.items()), dim, threads, version)).encode(), digest_size=16)
     with open(text_path, "w", encoding="utf-8") as handle:
         for batch in sentences.iter(batch_size=1000):
@@ -441,6 +460,16 @@ def fasttext_vectors(sentences: datasets.Dataset, dim: int, cache_dir: str | Pat
         partial.rename(vectors_path)  # a run killed while writing never leaves a truncated cache behind
     text_path.unlink()
     return vectors_path
+
+
+def _installed(distribution: str) -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def read_word_vectors(path: str | Path, wanted: set[str]) -> dict[str, np.ndarray]:

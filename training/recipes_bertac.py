@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from .bertac_data import (
+    ENTITY_MASK,
     EntityPairCollator,
     article_sentences,
     embedding_table,
@@ -79,6 +80,9 @@ def build_word_tokenizer(pages, args):
 
 
 def build_pair_dataset(pages, tokenizer, args):
+    if tokenizer.mask_token != ENTITY_MASK:
+        raise ValueError(f"--model bertac_cnn needs a CNN word tokenizer with {ENTITY_MASK} as its mask token (e.g. an "
+                         "earlier bertac_cnn export); drop --tokenizer_name to build one from the pairs.")
     return encode_pairs(pairs_of(pages, args), tokenizer, args.max_seq_length, num_proc=args.preprocessing_num_workers)
 
 

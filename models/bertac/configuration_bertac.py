@@ -44,8 +44,8 @@ class BertacCnnConfig(PreTrainedConfig):
             code states another).
         projection_initializer_std: Std of the N(0, std) init of the bias-free word projection (0.1, as in the
             authors' `Generator`). Convolutions use He init, as the paper says.
-        initializer_range: Std of the N(0, std) init of the discriminator and of the self-supervised projection
-            (the paper does not say; a guess).
+        initializer_range: Std of the N(0, std) init of the self-supervised projection. (D, the logistic regression,
+            starts at zero: undecided. The paper says neither.)
         pad_token_id: Id of `[PAD]`, whose embedding row is zero.
         mask_token_id: Id of `[EM]`, the token that replaces the entity mention.
         pretraining_objective: "gan" (Algorithm 1) or "self_supervised" (Tables 4 and 8: F regresses the mean word
