@@ -30,7 +30,7 @@ from training.recipes_bertac import BERTAC_CNN_SIZES
 # 12 real articles of the embedded enwiki excerpt (about 1,400 pairs), the tiny preset, 16 pairs per step.
 TINY = ["--model", "bertac_cnn", "--model_size", "tiny", "--max_documents", "12", "--per_device_train_batch_size", "16",
         "--dataloader_num_workers", "0"]
-REFERENCE_STEPS = 400
+REFERENCE_STEPS = 200
 
 WIKITEXT = """{{Infobox airport}}
 '''[[Suvarnabhumi Airport]]''' ({{lang-th|x}}) is [[Thailand]]'s main international air hub.<ref>A [[Citation]].</ref>
@@ -302,7 +302,8 @@ def test_interrupted_run_resumes_bitwise(reference_run, tmp_path):
     stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
     assert 10 <= stopped_at < REFERENCE_STEPS and not (out / "export").exists()
 
-    pretrain(*args, "--resume_from_checkpoint", "true")
+    resumed_run = pretrain(*args, "--resume_from_checkpoint", "true")
+    assert "Reusing the fastText vectors" in resumed_run.stderr  # cached in OUTPUT_DIR/word_vectors, not retrained
     final, expected = out / f"checkpoint-{REFERENCE_STEPS}", reference_run / f"checkpoint-{REFERENCE_STEPS}"
     resumed_logs, reference_logs = step_logs(final / "trainer_state.json"), step_logs(expected / "trainer_state.json")
     keys = ("step", "d_loss", "f_loss", "d_accuracy_real", "d_accuracy_fake", "cosine_unrelated")
