@@ -18,6 +18,7 @@ SCRIPTS = {
     "teams": ["bench_teams.py"],
     "cloze": ["bench_cloze.py"],
     "hire": ["bench_hire.py"],
+    "bertac_cnn": ["bench_bertac_cnn.py"],
     "glue": ["bench_glue_minilm.py"],
     "qa": ["bench_qa_minilm.py"],
 }

@@ -2,8 +2,8 @@
 
 `write_card(CardMetadata(...), folder)` renders README.md with YAML front matter (library_name, license, tags,
 datasets, pipeline_tag, base_model, model-index), the method and its citation, how to load the checkpoint with
-`trust_remote_code=True`, training data and hyperparameters, the loss curve, evaluation results, intended use and
-limitations. `add_eval_results(folder, ...)` merges new results into an existing card's model-index and results table.
+`trust_remote_code=True`, training data and hyperparameters, the loss curve and other training figures, evaluation
+results, intended use and limitations. `add_eval_results(folder, ...)` merges new results into an existing card's model-index and results table.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ The paper's other settings, for reference:
 {% if meta.loss_curve -%}
 ![Training loss]({{ meta.loss_curve }})
 {%- endif %}
+{% for caption, file in meta.figures %}
+![{{ caption }}]({{ file }})
+{% endfor %}
 
 ## Evaluation results
 
@@ -134,6 +137,7 @@ class CardMetadata:
     optimisation_source: str = ""
     paper_hyperparameters: dict[str, Any] = field(default_factory=dict)
     loss_curve: str | None = None
+    figures: list[tuple[str, str]] = field(default_factory=list)
     eval_results: list[dict[str, Any]] = field(default_factory=list)
     intended_use: str = (
         "A research checkpoint for studying pretraining objectives: fine-tune it (e.g. with this project's "
@@ -240,7 +244,9 @@ def add_eval_results(
     return path
 
 
-def plot_loss_curve(log_history: list[dict[str, Any]], path: str | Path, keys: tuple[str, ...] = ("loss",)) -> Path | None:
+def plot_loss_curve(
+    log_history: list[dict[str, Any]], path: str | Path, keys: tuple[str, ...] = ("loss",), ylabel: str = "loss"
+) -> Path | None:
     """Draw the training curves logged by Trainer (one line per key found) to a PNG; None when nothing was logged."""
     import matplotlib
 
@@ -256,7 +262,7 @@ def plot_loss_curve(log_history: list[dict[str, Any]], path: str | Path, keys: t
         steps, values = zip(*points)
         ax.plot(steps, values, label=name)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

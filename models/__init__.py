@@ -3,8 +3,9 @@
 Every family lives in one self-contained folder ``models/<family>/`` holding ``configuration_<family>.py`` and
 ``modeling_<family>.py``. The configuration module declares ``AUTO_MAP``: the Auto class -> ``module.Class`` map
 that is written into every saved ``config.json``, so one export loads through every Auto class with
-``trust_remote_code=True``. This module reads that same map to register the classes locally, so the map is the
-single source of truth.
+``trust_remote_code=True``. A folder that holds several model types (BERTAC: its CNN and the fused model) declares
+``AUTO_MAPS`` instead, one such map per model type. This module reads those same maps to register the classes
+locally, so the maps are the single source of truth.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ FAMILIES: list[str] = sorted(
 )
 
 
-def _register_family(family: str) -> dict[str, type]:
+def _auto_maps(family: str) -> dict[str, dict[str, str]]:
+    """Registry name -> auto_map: the family's own name for an ``AUTO_MAP``, each model type for ``AUTO_MAPS``."""
     configuration = importlib.import_module(f"{__name__}.{family}.configuration_{family}")
-    auto_map: dict[str, str] = configuration.AUTO_MAP
+    return getattr(configuration, "AUTO_MAPS", None) or {family: configuration.AUTO_MAP}
+
+
+def _register(family: str, auto_map: dict[str, str]) -> dict[str, type]:
     classes = {}
     for auto_name, target in auto_map.items():
         module_name, class_name = target.split(".")
@@ -37,13 +42,17 @@ def _register_family(family: str) -> dict[str, type]:
     return classes
 
 
-REGISTRY: dict[str, dict[str, type]] = {family: _register_family(family) for family in FAMILIES}
+# Keyed by family, or by model type for the folders that declare AUTO_MAPS ("bertac_cnn").
+REGISTRY: dict[str, dict[str, type]] = {
+    name: _register(family, auto_map) for family in FAMILIES for name, auto_map in _auto_maps(family).items()
+}
 
 
 def get_class(family: str, auto_name: str) -> type:
-    """The class a family registers for an Auto class, e.g. ``get_class("spanbert", "AutoModelForPreTraining")``."""
+    """The class a family (or a model type of a several-type folder) registers for an Auto class, e.g.
+    ``get_class("spanbert", "AutoModelForPreTraining")`` or ``get_class("bertac_cnn", "AutoModel")``."""
     if family not in REGISTRY:
-        raise KeyError(f"Unknown model family {family!r}; available: {', '.join(FAMILIES)}")
+        raise KeyError(f"Unknown model family {family!r}; available: {', '.join(REGISTRY)}")
     if auto_name not in REGISTRY[family]:
         raise KeyError(f"Family {family!r} has no class for {auto_name}; it has {', '.join(REGISTRY[family])}")
     return REGISTRY[family][auto_name]

@@ -49,3 +49,24 @@ def save_tiny_spanbert(path, head_class_name: str, max_position_embeddings: int 
     getattr(spanbert, head_class_name)(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def terminate_when(command: list[str], marker, env: dict, timeout: float = 300) -> None:
+    """Start `command`, send it SIGTERM as soon as the file `marker` exists (e.g. a run's first checkpoint), and
+    check that it then exits cleanly: a run preempted in the middle, as SaveOnSignal handles it."""
+    import signal
+    import time
+    from pathlib import Path
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + timeout
+    while not Path(marker).exists():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended before {marker} appeared:\n{process.stderr.read()[-3000:]}")
+        if time.time() > deadline:
+            process.kill()
+            raise AssertionError(f"{marker} did not appear within {timeout} s")
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    if process.wait(timeout=120) != 0:
+        raise AssertionError(f"the interrupted run failed:\n{process.stderr.read()[-3000:]}")

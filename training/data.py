@@ -84,9 +84,21 @@ def _looks_like_hub_id(name: str) -> bool:
     return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None and not Path(name).suffix in _LOCAL_BUILDERS
 
 
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """`(start, end)` character spans of the sentences of `text`, surrounding whitespace excluded (rule-based)."""
+    spans, start = [], 0
+    for boundary in [*((m.start(), m.end()) for m in _SENTENCE_END.finditer(text)), (len(text), len(text))]:
+        piece = text[start : boundary[0]]
+        left, right = len(piece) - len(piece.lstrip()), len(piece.rstrip())
+        if right > left:
+            spans.append((start + left, start + right))
+        start = boundary[1]
+    return spans
+
+
 def split_sentences(text: str) -> list[str]:
     """A fast rule-based sentence splitter (block packing only needs approximate boundaries)."""
-    return [s for s in (part.strip() for part in _SENTENCE_END.split(text)) if s]
+    return [text[start:end] for start, end in sentence_spans(text)]
 
 
 def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:

@@ -13,7 +13,7 @@ from .recipes import Recipe, TrainingDefaults, describe_optimizer, describe_sche
 
 ARCHITECTURE_KEYS = (
     "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "max_position_embeddings", "hidden_act",
+    "max_position_embeddings", "hidden_act", "word_embedding_dim", "filter_windows", "num_filters",
 )
 
 
@@ -41,6 +41,11 @@ def export_pretrained(
     curve = plot_loss_curve(
         log_history, export_dir / "loss_curve.png", keys=("loss", *(k for k in recipe.logged_outputs if k.endswith("_loss")))
     )
+    figures = []
+    for file, keys in recipe.card_plots.items():
+        caption = ", ".join(keys)
+        if plot_loss_curve(log_history, export_dir / file, keys=keys, ylabel=caption):
+            figures.append((caption, file))
     config = model.config
     architecture = {key: getattr(config, key) for key in ARCHITECTURE_KEYS if hasattr(config, key)}
     architecture["parameters"] = f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
@@ -62,6 +67,7 @@ def export_pretrained(
         optimisation_source=_paper_recipe_title(recipe.training_defaults[model_size]),
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name if curve else None,
+        figures=figures,
         limitations=[
             f"Size `{model_size}` trained for {training.get('steps', '?')} steps: far less compute than the paper; "
             "expect much weaker downstream results than published numbers.",

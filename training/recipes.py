@@ -52,6 +52,8 @@ class TrainingDefaults:
         lr_scheduler_type, lr_scheduler_kwargs: Trainer's schedule after warmup.
         max_grad_norm: clip the global gradient norm at this value (0: no clipping).
         batch_size: sequences per update (the global batch); None where the paper does not say.
+        batch_per_device: reach `batch_size` as the per-device batch instead of by gradient accumulation (for
+            recipes whose trainer takes two updates per batch and so cannot accumulate).
         max_seq_length: tokens per sequence.
         mlm_probability: masking rate when it is not the usual 15% (ELECTRA-Large: 25%).
     """
@@ -72,6 +74,7 @@ class TrainingDefaults:
     lr_scheduler_kwargs: dict[str, float] | None = None
     max_grad_norm: float = 1.0
     batch_size: int | None = None
+    batch_per_device: bool = False
     max_seq_length: int = 512
     mlm_probability: float | None = None
 
@@ -108,7 +111,10 @@ class TrainingDefaults:
             flags += ["--max_seq_length", str(self.max_seq_length)]
             if self.mlm_probability is not None:
                 flags += ["--mlm_probability", repr(self.mlm_probability)]
-            if self.batch_size and not set_by_user("--gradient_accumulation_steps"):
+            if self.batch_size and self.batch_per_device:
+                if not set_by_user("--per_device_train_batch_size"):
+                    flags += ["--per_device_train_batch_size", str(self.batch_size)]
+            elif self.batch_size and not set_by_user("--gradient_accumulation_steps"):
                 per_update = per_device_batch_size * world_size
                 accumulation = max(1, math.ceil(self.batch_size / per_update))
                 if accumulation * per_update != self.batch_size:
@@ -127,10 +133,12 @@ class TrainingDefaults:
                 f"clip {self.max_grad_norm:g}, {batch}" + (f", masking {self.mlm_probability:.0%}" if self.mlm_probability else ""))
 
     def optim_class_name(self) -> str:
-        return "SGD" if self.optim == "sgd" else "AdamW"
+        return {"sgd": "SGD", "rmsprop": "RMSprop"}.get(self.optim, "AdamW")
 
     def optimizer_kwargs(self) -> dict[str, Any]:
         """The hyperparameters `describe_optimizer` shows, as the torch optimizer names them."""
+        if self.optim == "rmsprop":
+            return {}
         if self.optim == "sgd":
             parsed = dict(item.split("=") for item in (self.optim_args or "").split(",") if item)
             return {"momentum": float(parsed.get("momentum", 0)), "nesterov": parsed.get("nesterov", "False").lower() == "true"}
@@ -182,6 +190,19 @@ class Recipe:
             sizes the paper does not have map to the nearest paper size's recipe.
         paper: citation for the card; `None` for plain baselines.
         hyperparameters: the paper's other settings (dropout, masking, loss weights) shown on the card.
+        flag_defaults: `pretrain.py` flag -> value settings of this recipe that are not its optimisation recipe (its
+            default size, per-device batch, epochs, vocabulary size, ...), applied after the generic pretraining
+            defaults and before `training_defaults` and the user's own flags.
+        load_corpus: optional `(args) -> Dataset`, the recipe's own corpus of documents (default:
+            `training.data.load_corpus`, one text per row); the validation documents are split off it.
+        corpus_description: what the embedded default corpus is, for the card (default: the lead sections).
+        build_tokenizer: optional `(train_docs, args) -> PreTrainedTokenizerFast` trained when no `--tokenizer_name`
+            is given and OUTPUT_DIR holds none (default: a cased WordPiece).
+        init_model: optional `(model, tokenizer, train_docs, args, training_args) -> None`, run once on the new model
+            before training (e.g. frozen pretrained word vectors; a resumed run then loads its checkpoint over it).
+        trainer_class: the Trainer subclass that runs the recipe (default `PretrainingTrainer`).
+        describe_training: optional `(trainer, args) -> dict` of rows added to (or replacing) the card's training table.
+        card_plots: extra card figures, file name -> logged keys drawn in it.
     """
 
     name: str
@@ -197,10 +218,18 @@ class Recipe:
     default_masking_scheme: str | None = None
     paper: Paper | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    flag_defaults: dict[str, Any] = field(default_factory=dict)
+    load_corpus: Callable[..., Any] | None = None
+    corpus_description: str | None = None
+    build_tokenizer: Callable[..., Any] | None = None
+    init_model: Callable[..., None] | None = None
+    trainer_class: type | None = None
+    describe_training: Callable[..., dict[str, Any]] | None = None
+    card_plots: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # Each module defines RECIPES: dict[str, Recipe].
-_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze")
+_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze", "training.recipes_bertac")
 
 
 def all_recipes() -> dict[str, Recipe]:

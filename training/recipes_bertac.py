@@ -1,0 +1,175 @@
+"""`--model bertac_cnn`: BERTAC's CNN, pretrained as the fake-entity generator F of a GAN (paper Section 3).
+
+Data, word tokenizer and word vectors come from `training/bertac_data.py`; the alternating updates from
+`training.trainer.GanTrainer`. Size presets are the nine released CNNs (`w123-f100` ... `w1234-f300`: filter
+windows x filters per window, 300-d fastText words) plus `tiny` for tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from .bertac_data import (
+    ENTITY_MASK,
+    EntityPairCollator,
+    article_sentences,
+    embedding_table,
+    encode_pairs,
+    entity_masked_pairs,
+    fasttext_vectors,
+    load_article_pages,
+    read_word_vectors,
+    train_word_tokenizer,
+)
+from .recipes import Paper, Recipe, TrainingDefaults
+from .trainer import GanTrainer
+
+logger = logging.getLogger(__name__)
+
+WINDOW_SETS = ((1, 2, 3), (2, 3, 4), (1, 2, 3, 4))
+BERTAC_CNN_SIZES = {
+    "tiny": dict(filter_windows=[1, 2], num_filters=16, word_embedding_dim=32),
+    **{
+        f"w{''.join(map(str, windows))}-f{filters}": dict(filter_windows=list(windows), num_filters=filters, word_embedding_dim=300)
+        for windows in WINDOW_SETS
+        for filters in (100, 200, 300)
+    },
+}
+
+BERTAC_PAPER = Paper(
+    title="BERTAC: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural Networks",
+    authors="Jong-Hoon Oh, Ryu Iida, Julien Kloetzer, Kentaro Torisawa",
+    year=2021,
+    url="https://aclanthology.org/2021.acl-long.164/",
+    bibtex="""@inproceedings{oh2021bertac,
+  title={{BERTAC}: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural Networks},
+  author={Oh, Jong-Hoon and Iida, Ryu and Kloetzer, Julien and Torisawa, Kentaro},
+  booktitle={Proceedings of ACL-IJCNLP 2021},
+  pages={2103--2115},
+  year={2021}
+}""",
+)
+
+PAPER_HYPERPARAMETERS = {
+    "data": "43.3M (entity mention, entity-masked sentence) pairs from Wikipedia (Sept. 2020) links; 10% (4.33M) used",
+    "word embeddings": "fastText, 300-d, 2.5M words, frozen",
+    "optimizer": "RMSProp, learning rate 2e-4",
+    "batch / epochs": "4,000 pairs, 200 epochs (1,084 steps each)",
+    "networks": "R and F: CNNs (windows {1,2,3}, {2,3,4} or {1,2,3,4} x 100/200/300 filters, He init); D: logistic regression",
+}
+
+# Section 3: RMSProp at 2e-4, batch 4,000, 200 epochs of the 4.33M pairs (about 1,084 steps each); the paper names
+# no schedule, weight decay or clipping, so none is used. Every size trains alike.
+BERTAC_CNN_TRAINING = TrainingDefaults(
+    size="w123-f100",
+    source="BERTAC Sec. 3",
+    learning_rate=2e-4,
+    warmup_steps=0,
+    total_steps=216_800,
+    optim="rmsprop",
+    lr_scheduler_type="constant",
+    weight_decay=0.0,
+    max_grad_norm=0.0,
+    batch_size=4000,
+    batch_per_device=True,  # GanTrainer takes two updates per batch, so it cannot accumulate
+    max_seq_length=128,
+)
+
+LOGGED = ("d_loss", "f_loss", "mse_loss", "d_accuracy_real", "d_accuracy_fake", "real_norm", "fake_norm",
+          "cosine_related", "cosine_unrelated")
+
+
+def load_pages(args):
+    return load_article_pages(args.dataset, args.max_documents, args.preprocessing_num_workers)
+
+
+def pairs_of(pages, args):
+    """The (mention, masked sentence) pairs of some pages; `datasets` caches them, so each stage reuses them."""
+    return entity_masked_pairs(pages, seed=args.masking_seed, num_proc=args.preprocessing_num_workers)
+
+
+def build_word_tokenizer(pages, args):
+    pairs = pairs_of(pages, args)
+    logger.info("Building the CNN word vocabulary (at most %d words) from %d pair sentences", args.tokenizer_vocab_size, len(pairs))
+    sentences = (text for batch in pairs.select_columns(["sentence"]).iter(batch_size=1000) for text in batch["sentence"])
+    return train_word_tokenizer(sentences, vocab_size=args.tokenizer_vocab_size, model_max_length=args.max_seq_length)
+
+
+def build_pair_dataset(pages, tokenizer, args):
+    if tokenizer.mask_token != ENTITY_MASK:
+        raise ValueError(f"--model bertac_cnn needs a CNN word tokenizer with {ENTITY_MASK} as its mask token (e.g. an "
+                         "earlier bertac_cnn export); drop --tokenizer_name to build one from the pairs.")
+    return encode_pairs(pairs_of(pages, args), tokenizer, args.max_seq_length, num_proc=args.preprocessing_num_workers)
+
+
+def load_word_vectors(model, tokenizer, pages, args, training_args) -> None:
+    """Fill the frozen word table: the user's `--word_vectors`, else fastText trained on the pages' sentences and
+    cached in OUTPUT_DIR/word_vectors (a resumed run reuses them; its checkpoint holds the table anyway)."""
+    dim = model.config.word_embedding_dim
+    path = args.word_vectors or fasttext_vectors(
+        article_sentences(pages, args.preprocessing_num_workers), dim,
+        Path(training_args.output_dir) / "word_vectors", threads=args.word_vector_threads,
+    )
+    vectors = read_word_vectors(path, set(tokenizer.get_vocab()))
+    table, found = embedding_table(tokenizer, vectors, dim, seed=training_args.seed)
+    model.get_input_embeddings().weight.copy_(table)
+    args.word_vector_summary = (f"{found} of {len(tokenizer)} CNN words from {'`' + str(args.word_vectors) + '`' if args.word_vectors else f'fastText trained on the pretraining sentences ({dim}-d skipgram)'}"
+                                "; the others U(-0.1, 0.1); frozen")
+    logger.info("Word vectors: %s", args.word_vector_summary)
+
+
+def describe_training(trainer, args) -> dict:
+    last = next((entry for entry in reversed(trainer.state.log_history) if "d_accuracy_real" in entry or "mse_loss" in entry), {})
+    rows = {
+        "examples": f"{trainer.train_dataset.num_rows} (entity mention, masked sentence) pairs, one wikilink mention per "
+        "sentence replaced whole by [EM]",
+        "masking": "none (the mention is removed from the sentence, not masked for prediction)",
+        "max sequence length": f"{args.max_seq_length} words",
+        "word vectors": getattr(args, "word_vector_summary", "loaded with the checkpoint"),
+        "objective": f"{trainer.model.config.pretraining_objective}, F loss {trainer.model.config.generator_loss}",
+    }
+    for key in ("d_loss", "f_loss", "mse_loss", "d_accuracy_real", "d_accuracy_fake", "cosine_related", "cosine_unrelated"):
+        if key in last:
+            rows[f"final {key}"] = last[key]
+    return rows
+
+
+RECIPES = {
+    "bertac_cnn": Recipe(
+        name="bertac_cnn",
+        family="bertac_cnn",
+        summary="BERTAC's CNN: frozen fastText words -> projection -> convolutions -> masked average pooling, "
+        "pretrained as the fake-entity generator F of a GAN (Algorithm 1): from a Wikipedia sentence whose linked "
+        "entity mention is replaced by [EM], F must produce a vector that a logistic-regression discriminator D "
+        "cannot tell from the vector a second CNN R makes of the mention itself.",
+        sizes=BERTAC_CNN_SIZES,
+        build_collator=lambda tokenizer, args: EntityPairCollator(tokenizer.pad_token_id),
+        build_dataset=build_pair_dataset,
+        logged_outputs=LOGGED,
+        paper=BERTAC_PAPER,
+        hyperparameters=PAPER_HYPERPARAMETERS,
+        # tiny (not in the paper) keeps the optimiser, not the paper's batch and length, as other recipes' smoke sizes.
+        training_defaults={size: BERTAC_CNN_TRAINING if size == "tiny" else replace(BERTAC_CNN_TRAINING, size=size)
+                           for size in BERTAC_CNN_SIZES},
+        flag_defaults={
+            "model_size": "w123-f100",
+            "per_device_eval_batch_size": 4000,
+            "num_train_epochs": 200,
+            "tokenizer_vocab_size": 200_000,
+        },
+        load_corpus=load_pages,
+        corpus_description="the embedded real English Wikipedia XML excerpt (106 articles with their internal links, "
+        "shipped by gensim; CC BY-SA)",
+        build_tokenizer=build_word_tokenizer,
+        init_model=load_word_vectors,
+        trainer_class=GanTrainer,
+        describe_training=describe_training,
+        card_plots={
+            "collapse_signal.png": ("cosine_related", "cosine_unrelated"),
+            "discriminator_accuracy.png": ("d_accuracy_real", "d_accuracy_fake"),
+            "representation_norms.png": ("real_norm", "fake_norm"),
+        },
+    ),
+}
