@@ -324,7 +324,7 @@ def test_two_processes_train_like_one_process_with_the_global_batch(reference_ru
     pretrain(*TINY, "--per_device_train_batch_size", "8", "--output_dir", str(out), "--max_steps", "10",
              "--logging_steps", "1", "--save_steps", "10", "--validation_documents", "2", "--word_vectors", str(vectors),
              launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
-    assert "| batch size (global) | 16 |" in (out / "export" / "README.md").read_text()
+    assert "| batch (sequences per update) | 16 | 4000 |" in (out / "export" / "README.md").read_text()
     two, one = load_file(out / "checkpoint-10" / "model.safetensors"), load_file(reference_run / "checkpoint-10" / "model.safetensors")
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6)
