@@ -238,3 +238,13 @@ def unigram_distribution(blocks: datasets.Dataset, vocab_size: int, special_ids)
     if counts.sum() == 0:
         raise ValueError("The corpus has no non-special token to build a unigram distribution from.")
     return counts / counts.sum()
+
+
+def add_example_index(dataset: datasets.Dataset) -> datasets.Dataset:
+    """Number the examples (`example_index` column): the masking collators key every random draw on it, so a mask
+    depends on the example alone, not on its batch, its DataLoader worker or a restart."""
+    from .masking import INDEX_COLUMN
+
+    if INDEX_COLUMN in dataset.column_names:
+        dataset = dataset.remove_columns(INDEX_COLUMN)
+    return dataset.add_column(INDEX_COLUMN, np.arange(len(dataset), dtype=np.int64))
