@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAIN = os.path.join(REPO, "training", "pretrain.py")
 # Blocking these makes `import models` etc. fail inside the child, as on a machine without this repository.
 PROJECT_PACKAGES = ("models", "training", "glue", "qa", "hub_cards", "bench")
 
@@ -49,3 +51,16 @@ def save_tiny_spanbert(path, head_class_name: str, max_position_embeddings: int 
     getattr(spanbert, head_class_name)(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def pretrain_env(**extra) -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore", **extra}
+
+
+def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True, env=None):
+    """Run `training/pretrain.py` in a subprocess; fail with its stderr unless `check=False`."""
+    result = subprocess.run([*launcher, PRETRAIN, *args], capture_output=True, text=True, env=env or pretrain_env(),
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stderr[-5000:]}")
+    return result
