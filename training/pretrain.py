@@ -130,7 +130,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
 
 def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -> None:
     """Checks that need no data, made at parse time, before a corpus is read or a tokenizer trained."""
-    from training.run_dir import check_export_dir, check_writable_dir, missing_local_path
+    from training.loading import missing_local_path
+    from training.run_dir import check_export_dir, check_writable_dir
 
     if args.max_seq_length < 8:
         raise ValueError(f"--max_seq_length {args.max_seq_length} is too short: a block needs at least 8 tokens.")

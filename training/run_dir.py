@@ -44,13 +44,6 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise PermissionError(f"{flag} {path} is not writable ({error.strerror or error}); pass a folder you can write to.") from None
 
 
-def missing_local_path(name: str | None) -> bool:
-    """True for a path-like name (./x, /x, ~/x, a/b/c) that does not exist; Hub ids are `name` or `org/name`."""
-    if not name or Path(name).expanduser().exists():
-        return False
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
-
-
 def checkpoints(output_dir: Path) -> list[Path]:
     """checkpoint-N folders, oldest step first."""
     found = [p for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
