@@ -2,6 +2,7 @@
 saves and exits with a status a scheduler can read, evaluation is deterministic, epochs get new masks."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -145,3 +146,118 @@ def test_demo_stopped_by_ctrl_c_exits_130_and_continues_on_the_next_run(tmp_path
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=pretrain_env(), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resuming from" in result.stderr and "==== SpanBERT demo summary ====" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------- in-process Trainer
+def tiny_trainer(tmp_path, model_name, workers=0, **training):
+    """PretrainingTrainer on 24 real 64-token blocks with the recipe's collator and tiny config; batches in dataset
+    order, 3 steps per epoch."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer, TrainingArguments
+
+    import models
+    from training.data import add_example_index, load_corpus, pack_blocks
+    from training.recipes import get_recipe
+    from training.resources import minilm_path
+    from training.trainer import PretrainingTrainer
+
+    recipe = get_recipe(model_name)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    blocks = add_example_index(pack_blocks(load_corpus(max_documents=40), tokenizer, max_seq_length=64).select(range(24)))
+    options = SimpleNamespace(masking_scheme=recipe.default_masking_scheme, mlm_probability=0.15,
+                              random_token_distribution="uniform", masking_seed=3)
+    config_class = models.get_class(recipe.family, "AutoConfig")
+    ids = {"pad_token_id": tokenizer.pad_token_id, "mask_token_id": tokenizer.mask_token_id}
+    config = config_class(**recipe.sizes["tiny"], **recipe.config_overrides, vocab_size=len(tokenizer),
+                          **{k: v for k, v in ids.items() if k in config_class.__dataclass_fields__})
+    torch.manual_seed(0)
+    model = models.get_class(recipe.family, "AutoModelForPreTraining")(config)
+    arguments = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=8, per_device_eval_batch_size=8,
+                                  dataloader_num_workers=workers, train_sampling_strategy="sequential", report_to="none",
+                                  use_cpu=True, remove_unused_columns=False, prediction_loss_only=True, save_strategy="no",
+                                  logging_steps=1, **training)
+    return PretrainingTrainer(model=model, args=arguments, train_dataset=blocks, eval_dataset=blocks.select(range(16)),
+                              data_collator=recipe.build_collator(tokenizer, options), processing_class=tokenizer,
+                              logged_outputs=recipe.logged_outputs, perplexity_of=recipe.perplexity_of)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_trainer_hands_each_epoch_to_the_collator(tmp_path, workers):
+    """Epoch 2 redraws every mask (dynamic masking), with or without DataLoader workers, and the draws do not
+    depend on the workers."""
+    masks = {}
+    for count in {0, workers}:
+        trainer = tiny_trainer(tmp_path / str(count), "spanbert", workers=count, num_train_epochs=2, learning_rate=0.0)
+        seen = []
+        original = trainer.compute_loss
+
+        def recording(model, inputs, *args, **kwargs):
+            if model.training:
+                seen.append(inputs["labels"].clone())
+            return original(model, inputs, *args, **kwargs)
+
+        trainer.compute_loss = recording
+        trainer.train()
+        masks[count] = seen
+    assert len(masks[workers]) == 6  # 2 epochs x 3 batches, in dataset order
+    for first, second in zip(masks[workers][:3], masks[workers][3:]):
+        assert not torch.equal(first, second)
+        assert ((first != -100) != (second != -100)).float().mean() > 0.05
+    assert all(torch.equal(a, b) for a, b in zip(masks[0], masks[workers]))
+
+
+@pytest.mark.parametrize("model_name", ["spanbert", "teams"])
+def test_held_out_losses_are_deterministic_per_objective_and_leave_the_training_rng_alone(tmp_path, model_name):
+    trainer = tiny_trainer(tmp_path, model_name, max_steps=2)
+    first = trainer.evaluate()
+    torch.manual_seed(1234)  # another global RNG state: TEAMS's generator samples with it
+    trainer.data_collator.set_epoch(7)  # and another training epoch
+    state = torch.get_rng_state()
+    second = trainer.evaluate()
+    assert torch.equal(state, torch.get_rng_state())  # evaluation did not advance training's random stream
+    losses = {k: v for k, v in first.items() if not k.endswith(("runtime", "per_second")) and k != "epoch"}
+    assert losses == {k: second[k] for k in losses}
+    objectives = {"spanbert": ("mlm", "sbo"), "teams": ("mlm", "rtd", "mws")}[model_name]
+    for objective in objectives:
+        assert f"eval_{objective}_loss" in losses
+    assert losses["eval_mlm_ppl"] == pytest.approx(math.exp(losses["eval_mlm_loss"]), rel=1e-3)
+
+
+def test_tokenizer_training_is_deterministic_across_processes(tmp_path):
+    """Two identical commands give the same vocabulary (tokenizers' own trainer numbers pieces in hash order)."""
+    code = ("import sys; from training.data import load_corpus, train_wordpiece_tokenizer; "
+            "train_wordpiece_tokenizer(load_corpus(max_documents=300)['text'], vocab_size=2000).save_pretrained(sys.argv[1])")
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True, env=pretrain_env(), capture_output=True)
+    a, b = (json.loads((tmp_path / name / "tokenizer.json").read_text()) for name in ("a", "b"))
+    assert a["model"]["vocab"] == b["model"]["vocab"] and len(a["model"]["vocab"]) == 2000
+    assert [t["content"] for t in a["added_tokens"]] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert "##e" in a["model"]["vocab"]  # continuation pieces stay ordinary vocabulary
+
+
+# ---------------------------------------------------------------------------------------------- never damage, never mix
+def test_overwrite_output_dir_moves_the_old_run_aside_and_mixes_nothing(tmp_path):
+    """--overwrite_output_dir starts afresh: the old run's checkpoints, tokenizer and (external) export are moved
+    aside untouched, and the new run's folders hold only its own files."""
+    out, export = tmp_path / "run", tmp_path / "published"
+    common = ["--model", "bert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
+              "--validation_documents", "0", "--per_device_train_batch_size", "8", "--output_dir", str(out),
+              "--export_dir", str(export)]
+    pretrain(*common, "--tokenizer_vocab_size", "500", "--max_steps", "3", "--save_steps", "1", "--save_total_limit", "5")
+    old = {path.relative_to(tmp_path): path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    pretrain(*common, "--tokenizer_vocab_size", "600", "--max_steps", "2", "--save_steps", "2", "--overwrite_output_dir")
+
+    [replaced] = out.glob("replaced-*")
+    [old_export] = tmp_path.glob("published.replaced-*")
+    for name, data in old.items():  # every file of the first run, byte for byte, under its new place
+        parts = name.parts
+        moved = (replaced / Path(*parts[1:])) if parts[0] == "run" else (old_export / Path(*parts[1:]))
+        assert moved.read_bytes() == data, name
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "replaced-" + replaced.name[9:], "tokenizer", "trainer_state.json"]
+    assert json.loads((out / "tokenizer" / "training_inputs.json").read_text())["vocab_size"] == 600
+    log = json.loads((export / "training_log.json").read_text())
+    assert max(entry["step"] for entry in log) == 2  # the new export's log, curve and card are the new run's
+    assert "| steps | 2 |" in (export / "README.md").read_text()
+    resumed = pretrain(*common, "--tokenizer_vocab_size", "600", "--max_steps", "2", "--resume_from_checkpoint", "true")
+    assert resumed.returncode == 0 and len(list(tmp_path.glob("published.replaced-*"))) == 2  # a re-export keeps the earlier one
