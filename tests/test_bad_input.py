@@ -86,7 +86,7 @@ CATALOGUE = [
     Case("pretrain-override-type", "pretrain.py", lambda w: [*TINY, "--config_overrides", "hidden_size=abc", "--output_dir", str(w / "out")],
          "Bad --config_overrides for SpanBertConfig: TypeError: Field 'hidden_size' expected int, got str"),
     Case("pretrain-missing-tokenizer", "pretrain.py", lambda w: [*TINY, "--tokenizer_name", str(w / "no" / "tok"), "--output_dir", str(w / "out")],
-         "tok: no such file or folder"),
+         "tok does not exist: pass an existing path"),
     Case("pretrain-max-seq-length-0", "pretrain.py", lambda w: [*TINY, "--max_seq_length", "0", "--output_dir", str(w / "out")],
          "--max_seq_length 0 is too short"),
     Case("pretrain-output-dir-is-a-file", "pretrain.py", lambda w: [*TINY, "--output_dir", str(w / "notes.txt")],

@@ -143,7 +143,7 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
                          "nothing: pass a positive --max_steps or --num_train_epochs.")
     for flag, path in (("--tokenizer_name", args.tokenizer_name), ("--dataset", args.dataset)):
         if missing_local_path(path):
-            raise FileNotFoundError(f"{flag} {path}: no such file or folder.")
+            raise FileNotFoundError(f"{flag} {path} does not exist: pass an existing path (or a Hub id, NAME or ORG/NAME).")
     output_dir = Path(training_args.output_dir)
     check_writable_dir(output_dir, "--output_dir")
     if args.export_dir:

@@ -99,7 +99,6 @@ class PretrainingTrainer(Trainer):
             self.data_collator = collator
 
     # ------------------------------------------------------------------ held-out evaluation
-
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"):
         """Adds each objective's held-out loss (and perplexity) to the metrics. Runs under a forked, fixed torch
         RNG: in-model sampling (TEAMS's generator) scores the same every time and leaves training's stream alone."""
@@ -124,6 +123,7 @@ class PretrainingTrainer(Trainer):
         staging, final = run_dir / STAGING_DIR, run_dir / name
         if self.args.should_save:
             shutil.rmtree(staging / name, ignore_errors=True)
+        self.accelerator.wait_for_everyone()  # no rank writes into the folder before it is cleared
         self._staging_root = str(staging)
         try:
             super()._save_checkpoint(model, trial)
@@ -139,9 +139,11 @@ class PretrainingTrainer(Trainer):
             best = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{best_step}"
             self.state.best_model_checkpoint = str(best) if best.exists() or best == final else None
             self.state.save_to_json(str(staging / name / "trainer_state.json"))
+        superseded = staging / f"superseded-{name}"
         if final.exists():  # a rerun of a step (resumed from an older checkpoint): the newer save replaces it
-            shutil.rmtree(final)
+            os.replace(final, superseded)
         os.replace(staging / name, final)
+        shutil.rmtree(superseded, ignore_errors=True)
         if not any(staging.iterdir()):
             staging.rmdir()
         rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
