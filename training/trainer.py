@@ -19,8 +19,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 # Checkpoints are written here and renamed to OUTPUT_DIR/checkpoint-N once every file is on disk: a save killed
 # half-way leaves no checkpoint-N that `--resume_from_checkpoint` or the save_total_limit rotation could pick.
 STAGING_DIR = ".checkpoint-staging"
-# Tests only: seconds to sleep after a checkpoint's files are written and before it is published.
-SAVE_PAUSE_ENV = "ENCODER_ZOO_TEST_SAVE_PAUSE"
+# Tests only: the step whose checkpoint, once written, waits 10 minutes before it is published (to be killed there).
+SAVE_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_SAVE_AT_STEP"
 
 
 class PretrainingTrainer(Trainer):
@@ -129,8 +129,8 @@ class PretrainingTrainer(Trainer):
             super()._save_checkpoint(model, trial)
         finally:
             self._staging_root = None
-        if os.environ.get(SAVE_PAUSE_ENV):
-            time.sleep(float(os.environ[SAVE_PAUSE_ENV]))
+        if os.environ.get(SAVE_PAUSE_ENV) == str(self.state.global_step):
+            time.sleep(600)
         self.accelerator.wait_for_everyone()  # every rank's files (rng_state_N.pth) are written
         if not self.args.should_save:
             return
