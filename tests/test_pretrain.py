@@ -15,7 +15,6 @@ import yaml
 from helpers import PRETRAIN, pretrain, run_isolated
 from helpers import pretrain_env as env
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "300", "--tokenizer_vocab_size", "2000",
         "--per_device_train_batch_size", "8", "--validation_documents", "20", "--dataloader_num_workers", "0"]
 
