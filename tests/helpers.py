@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAIN = os.path.join(REPO, "training", "pretrain.py")
 # Blocking these makes `import models` etc. fail inside the child, as on a machine without this repository.
 PROJECT_PACKAGES = ("models", "training", "glue", "qa", "hub_cards", "bench")
 
@@ -70,3 +72,16 @@ def terminate_when(command: list[str], marker, env: dict, timeout: float = 300) 
     process.send_signal(signal.SIGTERM)
     if process.wait(timeout=120) != 0:
         raise AssertionError(f"the interrupted run failed:\n{process.stderr.read()[-3000:]}")
+
+
+def pretrain_env(**extra) -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore", **extra}
+
+
+def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True, env=None):
+    """Run `training/pretrain.py` in a subprocess; fail with its stderr unless `check=False`."""
+    result = subprocess.run([*launcher, PRETRAIN, *args], capture_output=True, text=True, env=env or pretrain_env(),
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stderr[-5000:]}")
+    return result

@@ -179,7 +179,7 @@ RECIPES = {
         build_collator=lambda tokenizer, args: build_span_collator(tokenizer, args, span_boundary_targets=True),
         config_overrides={"use_span_boundary_objective": True},
         logged_outputs=("mlm_loss", "sbo_loss"),
-        perplexity_of=("mlm_loss",),
+        perplexity_of=("mlm_loss", "sbo_loss"),
         default_masking_scheme="span",
         paper=SPANBERT_PAPER,
         hyperparameters=PAPER_HYPERPARAMETERS,
