@@ -461,12 +461,15 @@ def add_example_index(dataset: datasets.Dataset) -> datasets.Dataset:
 
 
 def text_digest(documents: datasets.Dataset) -> str:
-    """A hash of every document's text, in order: what a trained tokenizer's vocabulary depends on."""
+    """A hash of every document's text columns, in order: what a trained tokenizer's vocabulary depends on (a
+    recipe's own corpus may hold its text under other names, e.g. a page's title and wikitext)."""
     import hashlib
 
     digest = hashlib.blake2b(digest_size=16)
-    for batch in documents.iter(batch_size=4096):
-        for text in batch["text"]:
-            digest.update(text.encode("utf-8"))
-            digest.update(b"\0")
+    columns = [name for name, feature in documents.features.items() if getattr(feature, "dtype", None) in ("string", "large_string")]
+    for batch in documents.select_columns(columns).iter(batch_size=4096):
+        for row in zip(*(batch[name] for name in columns)):
+            for text in row:
+                digest.update((text or "").encode("utf-8"))
+                digest.update(b"\0")
     return digest.hexdigest()

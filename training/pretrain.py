@@ -170,10 +170,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     # The collators read columns the model's forward does not name (word_start, linguistic_span, example_index).
     training_args.remove_unused_columns = False
     training_args.prediction_loss_only = True  # held-out losses only: no gathering of sparse logits
-    # An eval batch has targets when it has `labels`; without this Trainer would also demand every other forward
-    # argument named "*label*" (SpanBERT's `next_sentence_label`, which only NSP runs feed) and skip the eval loss.
-    if training_args.label_names is None:
-        training_args.label_names = ["labels"]
     if args.masking_seed is None:
         args.masking_seed = training_args.seed
     return args, training_args

@@ -32,6 +32,10 @@ class PretrainingTrainer(Trainer):
 
     def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.args.label_names is None:
+            # A batch has targets when it has `labels`; Trainer would also demand every other forward argument named
+            # "*label*" (SpanBERT's `next_sentence_label`, fed by NSP runs only) and report no held-out loss without it.
+            self.label_names = ["labels"]
         self.logged_outputs = tuple(logged_outputs)
         self.perplexity_of = tuple(perplexity_of)
         self.decay_norms_and_biases = decay_norms_and_biases
