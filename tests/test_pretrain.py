@@ -31,10 +31,10 @@ def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True):
     return result
 
 
-def real_text_run(model, out, steps, logging_steps):
+def real_text_run(model, out, steps, logging_steps, model_size="tiny"):
     """A `tiny` pretraining run on 3,000 real Wikipedia documents (4,000-piece vocabulary, 16 x 128 tokens, lr 1e-3);
     returns the trainer_state.json of its final checkpoint."""
-    pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
+    pretrain("--model", model, "--model_size", model_size, "--max_seq_length", "128", "--max_documents", "3000",
              "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16", "--learning_rate", "1e-3",
              "--warmup_steps", "30", "--max_steps", str(steps), "--logging_steps", str(logging_steps),
              "--save_steps", str(steps), "--validation_documents", "50", "--output_dir", str(out))

@@ -96,19 +96,43 @@ def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:
     return bos, eos
 
 
+_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
 def train_wordpiece_tokenizer(
     texts, vocab_size: int = 16000, lowercase: bool = False, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:
     """Train a cased WordPiece tokenizer (SpanBERT's choice) with `tokenizers`, wrapped for transformers."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False if not lowercase else None)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=_SPECIAL_TOKENS)
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    return _bert_style_tokenizer(tokenizer)
+
+
+def train_word_tokenizer(texts, vocab_size: int = 16000, min_frequency: int = 2) -> PreTrainedTokenizerFast:
+    """Train a cased word-level tokenizer (the cloze paper's character-CNN models read whole words): the
+    `vocab_size` most frequent words seen at least `min_frequency` times, ids in order of frequency (so adaptive
+    softmax bands hold the frequent words), everything else `[UNK]`. Same normaliser, pre-tokeniser and special
+    tokens as `train_wordpiece_tokenizer`."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=_SPECIAL_TOKENS)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return _bert_style_tokenizer(tokenizer)
+
+
+def _bert_style_tokenizer(tokenizer) -> PreTrainedTokenizerFast:
+    """`[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` templates, wrapped for transformers."""
+    from tokenizers import processors
+
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

@@ -177,18 +177,6 @@ def main(argv: list[str] | None = None) -> Path:
     split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
     train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
 
-    tokenizer_dir = Path(training_args.output_dir) / "tokenizer"
-    with training_args.main_process_first(desc="preparing the tokenizer"):
-        if args.tokenizer_name:
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
-        elif tokenizer_dir.is_dir():  # resuming, or a rerun: keep the vocabulary the checkpoints were trained with
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        else:
-            logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
-            tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
-            if training_args.process_index == 0:
-                tokenizer.save_pretrained(tokenizer_dir)
-
     config_class = models.get_class(recipe.family, "AutoConfig")
     overrides = parse_overrides(args.config_overrides)
     for key in overrides:
@@ -197,6 +185,23 @@ def main(argv: list[str] | None = None) -> Path:
             raise ValueError(f"--config_overrides: {config_class.__name__} has no field {key!r}"
                              + (f"; did you mean {', '.join(close)}?" if close else "."))
     config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
+
+    tokenizer_dir = Path(training_args.output_dir) / "tokenizer"
+    with training_args.main_process_first(desc="preparing the tokenizer"):
+        if args.tokenizer_name:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
+        elif tokenizer_dir.is_dir():  # resuming, or a rerun: keep the vocabulary the checkpoints were trained with
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        else:
+            texts = (t for t in train_docs["text"])
+            if recipe.train_tokenizer is not None:
+                tokenizer = recipe.train_tokenizer(texts, args, config_kwargs)
+            else:
+                logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
+                tokenizer = train_wordpiece_tokenizer(texts, vocab_size=args.tokenizer_vocab_size)
+            if training_args.process_index == 0:
+                tokenizer.save_pretrained(tokenizer_dir)
+
     config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
     token_ids = {name: getattr(tokenizer, name, None) for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
     token_ids["bos_token_id"], token_ids["eos_token_id"] = boundary_token_ids(tokenizer)
@@ -229,6 +234,8 @@ def main(argv: list[str] | None = None) -> Path:
 
     model_class = models.get_class(recipe.family, "AutoModelForPreTraining")
     model = model_class(config)
+    if recipe.prepare_model is not None:
+        recipe.prepare_model(model, tokenizer)
     logger.info("%s %s: %.1fM parameters, %d training examples", args.model, args.model_size,
                 sum(p.numel() for p in model.parameters()) / 1e6, len(train_dataset))
     if eval_dataset is not None and training_args.eval_strategy == IntervalStrategy.NO:

@@ -42,6 +42,9 @@ class Recipe:
         default_masking_scheme: the collator scheme this recipe uses unless `--masking_scheme` says otherwise.
         paper: citation for the card; `None` for plain baselines.
         hyperparameters: the paper's recipe (lr, warmup, ...) shown on the card as reference.
+        train_tokenizer: optional `(texts, args, config_kwargs) -> PreTrainedTokenizerFast` for a run without
+            `--tokenizer_name` (config_kwargs: the size preset with the overrides); default: a cased WordPiece.
+        prepare_model: optional `(model, tokenizer) -> None` run on the new model before training.
     """
 
     name: str
@@ -56,6 +59,8 @@ class Recipe:
     default_masking_scheme: str | None = None
     paper: Paper | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    train_tokenizer: Callable[..., Any] | None = None
+    prepare_model: Callable[..., Any] | None = None
 
 
 # Each module defines RECIPES: dict[str, Recipe].
