@@ -3,7 +3,8 @@
     python glue/init_hire.py --backbone roberta-large --output_dir runs/hire-init [--num_labels 2] [ablations]
     python glue/run_glue.py --model_name_or_path runs/hire-init --trust_remote_code --ignore_mismatched_sizes ...
 
-Without --backbone it uses the pretrained MiniLM shipped in a PyPI package (offline default).
+Without --backbone it uses the pretrained MiniLM shipped in a PyPI package (offline default). A zoo export works as
+a backbone too: its code is saved with HIRE's.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main(argv=None):
     parser.add_argument("--layer_selection", choices=["all", "first_k", "last_k"], default="all")
     parser.add_argument("--num_selected_layers", type=int, default=6)
     parser.add_argument("--gru_hidden_size", type=int, default=None, help="Default: the encoder's hidden size.")
+    parser.add_argument("--gru_dropout", type=float, default=0.1, help="Dropout between stacked GRU layers (paper: 0.1).")
+    parser.add_argument("--trust_remote_code", action="store_true", help="Allow a backbone whose code is in its folder.")
     options = parser.parse_args(argv)
     if options.backbone is None:
         from training.resources import minilm_path
@@ -42,6 +45,7 @@ def main(argv=None):
             use_fusion=not options.without_fusion, fusion_layers=options.fusion_layers,
             layer_weighting=options.layer_weighting, layer_selection=options.layer_selection,
             num_selected_layers=options.num_selected_layers, gru_hidden_size=options.gru_hidden_size,
+            gru_dropout=options.gru_dropout, trust_remote_code=options.trust_remote_code or None,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         reason = damaged_weights(options.backbone) or str(error).strip().splitlines()[0]

@@ -16,7 +16,9 @@ from models.cloze.modeling_cloze import (
     TwoTowerClozeForSequenceClassification,
     TwoTowerClozeForTokenClassification,
     TwoTowerClozeModel,
+    additive_mask,
     boundary_positions,
+    combination_visibility,
 )
 
 
@@ -25,11 +27,13 @@ class ClozeModelTester:
     bos, eos, sep, pad = 1, 2, 3, 0
 
     def config(self, **overrides):
+        # Init std d^-0.5 (fairseq's scale; 0.02 is that of d = 2500): with no LayerNorm after the combination FFN the
+        # outputs start at the init's scale, and the information-flow tests below need outputs of order 1.
         kwargs = dict(
             vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
             activation_dropout=0.0, pad_token_id=self.pad, bos_token_id=self.bos, eos_token_id=self.eos,
-            sep_token_id=self.sep,
+            sep_token_id=self.sep, initializer_range=self.hidden_size**-0.5,
         )
         return TwoTowerClozeConfig(**{**kwargs, **overrides})
 
@@ -235,13 +239,45 @@ def test_bilm_towers_never_see_the_token_they_predict():
             assert peak(backward_moved[target >= k]) < 1e-6 and low(backward_moved[target < k]) > 1e-5
 
 
-def test_concat_query_projects_the_two_neighbours():
+@pytest.mark.parametrize("query_combination", ["sum", "concat"])
+def test_combination_layer_by_hand_one_query_projection_and_no_final_layer_norm(query_combination):
+    """f = h + FFN(LN(h)) with h = Attn(q, [F; B]) and no LayerNorm after it (fairseq); the concat query [F_{i-1};
+    B_{i+1}] goes through the attention's own 2d -> d query projection, once."""
+    model = model_with_seed(TwoTowerClozeModel, query_combination=query_combination)
+    combination, d = model.combination, tester.hidden_size
+    assert combination.attention.q_proj.in_features == (2 * d if query_combination == "concat" else d)
+    linears = [m for m in combination.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 6  # q, k, v, out, fc1, fc2: no separate projection of the concatenated query
+    assert sum(isinstance(m, torch.nn.LayerNorm) for m in combination.modules()) == 3  # forward, backward, FFN pre-LN
+    inputs = tester.inputs()
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with torch.no_grad():
+        towers = model.run_towers(ids, mask)
+        forward = combination.forward_layer_norm(towers.forward_states) * mask[..., None]
+        backward = combination.backward_layer_norm(towers.backward_states) * mask[..., None]
+        previous_forward = torch.cat([torch.zeros_like(forward[:, :1]), forward[:, :-1]], 1)
+        next_backward = torch.cat([backward[:, 1:], torch.zeros_like(backward[:, :1])], 1)
+        if query_combination == "concat":
+            query = torch.cat([previous_forward, next_backward], -1)
+        else:
+            query = previous_forward + next_backward
+        visible = additive_mask(combination_visibility(mask.bool(), "cloze"), query.dtype)
+        keys = torch.cat([combination.forward_layer_norm(towers.forward_states),
+                          combination.backward_layer_norm(towers.backward_states)], 1)
+        h = combination.attention(query, keys, visible)
+        ffn = combination.ffn
+        expected = h + ffn.fc2(F.relu(ffn.fc1(ffn.layer_norm(h))))
+        out = model(ids, attention_mask=mask, combination_mask="cloze").last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(out[real], expected[real], rtol=1e-5, atol=1e-5)
+    # Unnormalised: a LayerNorm after the FFN would give every row mean 0 and variance 1 (up to its affine, 1 and 0).
+    assert out[real].std(-1).sub(1).abs().max() > 0.05
+
+
+def test_concat_query_projection_is_trained():
     model = model_with_seed(TwoTowerCloze, query_combination="concat")
-    assert model.cloze.combination.query_projection.weight.shape == (tester.hidden_size, 2 * tester.hidden_size)
-    assert model_with_seed(TwoTowerCloze).cloze.combination.query_projection is None
-    out = model(**tester.inputs())
-    out.loss.backward()
-    assert model.cloze.combination.query_projection.weight.grad.abs().sum() > 0
+    model(**tester.inputs()).loss.backward()
+    assert model.cloze.combination.attention.q_proj.weight.grad.abs().sum() > 0
 
 
 def test_adaptive_softmax_output():
@@ -372,6 +408,106 @@ def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path)
     assert torch.tensor(result["classifier_logits"]).abs().max() == 0
 
 
+CHARACTER_CONFIG = dict(input_representation="char_cnn", use_adaptive_softmax=True, adaptive_softmax_cutoff=[10, 40],
+                        character_embedding_size=8, character_filters=[[1, 8], [2, 8], [3, 16]], max_word_characters=6)
+WORDS = ["[PAD]", "<s>", "</s>", "<sep>", "[UNK]", "the", "The", "é", "river", "riverside"]
+
+
+def character_model(cls=TwoTowerCloze, seed=0):
+    model = model_with_seed(cls, seed, **CHARACTER_CONFIG)
+    (model.cloze if hasattr(model, "cloze") else model).set_word_vocabulary(WORDS + [f"w{i}" for i in range(89)])
+    return model
+
+
+def test_character_cnn_spells_words_and_embeds_them_by_hand():
+    model = character_model(TwoTowerClozeModel)
+    config, cnn = model.config, model.embeddings.character_cnn
+    assert model.embeddings.word_embeddings is None and model.get_input_embeddings() is cnn
+    assert not config.tie_word_embeddings and cnn.word_characters.dtype == torch.int16
+    table = cnn.word_characters
+    assert table.shape == (tester.vocab_size, 6)
+    assert table[5].tolist() == [ord("t") + 1, ord("h") + 1, ord("e") + 1, 0, 0, 0]
+    assert table[7].tolist()[:3] == [0xC3 + 1, 0xA9 + 1, 0]  # "é" is two UTF-8 bytes
+    assert table[9].tolist() == [b + 1 for b in b"rivers"]  # cut at max_word_characters
+    assert cnn.set_word_vocabulary(["riverside", "river"]) == 1 and table[2].abs().sum() == 0  # the count of cut words
+    cnn.set_word_vocabulary(WORDS)
+    assert [len(c.weight) for c in cnn.convolutions] == [8, 8, 16] and cnn.projection.in_features == 32
+    torch.testing.assert_close(cnn.highways[0].gate.bias, torch.ones(32))  # the highway starts carrying its input
+
+    ids = torch.tensor([[5, 6, 8, 9]])
+    with torch.no_grad():
+        vectors = cnn(ids)
+        characters = cnn.character_embeddings(table[ids[0]].long()).transpose(1, 2)  # (4 words, 8, 6 bytes)
+        pooled = torch.cat([F.relu(c(characters).max(-1).values) for c in cnn.convolutions], -1)
+        gate = torch.sigmoid(cnn.highways[0].gate(pooled))
+        highway = gate * pooled + (1 - gate) * F.relu(cnn.highways[0].transform(pooled))
+        torch.testing.assert_close(vectors[0], cnn.projection(highway))
+    assert vectors.shape == (1, 4, tester.hidden_size) and (vectors[0, 0] - vectors[0, 1]).abs().max() > 1e-4  # the/The
+    # A word's vector depends on its spelling only: respell word 6 as "the" and it becomes word 5.
+    cnn.set_word_vocabulary(WORDS[:6] + ["the"])
+    with torch.no_grad():
+        torch.testing.assert_close(cnn(torch.tensor([[6]])), cnn(torch.tensor([[5]])))
+    inputs = tester.inputs()
+    out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
+    assert out.shape == (tester.batch_size, tester.seq_length, tester.hidden_size)
+
+
+def test_character_cnn_pretraining_uses_the_adaptive_softmax_and_trains_every_part():
+    model = character_model().train()
+    assert model.lm_head is None and model.adaptive_softmax.cutoffs == [10, 40, tester.vocab_size]
+    model(**tester.inputs()).loss.backward()
+    cnn = model.cloze.embeddings.character_cnn
+    for part in (cnn.character_embeddings, cnn.convolutions[2], cnn.highways[0].gate, cnn.projection):
+        assert part.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="no embedding matrix"):
+        model.cloze.set_input_embeddings(torch.nn.Embedding(3, 3))
+    with pytest.raises(ValueError, match="widest character filter"):
+        tester.config(**{**CHARACTER_CONFIG, "max_word_characters": 2})
+    with pytest.raises(ValueError, match="input_representation='bytes'"):
+        tester.config(input_representation="bytes")
+
+
+@pytest.mark.parametrize("size, millions", [("cnn_base", 177), ("cnn_large", 330)])
+def test_cnn_presets_have_the_papers_parameter_counts(size, millions):
+    from training.recipes_cloze import CLOZE_SIZES
+
+    config = TwoTowerClozeConfig(vocab_size=700_000, **CLOZE_SIZES[size])
+    assert config.character_filters == [[1, 128], [2, 256], [3, 384], [4, 512], [5, 512], [6, 512]]
+    assert config.adaptive_softmax_cutoff == [60_000, 220_000] and config.character_embedding_size == 128
+    with torch.device("meta"):
+        model = TwoTowerCloze(config)
+    # Table 1 counts every parameter but the adaptive softmax.
+    count = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("adaptive_softmax."))
+    assert abs(count / 1e6 - millions) / millions < 0.01, count
+
+
+def test_character_model_round_trip_in_fresh_process_keeps_the_word_table(tmp_path):
+    model = character_model()
+    model.save_pretrained(tmp_path)
+    inputs = tester.inputs()
+    with torch.no_grad():
+        expected = model.eval()(**inputs)
+    torch.save(inputs, tmp_path / "inputs.pt")
+    out = run_isolated(f"""
+        import json, torch
+        from transformers import AutoModel, AutoModelForPreTraining
+        path = {str(tmp_path)!r}
+        inputs = torch.load(path + "/inputs.pt")
+        with torch.no_grad():
+            pre = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
+            out = pre(**inputs)
+            bare = AutoModel.from_pretrained(path, trust_remote_code=True)
+        table = bare.embeddings.character_cnn.word_characters
+        print(json.dumps({{"loss": out.loss.item(), "logits": out.logits.tolist(), "table": table.tolist(),
+                          "dtype": str(table.dtype), "remote": type(pre).__module__.startswith("transformers_modules")}}))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["remote"] and result["dtype"] == "torch.int16"
+    assert result["table"] == model.cloze.embeddings.character_cnn.word_characters.tolist()
+    assert result["loss"] == pytest.approx(expected.loss.item(), rel=1e-5)
+    torch.testing.assert_close(torch.tensor(result["logits"]), expected.logits, rtol=1e-5, atol=1e-5)
+
+
 def test_short_training_on_wikipedia_reduces_the_cloze_loss():
     from transformers import AutoTokenizer
 
@@ -393,8 +529,8 @@ def test_short_training_on_wikipedia_reduces_the_cloze_loss():
     config = TwoTowerClozeConfig(
         vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
         max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id, sep_token_id=tokenizer.sep_token_id,
-    )
+        eos_token_id=tokenizer.sep_token_id, sep_token_id=tokenizer.sep_token_id, initializer_range=32**-0.5,
+    )  # init at fairseq's scale, d^-0.5: at d = 32, 0.02 starts the unnormalised outputs, hence the logits, near 0
     model = TwoTowerCloze(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 

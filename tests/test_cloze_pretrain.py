@@ -95,6 +95,36 @@ def test_cloze_loss_goes_down_on_real_text(tmp_path):
     assert [e["eval_loss"] for e in history if "eval_loss" in e][-1] < first - 1.0
 
 
+@pytest.mark.slow
+def test_character_cnn_cloze_learns_real_text_and_its_export_spells_the_word_vocabulary(tmp_path):
+    state = real_text_run("cloze", tmp_path / "run", steps=150, logging_steps=15, learning_rate=None, model_size="cnn_tiny")
+    logs = train_logs(state)
+    first, last = logs[0]["cloze_loss"], sum(entry["cloze_loss"] for entry in logs[-3:]) / 3
+    # From ~ln(4000) = 8.3 nats over a 4,000-word vocabulary (rarer words are [UNK], a frequent target).
+    assert last < first - 1.5, (first, last)
+    export = tmp_path / "run" / "export"
+    assert json.loads((export / "tokenizer.json").read_text())["model"]["type"] == "WordLevel"
+    config = json.loads((export / "config.json").read_text())
+    assert config["input_representation"] == "char_cnn" and config["use_adaptive_softmax"]
+    words = AutoTokenizer.from_pretrained(export).convert_ids_to_tokens(list(range(config["vocab_size"])))
+    result = json.loads(run_isolated(f"""
+        import json, torch
+        from transformers import AutoModelForPreTraining, AutoTokenizer
+        path = {str(export)!r}
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+        model = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
+        table = model.cloze.embeddings.character_cnn.word_characters
+        spelled = [bytes(b - 1 for b in row if b).decode("utf-8", "replace") for row in table.tolist()]
+        batch = tokenizer(["The river flows into the sea ."], return_tensors="pt")
+        with torch.no_grad():
+            loss = model(**batch, labels=batch["input_ids"]).loss.item()
+        print(json.dumps({{"spelled": spelled, "loss": loss}}))
+    """).strip().splitlines()[-1])
+    # cnn_tiny reads the first 20 bytes of a word.
+    assert result["spelled"] == [word.encode()[:20].decode("utf-8", "replace") for word in words]
+    assert 0 < result["loss"] < first
+
+
 def test_a_cloze_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path, tokenizer):
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 

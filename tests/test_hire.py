@@ -17,7 +17,8 @@ BACKBONE = BertConfig(vocab_size=120, hidden_size=16, num_hidden_layers=3, num_a
 
 
 def config(**overrides):
-    return HireConfig(**{"backbone_config": BACKBONE, "num_labels": 3, "gru_hidden_size": 8, "classifier_dropout": 0.0, **overrides})
+    return HireConfig(**{"backbone_config": BACKBONE, "num_labels": 3, "gru_hidden_size": 8, "classifier_dropout": 0.0,
+                         "gru_dropout": 0.0, **overrides})
 
 
 def inputs(seed=0, pad_row1=3):
@@ -59,14 +60,14 @@ def test_equations_A_M_and_output_layer_by_hand():
         for layer in range(4):
             _, final = extractor.summarizer(stacked[layer, row : row + 1, :length], torch.tensor([length]))
             u = final.permute(1, 0, 2).reshape(-1)  # 4d: both layers, both directions
-            alphas.append(torch.relu(extractor.score(u)))
+            alphas.append(torch.relu(extractor.importance(u)))
         s = torch.softmax(torch.cat(alphas), 0)
         torch.testing.assert_close(out.layer_importance[row], s, rtol=1e-5, atol=1e-6)
         A = (s[:, None, None] * stacked[:, row, :length]).sum(0)
         R = states[-1][row, :length]
         M = torch.cat([R, A, R + A, R * A], -1)
         F, _ = model.hire.fusion(M[None], torch.tensor([length]))
-        q = model.out_proj(torch.tanh(model.dense(F[0, 0])))
+        q = model.classifier.out_proj(torch.tanh(model.classifier.dense(F[0, 0])))
         torch.testing.assert_close(out.logits[row], q, rtol=1e-4, atol=1e-5)
 
 
@@ -79,13 +80,14 @@ def test_without_hire_fuses_R_with_itself():
     assert out.layer_importance is None
     R = backbone_states(model, ids, mask)[-1][:1, :10]
     F, _ = model.hire.fusion(torch.cat([R, R, R + R, R * R], -1), torch.tensor([10]))
-    torch.testing.assert_close(out.logits[0], model.out_proj(torch.tanh(model.dense(F[0, 0]))), rtol=1e-4, atol=1e-5)
+    head = model.classifier
+    torch.testing.assert_close(out.logits[0], head.out_proj(torch.tanh(head.dense(F[0, 0]))), rtol=1e-4, atol=1e-5)
 
 
 def test_without_fusion_A_goes_to_the_output_layer():
     torch.manual_seed(0)
     model = HireRobertaForSequenceClassification(config(use_fusion=False)).eval()
-    assert model.hire.fusion is None and model.dense.in_features == 16  # d, not 2d
+    assert model.hire.fusion is None and model.classifier.dense.in_features == 16  # d, not 2d
     ids, mask = inputs()
     out = model(ids, attention_mask=mask)
     stacked = torch.stack(backbone_states(model, ids, mask))
@@ -243,3 +245,183 @@ def test_hire_fine_tunes_through_run_glue_and_plots_importance(tmp_path):
     assert scores.shape == (3,) and abs(scores.sum() - 1) < 1e-5
     png = plot_importance({"rotten_tomatoes": scores, "uniform": [1 / 3] * 3}, tmp_path / "importance.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hire_over_a_zoo_encoder_reloads_without_this_repository(tmp_path):
+    """A remote-code encoder (a tiny SpanBERT export): its code is saved next to HIRE's and loads with it."""
+    from helpers import save_tiny_spanbert
+
+    backbone = save_tiny_spanbert(tmp_path / "spanbert", "SpanBertModel")
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification.from_backbone_pretrained(backbone, num_labels=3, gru_hidden_size=8).eval()
+    model.save_pretrained(tmp_path / "hire")
+    files = {p.name for p in (tmp_path / "hire").iterdir()}
+    assert {"configuration_spanbert.py", "modeling_spanbert.py", "hire_backbone.py", "modeling_hire.py"} <= files
+    saved = json.loads((tmp_path / "hire" / "config.json").read_text())["backbone_config"]
+    assert saved["model_type"] == "spanbert" and saved["auto_map"]["AutoModel"] == "modeling_spanbert.SpanBertModel"
+    ids, mask = inputs()
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+    out = run_isolated(f"""
+        import json, torch
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+        path = {str(tmp_path / "hire")!r}
+        model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True).eval()
+        config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+        with torch.no_grad():
+            logits = model(torch.tensor({ids.tolist()}), attention_mask=torch.tensor({mask.tolist()})).logits
+        backbone = model.hire.backbone
+        print(json.dumps({{"logits": logits.tolist(), "backbone": type(backbone).__name__,
+                          "module": type(backbone).__module__, "config": type(config.backbone_config).__name__}}))
+    """)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["backbone"] == "SpanBertModel" and result["config"] == "SpanBertConfig"
+    assert result["module"].startswith("transformers_modules") and result["module"].endswith("modeling_spanbert")
+    torch.testing.assert_close(torch.tensor(result["logits"]), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gru_dropout_sits_between_stacked_layers_in_training_only():
+    assert HireConfig(backbone_config=BACKBONE).gru_dropout == 0.1  # appendix A.2
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification(config(gru_dropout=0.5))
+    assert model.hire.extractor.summarizer.dropout.p == model.hire.fusion.dropout.p == 0.5
+    seen = {}
+    for name, gru in (("extractor", model.hire.extractor.summarizer), ("fusion", model.hire.fusion)):
+        for layer in (0, 1):
+            gru.forward_layers[layer].register_forward_pre_hook(
+                lambda module, args, key=(name, layer): seen.__setitem__(key, args[0].detach().clone()))
+    ids, mask = inputs()
+    model.eval()
+    with torch.no_grad():
+        reference = model(ids, attention_mask=mask).logits
+        clean = dict(seen)
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, reference)  # eval: no dropout
+    model.train()
+    with torch.no_grad():
+        dropped = model(ids, attention_mask=mask).logits
+    assert (dropped - reference).abs().max() > 1e-4
+    # The extractor's layer 0 reads the hidden states untouched; its layer 1 reads layer 0's outputs with half of them
+    # zeroed and the rest doubled. (The fusion GRU's input moved with the dropped-out importance scores.)
+    torch.testing.assert_close(seen[("extractor", 0)], clean[("extractor", 0)])
+    kept = seen[("extractor", 1)] != 0
+    torch.testing.assert_close(seen[("extractor", 1)][kept], 2 * clean[("extractor", 1)][kept])
+    for name in ("extractor", "fusion"):
+        assert (seen[(name, 0)] != 0).all() and 0.35 < (seen[(name, 1)] != 0).float().mean() < 0.65
+
+
+@pytest.mark.parametrize("weighting", ["mean", "random"])
+def test_fixed_weightings_build_no_summariser_and_train_every_parameter(weighting):
+    fixed = HireRobertaForSequenceClassification(config(layer_weighting=weighting))
+    names = [name for name, _ in fixed.named_parameters()]
+    assert fixed.hire.extractor.summarizer is None and fixed.hire.extractor.importance is None
+    assert not any("summarizer" in name or "importance" in name for name in names)
+    fixed(*inputs(), labels=torch.tensor([0, 1])).loss.backward()
+    assert [n for n, p in fixed.named_parameters() if p.grad is None] == []  # DDP without find_unused_parameters
+    # At RoBERTa-large size the dead summariser and scorer were 31.5M parameters.
+    from transformers import RobertaConfig
+
+    large = RobertaConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    with torch.device("meta"):
+        counts = {w: sum(p.numel() for p in HireModel(HireConfig(backbone_config=large, layer_weighting=w)).parameters())
+                  for w in ("dynamic", weighting)}
+    def gru_layer(inputs, d=1024):  # both directions: W_ih, W_hh, b_ih, b_hh of three gates
+        return 2 * (3 * d * (inputs + d) + 6 * d)
+
+    assert counts["dynamic"] - counts[weighting] == gru_layer(1024) + gru_layer(2048) + 4 * 1024 + 1 == 31_485_953
+
+
+@pytest.mark.parametrize("use_fusion", [True, False])
+def test_left_padding_gives_the_right_padding_prediction(use_fusion):
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification(config(use_fusion=use_fusion)).eval()
+    ids, right_mask = inputs(pad_row1=4)
+    length = int(right_mask[1].sum())
+    left_ids, left_mask = ids.clone(), right_mask.clone()
+    left_ids[1] = torch.cat([ids[1, length:], ids[1, :length]])  # the same 6 tokens, now after the padding
+    left_mask[1] = torch.cat([right_mask[1, length:], right_mask[1, :length]])
+    with torch.no_grad():
+        right = model(ids, attention_mask=right_mask, output_hidden_states=True)
+        left = model(left_ids, attention_mask=left_mask, output_hidden_states=True)
+        right_states = model.hire(ids, attention_mask=right_mask).last_hidden_state
+        left_states = model.hire(left_ids, attention_mask=left_mask).last_hidden_state
+    torch.testing.assert_close(left.logits, right.logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(left.layer_importance, right.layer_importance, rtol=1e-5, atol=1e-6)
+    # Outputs come back in the caller's layout: row 1's tokens sit at the end of the left-padded row.
+    torch.testing.assert_close(left_states[1, -length:], right_states[1, :length], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(left.hidden_states[-1][1, -length:], right.hidden_states[-1][1, :length])
+
+
+def test_compiles_with_fullgraph():
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification(config()).eval()
+    ids, mask = inputs()
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+        # PyTorch's dynamo wraps GRUs only when asked (allow_rnn); HIRE itself has no data-dependent branch to break on.
+        with torch._dynamo.config.patch(allow_rnn=True):
+            compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+            logits = compiled(ids, attention_mask=mask).logits
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_saved_config_has_no_local_path_and_the_encoders_special_tokens(tmp_path, caplog):
+    from transformers.trainer_utils import align_special_tokens
+
+    from glue.init_hire import main as init_hire
+
+    init = init_hire(["--output_dir", str(tmp_path / "init"), "--gru_hidden_size", "8"])
+    text = (tmp_path / "init" / "config.json").read_text()
+    assert "_name_or_path" not in text and minilm_path() not in text and str(tmp_path) not in text
+    model = HireRobertaForSequenceClassification.from_pretrained(init)
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    assert model.config.pad_token_id == tokenizer.pad_token_id == model.config.backbone_config.pad_token_id
+    with caplog.at_level("WARNING"):
+        align_special_tokens(model, tokenizer)
+    assert "new PAD/BOS/EOS" not in caplog.text
+
+
+def test_resize_token_embeddings_resizes_the_encoder_and_reloads(tmp_path):
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification(config()).eval()
+    model.resize_token_embeddings(128)
+    assert model.get_input_embeddings().num_embeddings == 128 and model.config.backbone_config.vocab_size == 128
+    new_token = torch.tensor([[3, 125, 126, 7]])
+    with torch.no_grad():
+        expected = model(new_token).logits
+    model.save_pretrained(tmp_path)
+    reloaded = HireRobertaForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(new_token).logits, expected)
+
+
+def test_peft_lora_for_sequence_classification_trains_the_real_head():
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification(config())
+    lora = peft.get_peft_model(model, peft.LoraConfig(task_type=peft.TaskType.SEQ_CLS, target_modules=["query", "value"]))
+    head = lora.base_model.model.classifier
+    assert isinstance(head, peft.utils.other.ModulesToSaveWrapper)
+    assert not isinstance(lora.base_model.model.hire.extractor.importance, peft.utils.other.ModulesToSaveWrapper)
+    before = {n: p.detach().clone() for n, p in lora.named_parameters() if "classifier" in n and p.requires_grad}
+    assert any("out_proj" in n for n in before) and any("dense" in n for n in before)
+    optimizer = torch.optim.SGD([p for p in lora.parameters() if p.requires_grad], lr=0.5)
+    lora(*inputs(), labels=torch.tensor([0, 2])).loss.backward()
+    optimizer.step()
+    after = dict(lora.named_parameters())
+    assert all((after[n] - value).abs().max() > 0 for n, value in before.items())
+
+
+def test_checkpoints_from_before_the_head_moved_load_with_a_key_mapping(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    model = HireRobertaForSequenceClassification(config()).eval()
+    model.save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    legacy = {k.removeprefix("classifier.").replace("extractor.importance", "extractor.score"): v for k, v in state.items()}
+    save_file(legacy, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    reloaded = HireRobertaForSequenceClassification.from_pretrained(tmp_path, key_mapping={
+        "^dense": "classifier.dense", "^out_proj": "classifier.out_proj", "extractor.score": "extractor.importance"}).eval()
+    ids, mask = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits)

@@ -19,11 +19,11 @@ TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "30
         "--per_device_train_batch_size", "8", "--validation_documents", "20", "--dataloader_num_workers", "0"]
 
 
-def real_text_run(model, out, steps, logging_steps, learning_rate="1e-3"):
+def real_text_run(model, out, steps, logging_steps, learning_rate="1e-3", model_size="tiny"):
     """A `tiny` pretraining run on 3,000 real Wikipedia documents (4,000-piece vocabulary, 16 x 128 tokens, 30 warmup
     steps, the recipe's optimiser at `learning_rate`, None: the paper's); returns the trainer_state.json of its final
     checkpoint."""
-    pretrain("--model", model, "--model_size", "tiny", "--max_seq_length", "128", "--max_documents", "3000",
+    pretrain("--model", model, "--model_size", model_size, "--max_seq_length", "128", "--max_documents", "3000",
              "--tokenizer_vocab_size", "4000", "--per_device_train_batch_size", "16",
              *(["--learning_rate", learning_rate] if learning_rate else []),
              "--warmup_steps", "30", "--max_steps", str(steps), "--logging_steps", str(logging_steps),

@@ -179,7 +179,7 @@ def test_unknown_size_is_named(tmp_path):
 def test_help_lists_each_recipes_paper_defaults():
     text = recipe_defaults_help()
     assert "teams tiny/small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 updates (2.00%)" in text
-    assert "cloze tiny/small/base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 updates (2.67%), from 1e-07 x lr, " \
+    assert "cloze tiny/small/base/cnn_tiny/cnn_base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 updates (2.67%), from 1e-07 x lr, " \
            "cosine decay to 0.0001, weight decay 0, clip 0.1" in text
     assert "spanbert tiny/small/base/large: AdamW (betas 0.9, 0.999; eps 1e-08), lr 0.0001" in text
     assert "weight decay 0.01 on every parameter" in text and "electra large:" in text and "masking 25%" in text

@@ -143,6 +143,9 @@ def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:
     return bos, eos
 
 
+_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
 def train_wordpiece_tokenizer(
     texts, vocab_size: int = 16000, lowercase: bool = False, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:
@@ -153,9 +156,9 @@ def train_wordpiece_tokenizer(
     merges differently; a first pass collects those symbols so the real pass can number them in sorted order.
     `texts` must be re-iterable (a list or a `datasets` column), since it is read twice.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    special = _SPECIAL_TOKENS
 
     def new_tokenizer():
         tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -174,6 +177,37 @@ def train_wordpiece_tokenizer(
     state["added_tokens"] = [t for t in state["added_tokens"] if t["content"] in special]
     tokenizer = Tokenizer.from_str(json.dumps(state))
     tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return _bert_style_tokenizer(tokenizer)
+
+
+def train_word_tokenizer(texts, vocab_size: int = 16000, min_frequency: int = 2) -> PreTrainedTokenizerFast:
+    """Train a cased word-level tokenizer (the cloze paper's character-CNN models read whole words): the
+    `vocab_size` most frequent words seen at least `min_frequency` times, ids in order of frequency (so adaptive
+    softmax bands hold the frequent words), everything else `[UNK]`. Same normaliser, pre-tokeniser and special
+    tokens as `train_wordpiece_tokenizer`.
+
+    Deterministic: words are counted here and ties broken alphabetically (`tokenizers`' WordLevelTrainer breaks them
+    in hash-map order, which differs per process)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False), pre_tokenizers.BertPreTokenizer()
+    counts = Counter()
+    for text in texts:
+        counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    words = sorted((word for word, n in counts.items() if n >= min_frequency and word not in _SPECIAL_TOKENS),
+                   key=lambda word: (-counts[word], word))
+    vocab = {token: i for i, token in enumerate(_SPECIAL_TOKENS + words[: max(vocab_size - len(_SPECIAL_TOKENS), 0)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, pre_tokenizer
+    return _bert_style_tokenizer(tokenizer)
+
+
+def _bert_style_tokenizer(tokenizer) -> PreTrainedTokenizerFast:
+    """`[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` templates, wrapped for transformers."""
+    from tokenizers import processors
+
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

@@ -229,6 +229,8 @@ def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
         "text_column": args.text_column, "max_documents": args.max_documents,
         "validation_documents": args.validation_documents,
         "vocab_size": None if args.tokenizer_name else args.tokenizer_vocab_size,
+        # the recipe's tokenizer may depend on the model (the cloze character CNN reads whole words)
+        "model": None if args.tokenizer_name else [args.model, args.model_size, args.config_overrides],
         "training_documents": len(train_docs), "training_text_digest": text_digest(train_docs),
     }
 
@@ -274,6 +276,9 @@ def main(argv: list[str] | None = None) -> Path:
     split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
     train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
 
+    config_class = models.get_class(recipe.family, "AutoConfig")
+    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
+
     # The run's tokenizer lives in OUTPUT_DIR/tokenizer with a record of its inputs: resuming or rerunning reuses it
     # only for the same inputs, so checkpoints never meet another vocabulary.
     tokenizer_dir = output_dir / "tokenizer"
@@ -285,15 +290,13 @@ def main(argv: list[str] | None = None) -> Path:
             if args.tokenizer_name:
                 tokenizer = load_tokenizer(args.tokenizer_name)
             elif recipe.build_tokenizer:
-                tokenizer = recipe.build_tokenizer(train_docs, args)
+                tokenizer = recipe.build_tokenizer(train_docs, args, config_kwargs)
             else:
                 logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
                 tokenizer = train_wordpiece_tokenizer(train_docs["text"], vocab_size=args.tokenizer_vocab_size)
             if training_args.process_index == 0:
                 save_tokenizer(tokenizer, tokenizer_dir, fingerprint)
 
-    config_class = models.get_class(recipe.family, "AutoConfig")
-    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
     config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
     token_ids = {name: getattr(tokenizer, name, None) for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
     token_ids["bos_token_id"], token_ids["eos_token_id"] = boundary_token_ids(tokenizer)

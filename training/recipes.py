@@ -196,7 +196,7 @@ class Recipe:
         load_corpus: optional `(args) -> Dataset`, the recipe's own corpus of documents (default:
             `training.data.load_corpus`, one text per row); the validation documents are split off it.
         corpus_description: what the embedded default corpus is, for the card (default: the lead sections).
-        build_tokenizer: optional `(train_docs, args) -> PreTrainedTokenizerFast` trained when no `--tokenizer_name`
+        build_tokenizer: optional `(train_docs, args, config_kwargs) -> PreTrainedTokenizerFast` trained when no `--tokenizer_name`
             is given and OUTPUT_DIR holds none (default: a cased WordPiece).
         init_model: optional `(model, tokenizer, train_docs, args, training_args) -> None`, run once on the new model
             before training (e.g. frozen pretrained word vectors; a resumed run then loads its checkpoint over it).

@@ -90,7 +90,7 @@ def pairs_of(pages, args):
     return entity_masked_pairs(pages, seed=args.masking_seed, num_proc=args.preprocessing_num_workers)
 
 
-def build_word_tokenizer(pages, args):
+def build_word_tokenizer(pages, args, config_kwargs):
     pairs = pairs_of(pages, args)
     logger.info("Building the CNN word vocabulary (at most %d words) from %d pair sentences", args.tokenizer_vocab_size, len(pairs))
     sentences = (text for batch in pairs.select_columns(["sentence"]).iter(batch_size=1000) for text in batch["sentence"])

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 import datasets
 import torch
 
-from .data import boundary_token_ids
+from .data import boundary_token_ids, train_word_tokenizer, train_wordpiece_tokenizer
 from .recipes import Paper, Recipe, TrainingDefaults
+
+logger = logging.getLogger(__name__)
 
 # Table 1 with the BPE vocabulary: d = 1024, FFN 4096, 16 heads; base 6 blocks per tower and a summed query, large
 # 12 blocks, 32 combination heads and a concatenated query. (Table 1's 12 combination heads for the base model do
@@ -24,6 +27,37 @@ CLOZE_SIZES = {
     "large": dict(hidden_size=1024, num_hidden_layers=12, num_attention_heads=16, combination_attention_heads=32,
                   intermediate_size=4096, query_combination="concat"),
 }
+# The CNN models of Table 1 (177M and 330M parameters without the softmax, as these presets): the same towers over a
+# word vocabulary, a character CNN for the inputs (Section 5.2: byte embeddings 128, filters 1x128 .. 6x512, one
+# highway layer) and an adaptive softmax for the outputs. A word-level tokenizer is trained for them.
+_CHARACTER_INPUTS = dict(input_representation="char_cnn", use_adaptive_softmax=True)
+CLOZE_SIZES.update({
+    "cnn_tiny": {**CLOZE_SIZES["tiny"], **_CHARACTER_INPUTS, "character_embedding_size": 16,
+                 "character_filters": [[1, 32], [2, 32], [3, 64], [4, 64]], "max_word_characters": 20},
+    "cnn_base": {**CLOZE_SIZES["base"], **_CHARACTER_INPUTS},
+    "cnn_large": {**CLOZE_SIZES["large"], **_CHARACTER_INPUTS},
+})
+
+
+def build_cloze_tokenizer(train_docs, args, config_kwargs: dict[str, Any]):
+    """Word-level vocabulary for character-CNN inputs (its `--tokenizer_vocab_size` most frequent words seen twice
+    or more; the paper keeps 700K / 1M output types), else the zoo's cased WordPiece (the BPE model's stand-in)."""
+    if config_kwargs.get("input_representation") == "char_cnn":
+        logger.info("Training a word-level tokenizer (up to %d words) for the character CNN", args.tokenizer_vocab_size)
+        return train_word_tokenizer(train_docs["text"], vocab_size=args.tokenizer_vocab_size)
+    logger.info("Training a cased WordPiece tokenizer (%d pieces)", args.tokenizer_vocab_size)
+    return train_wordpiece_tokenizer(train_docs["text"], vocab_size=args.tokenizer_vocab_size)
+
+
+def spell_word_vocabulary(model, tokenizer, train_docs, args, training_args) -> None:
+    """Character-CNN inputs: write the tokenizer's words into the model's saved word -> bytes table."""
+    if model.config.input_representation != "char_cnn":
+        return
+    truncated = model.cloze.set_word_vocabulary(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+    if truncated:
+        logger.warning("%d words are longer than max_word_characters=%d bytes; the character CNN reads their start.",
+                       truncated, model.config.max_word_characters)
+
 
 CLOZE_PAPER = Paper(
     title="Cloze-driven Pretraining of Self-attention Networks",
@@ -53,10 +87,14 @@ CLOZE_TRAINING = {
     "large": TrainingDefaults(size="large", total_steps=1_000_000, **_CLOZE),
 }
 CLOZE_TRAINING["tiny"] = CLOZE_TRAINING["small"] = CLOZE_TRAINING["base"]
+# The CNN models train as the BPE ones of their size (Section 5.3 gives one recipe per size).
+CLOZE_TRAINING.update(cnn_tiny=CLOZE_TRAINING["base"], cnn_base=CLOZE_TRAINING["base"], cnn_large=CLOZE_TRAINING["large"])
 
 CLOZE_HYPERPARAMETERS = {
     "dropout": "0.1 model and attention, 0.05 after ReLU",
     "examples": "paragraphs of arbitrary length with boundary markers; every token is a target",
+    "inputs": "BPE (55K types, tied flat softmax) or, for the CNN models, a character CNN over words with an "
+    "adaptive softmax over the 700K (base) / 1M (large) most frequent words",
 }
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n|\n")
@@ -118,5 +156,7 @@ RECIPES = {
         default_masking_scheme=None,
         paper=CLOZE_PAPER,
         hyperparameters=CLOZE_HYPERPARAMETERS,
+        build_tokenizer=build_cloze_tokenizer,
+        init_model=spell_word_vocabulary,
     ),
 }

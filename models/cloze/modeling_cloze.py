@@ -94,12 +94,86 @@ def combination_visibility(attention_mask: torch.Tensor, mode: str) -> torch.Ten
     return torch.cat([forward, backward], dim=1)[None] & keys
 
 
-class TwoTowerClozeEmbeddings(nn.Module):
-    """Token embeddings shared by both towers, scaled by sqrt(d), plus fixed sinusoidal positions."""
+class TwoTowerClozeHighwayGate(nn.Linear):
+    """`W_g x + b_g` of a highway layer; `_init_weights` starts its bias at 1 (its own class, so the init holds on
+    any load path)."""
+
+
+class TwoTowerClozeHighway(nn.Module):
+    """`g * x + (1 - g) * ReLU(W_h x + b_h)` with `g = sigmoid(W_g x + b_g)` (Srivastava et al., 2015, as fairseq's
+    `Highway`); the gate's bias starts at 1, so the layer starts close to carrying its input (as fairseq)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.transform = nn.Linear(size, size)
+        self.gate = TwoTowerClozeHighwayGate(size, size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.gate(x))
+        return gate * x + (1 - gate) * F.relu(self.transform(x))
+
+
+class TwoTowerClozeCharacterCNN(nn.Module):
+    """Word vectors from the bytes of each word (Kim et al., 2016; fairseq's `CharacterTokenEmbedder`): byte
+    embeddings, one convolution per filter width, max-pooled over the word and rectified, concatenated, highway
+    layers, then a projection to the model width.
+
+    The model still takes word ids: `word_characters` (a buffer saved with the weights, so an export is
+    self-contained) spells word `w` as UTF-8 bytes + 1, 0-padded to `max_word_characters`. Fill it with
+    `set_word_vocabulary`; special tokens are spelled out like any word (`[CLS]`, `[UNK]`, ...).
+    """
+
+    num_characters = 257  # 0 is padding, 1..256 are the bytes
 
     def __init__(self, config: TwoTowerClozeConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.register_buffer(
+            "word_characters", torch.zeros(config.vocab_size, config.max_word_characters, dtype=torch.int16)
+        )
+        self.character_embeddings = nn.Embedding(self.num_characters, config.character_embedding_size, padding_idx=0)
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(config.character_embedding_size, channels, width) for width, channels in config.character_filters
+        )
+        width = sum(channels for _, channels in config.character_filters)
+        self.highways = nn.ModuleList(TwoTowerClozeHighway(width) for _ in range(config.highway_layers))
+        self.projection = nn.Linear(width, config.hidden_size)
+
+    @torch.no_grad()
+    def set_word_vocabulary(self, words: list[str]) -> int:
+        """Spell `words[i]` into row i of the table; returns how many words were longer than the table is wide."""
+        rows, length = self.word_characters.shape
+        if len(words) > rows:
+            raise ValueError(f"{len(words)} words do not fit a vocabulary of {rows} (config.vocab_size).")
+        table = torch.zeros(rows, length, dtype=torch.int16)
+        truncated = 0
+        for index, word in enumerate(words):
+            spelled = [byte + 1 for byte in word.encode("utf-8")]
+            truncated += len(spelled) > length
+            table[index, : min(len(spelled), length)] = torch.tensor(spelled[:length], dtype=torch.int16)
+        self.word_characters.copy_(table)
+        return truncated
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        characters = self.word_characters[input_ids].long().flatten(0, -2)  # (words, max_word_characters)
+        embedded = self.character_embeddings(characters).transpose(1, 2)  # (words, channels, characters)
+        features = torch.cat([F.relu(convolution(embedded).amax(-1)) for convolution in self.convolutions], dim=-1)
+        for highway in self.highways:
+            features = highway(features)
+        return self.projection(features).view(*input_ids.shape, -1)
+
+
+class TwoTowerClozeEmbeddings(nn.Module):
+    """Token vectors shared by both towers (an embedding matrix, or the character CNN), scaled by sqrt(d) as
+    fairseq does for both, plus fixed sinusoidal positions."""
+
+    def __init__(self, config: TwoTowerClozeConfig):
+        super().__init__()
+        if config.input_representation == "char_cnn":
+            self.word_embeddings = None
+            self.character_cnn = TwoTowerClozeCharacterCNN(config)
+        else:
+            self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.character_cnn = None
         self.scale = math.sqrt(config.hidden_size)
         self.register_buffer(
             "position_table", sinusoidal_positions(config.max_position_embeddings, config.hidden_size), persistent=False
@@ -108,7 +182,8 @@ class TwoTowerClozeEmbeddings(nn.Module):
 
     def forward(self, input_ids, inputs_embeds, attention_mask):
         if inputs_embeds is None:
-            inputs_embeds = self.word_embeddings(input_ids)
+            embed = self.character_cnn if self.character_cnn is not None else self.word_embeddings
+            inputs_embeds = embed(input_ids)
         # Positions count real tokens, so left padding leaves the text's positions unchanged.
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         return self.dropout(inputs_embeds * self.scale + self.position_table[positions].to(inputs_embeds.dtype))
@@ -121,7 +196,7 @@ class TwoTowerClozeAttention(nn.Module):
     combination queries give finite outputs instead of NaNs.
     """
 
-    def __init__(self, config: TwoTowerClozeConfig, num_heads: int):
+    def __init__(self, config: TwoTowerClozeConfig, num_heads: int, query_size: int | None = None):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
@@ -129,7 +204,7 @@ class TwoTowerClozeAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.is_causal = False  # the direction lives in the mask
         self.dropout = config.attention_probs_dropout_prob
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.q_proj = nn.Linear(query_size or config.hidden_size, config.hidden_size)
         self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
@@ -207,23 +282,22 @@ class TwoTowerClozeTower(nn.Module):
 class TwoTowerClozeCombination(nn.Module):
     """The combination layer (Section 3.2): attention over all 2T tower states, then a pre-LN FFN with residual.
 
-    Query for token i: `F_{i-1} + B_{i+1}` (or a projection of their concatenation), zero past either end of the
-    text. There is no residual around the attention: a residual would carry the query, i.e. the neighbours' states,
-    past the mask.
+    Query for token i: `F_{i-1} + B_{i+1}`, or their concatenation `[F_{i-1}; B_{i+1}]` that the attention's query
+    projection maps from 2d to d (one projection, as fairseq's `concat_final_q`), zero past either end of the text.
+    There is no residual around the attention: a residual would carry the query, i.e. the neighbours' states, past
+    the mask. The FFN's output `f` is what the softmax (and the fine-tuning heads) read, with no LayerNorm after it
+    (fairseq's `BidirectionalTransformerDecoderLayer` with `normalize_before`).
     """
 
     def __init__(self, config: TwoTowerClozeConfig):
         super().__init__()
         self.forward_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.backward_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.query_projection = (
-            nn.Linear(2 * config.hidden_size, config.hidden_size) if config.query_combination == "concat" else None
-        )
-        self.attention = TwoTowerClozeAttention(config, config.combination_attention_heads)
+        self.concat_query = config.query_combination == "concat"
+        query_size = 2 * config.hidden_size if self.concat_query else config.hidden_size
+        self.attention = TwoTowerClozeAttention(config, config.combination_attention_heads, query_size=query_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.ffn = TwoTowerClozeFeedForward(config)
-        # Pre-LN leaves the residual stream unnormalised; normalise once before the output projection.
-        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
         self, forward_states: torch.Tensor, backward_states: torch.Tensor, attention_mask: torch.Tensor, mode: str
@@ -233,14 +307,14 @@ class TwoTowerClozeCombination(nn.Module):
         real = attention_mask[..., None].to(forward_states.dtype)
         previous_forward = F.pad((forward_states * real)[:, :-1], (0, 0, 1, 0))
         next_backward = F.pad((backward_states * real)[:, 1:], (0, 0, 0, 1))
-        if self.query_projection is None:
-            query = previous_forward + next_backward
+        if self.concat_query:
+            query = torch.cat([previous_forward, next_backward], dim=-1)
         else:
-            query = self.query_projection(torch.cat([previous_forward, next_backward], dim=-1))
+            query = previous_forward + next_backward
         keys_values = torch.cat([forward_states, backward_states], dim=1)
         mask = additive_mask(combination_visibility(attention_mask, mode), query.dtype)
         hidden = self.dropout(self.attention(query, keys_values, mask))
-        return self.final_layer_norm(self.ffn(hidden))
+        return self.ffn(hidden)
 
 
 class TwoTowerClozeZeroInitLinear(nn.Linear):
@@ -266,6 +340,8 @@ class TwoTowerClozePreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, TwoTowerClozeEmbeddings):
             init.copy_(module.position_table, sinusoidal_positions(*module.position_table.shape))
+        elif isinstance(module, TwoTowerClozeHighwayGate):
+            init.constant_(module.bias, 1.0)
 
 
 @dataclass
@@ -292,10 +368,21 @@ class TwoTowerClozeModel(TwoTowerClozePreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self):
+        if self.embeddings.character_cnn is not None:
+            return self.embeddings.character_cnn
         return self.embeddings.word_embeddings
 
     def set_input_embeddings(self, value):
+        if self.embeddings.character_cnn is not None:
+            raise ValueError("A char_cnn model has no embedding matrix: its words are spelled by the character CNN.")
         self.embeddings.word_embeddings = value
+
+    def set_word_vocabulary(self, words: list[str]) -> int:
+        """Char-CNN inputs: spell the vocabulary (`words[i]` is word id i) into the saved word -> bytes table.
+        Returns how many words were cut to `max_word_characters`."""
+        if self.embeddings.character_cnn is None:
+            raise ValueError("set_word_vocabulary is for input_representation='char_cnn'; this model embeds word ids.")
+        return self.embeddings.character_cnn.set_word_vocabulary(words)
 
     def run_towers(
         self,
@@ -370,7 +457,7 @@ class TwoTowerCloze(TwoTowerClozePreTrainedModel):
     """Pretraining: the cloze loss, the bilm loss or both (`config.loss_type`), logits only at labelled tokens.
 
     The flat output projection is tied to the input embeddings (no bias); `config.use_adaptive_softmax` swaps it
-    for an adaptive softmax.
+    for an adaptive softmax (the paper's word models, whose character CNN has no matrix to tie to).
     """
 
     _tied_weights_keys = {"lm_head.weight": "cloze.embeddings.word_embeddings.weight"}
@@ -388,10 +475,11 @@ class TwoTowerCloze(TwoTowerClozePreTrainedModel):
                 cutoffs=list(config.adaptive_softmax_cutoff),
                 div_value=float(config.adaptive_softmax_div_value),
             )
-            self._tied_weights_keys = {}  # nothing to tie
         else:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
             self.adaptive_softmax = None
+        if not (config.tie_word_embeddings and self.lm_head is not None):
+            self._tied_weights_keys = {}  # nothing to tie
         self.post_init()
 
     def get_output_embeddings(self):

@@ -1,4 +1,5 @@
-"""HIRE: a hidden representation extractor and a fusion network over a pretrained encoder.
+"""HIRE: a hidden representation extractor and a fusion network over a pretrained encoder (Yang and Zhao, 2019,
+"Deepening Hidden Representations from Pre-trained Language Models").
 
 Equations (numbers from the paper):
     u_i   = BiGRU_2layers(H_i)  final states of both layers and directions   (2)   i = 0..l, shared GRU
@@ -8,24 +9,31 @@ Equations (numbers from the paper):
     M     = [R; A; R + A; R * A]                                            (6)   R: last layer
     F     = BiGRU_2layers(M)                                                (7)
     q     = W2 tanh(W1 c + b1) + b2, c = F[first token]                     (8)
-The GRUs never read padding (see `MaskedBiGRU`), so predictions do not depend on how much padding a batch has.
+The GRUs never read padding (see `MaskedBiGRU`), and every batch runs right-padded inside the model (see
+`right_aligned_order`), so predictions depend neither on how much padding a batch has nor on which side it is.
 """
 
+import shutil
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
+from transformers import initialization as init
+from transformers.dynamic_module_utils import get_relative_import_files
 from transformers.modeling_outputs import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_hire import HireConfig
+from .hire_backbone import BACKBONE_CLASSES
 
 
 @dataclass
 class HireModelOutput(ModelOutput):
     """
-    last_hidden_state: F `(B, T, 2d)` (or M / A for the fusion ablations).
+    last_hidden_state: F `(B, T, 2d)` (or M / A for the fusion ablations), in the caller's padding layout.
     layer_importance: s `(B, l + 1)`, the per-example importance of the embeddings and each encoder layer.
     """
 
@@ -42,6 +50,19 @@ class HireSequenceClassifierOutput(ModelOutput):
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
+def right_aligned_order(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the positions of its real tokens in order, then those of its padding: gathering with it turns any
+    padding layout (left, right) into right padding. The identity for right-padded rows."""
+    return torch.sort((attention_mask == 0).int(), dim=1, stable=True).indices
+
+
+def gather_positions(x: torch.Tensor | None, order: torch.Tensor) -> torch.Tensor | None:
+    """`x[b, order[b, t]]` for `(B, T)` or `(B, T, D)` tensors."""
+    if x is None:
+        return None
+    return x.gather(1, order if x.dim() == 2 else order[..., None].expand_as(x))
+
+
 def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse each right-padded sequence of `x` `(N, T, D)` inside its own length; padding stays in place."""
     positions = torch.arange(x.shape[1], device=x.device)
@@ -53,17 +74,19 @@ class MaskedBiGRU(nn.Module):
     """A stacked bidirectional GRU over right-padded sequences whose real positions never see the padding.
 
     The forward direction reads each sequence as it is, the backward direction reads it reversed within its length,
-    so padding only ever comes after the real tokens. Same maths as `pack_padded_sequence`, without the packed
+    so padding only ever comes after the real tokens. Same maths as `pack_padded_sequence` through
+    `nn.GRU(bidirectional=True, dropout=dropout)` (dropout on every layer's output but the last), without the packed
     path's per-step slicing, whose CPU backward is quadratic in the sequence length.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int, dropout: float = 0.0):
         super().__init__()
         self.num_layers = num_layers
         self.forward_layers = nn.ModuleList(
             nn.GRU(input_size if i == 0 else 2 * hidden_size, hidden_size, batch_first=True) for i in range(num_layers))
         self.backward_layers = nn.ModuleList(
             nn.GRU(input_size if i == 0 else 2 * hidden_size, hidden_size, batch_first=True) for i in range(num_layers))
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns outputs `(N, T, 2h)` (garbage at padded positions) and final states `(layers * 2, N, h)` ordered
@@ -71,7 +94,9 @@ class MaskedBiGRU(nn.Module):
         last = (lengths - 1).clamp(min=0)
         rows = torch.arange(inputs.shape[0], device=inputs.device)
         finals, x = [], inputs
-        for forward_gru, backward_gru in zip(self.forward_layers, self.backward_layers):
+        for layer, (forward_gru, backward_gru) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            if layer > 0:
+                x = self.dropout(x)
             forward_out, _ = forward_gru(x)
             backward_out = reverse_within_length(backward_gru(reverse_within_length(x, lengths))[0], lengths)
             finals += [forward_out[rows, last], backward_out[:, 0]]
@@ -79,19 +104,25 @@ class MaskedBiGRU(nn.Module):
         return x, torch.stack(finals)
 
 
-class HireScore(nn.Linear):
-    """w^T u_i + b of equation (3)."""
+class HireImportanceScorer(nn.Linear):
+    """w^T u_i + b of equation (3). (Not named `score`: PEFT takes modules named `score` or `classifier` for the
+    classification head.)"""
 
 
 class HireExtractor(nn.Module):
-    """Scores the l + 1 hidden states with ONE shared 2-layer BiGRU (all layers in one batched call) and mixes them."""
+    """Scores the l + 1 hidden states with ONE shared 2-layer BiGRU (all layers in one batched call) and mixes them.
+
+    The fixed weightings of Table 5 have no summariser and no scorer: only the fixed scores.
+    """
 
     def __init__(self, config: HireConfig):
         super().__init__()
         self.config = config
         d = config.gru_dim
-        self.summarizer = MaskedBiGRU(config.model_dim, d, num_layers=2)
-        self.score = HireScore(4 * d, 1)
+        self.summarizer = self.importance = None
+        if config.layer_weighting == "dynamic":
+            self.summarizer = MaskedBiGRU(config.model_dim, d, num_layers=2, dropout=config.gru_dropout)
+            self.importance = HireImportanceScorer(4 * d, 1)
         # Fixed weightings of Table 5: log-weights over layers, -inf outside the selected ones.
         fixed = torch.zeros(config.num_layers)
         if config.layer_weighting == "random":
@@ -107,17 +138,69 @@ class HireExtractor(nn.Module):
         self.register_buffer("fixed_scores", fixed.masked_fill(~selected, float("-inf")), persistent=True)
 
     def forward(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden_states: `(L, B, T, d)` with L = l + 1. Returns A `(B, T, d)` and s `(B, L)`."""
+        """hidden_states: `(L, B, T, d)` with L = l + 1, right-padded. Returns A `(B, T, d)` and s `(B, L)`."""
         layers, batch, width, dim = hidden_states.shape
-        if self.config.layer_weighting == "dynamic":
+        if self.summarizer is not None:
             _, final = self.summarizer(hidden_states.reshape(layers * batch, width, dim), lengths.repeat(layers))
             summary = final.permute(1, 0, 2).reshape(layers, batch, -1)  # u_i: both layers x both directions = 4d
-            alpha = torch.relu(self.score(summary)).squeeze(-1).transpose(0, 1)  # (B, L)
+            alpha = torch.relu(self.importance(summary)).squeeze(-1).transpose(0, 1)  # (B, L)
         else:
             alpha = self.fixed_scores.to(hidden_states.dtype).expand(batch, layers)
         importance = torch.softmax(alpha.float(), dim=-1).to(hidden_states.dtype)
         mixed = torch.einsum("bl,lbtd->btd", importance, hidden_states)
         return mixed, importance
+
+
+class HireClassificationHead(nn.Module):
+    """The output layer of equation (8), `W2 tanh(W1 c + b1) + b2`, on the first token's representation c."""
+
+    def __init__(self, config: HireConfig, input_size: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.dense = nn.Linear(input_size, config.model_dim)  # W1: 2d -> d
+        self.out_proj = nn.Linear(config.model_dim, config.num_labels)  # W2: d -> m
+
+    def forward(self, first_token: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(torch.tanh(self.dense(self.dropout(first_token))))
+
+
+def build_backbone(backbone_config) -> PreTrainedModel:
+    """The encoder, from the classes saved with this checkpoint if any, else through `AutoModel`. Without its pooler
+    where it has one: the pooler is never used, and unused parameters break DDP."""
+    classes = BACKBONE_CLASSES.get(backbone_config.model_type)
+    build = classes[1]._from_config if classes is not None else AutoModel.from_config
+    try:
+        return build(backbone_config, add_pooling_layer=False)
+    except TypeError:
+        return build(backbone_config)
+
+
+HIRE_FILES = ("configuration_hire.py", "modeling_hire.py", "hire_backbone.py")
+
+
+def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
+    """Copy a remote-code encoder's modeling files next to HIRE's and write `hire_backbone.py` to import its classes.
+    Returns the copied file names (none for an encoder built into transformers)."""
+    config_class, model_class = type(backbone.config), type(backbone)
+    if config_class.__module__.startswith("transformers.") and model_class.__module__.startswith("transformers."):
+        return []
+    files = {}
+    for cls in (config_class, model_class):
+        source = Path(sys.modules[cls.__module__].__file__)
+        for path in (source, *map(Path, get_relative_import_files(source))):
+            files[path.name] = path
+    if clash := set(HIRE_FILES) & set(files):
+        raise ValueError(f"The encoder's code has files named like HIRE's ({', '.join(sorted(clash))}); rename them.")
+    for name, path in files.items():
+        shutil.copyfile(path, folder / name)
+    (folder / "hire_backbone.py").write_text(
+        '"""The encoder this HIRE checkpoint runs on, whose code was saved next to HIRE\'s (written by\n'
+        'HirePreTrainedModel.save_pretrained; transformers fetches these files with HIRE\'s through the imports)."""\n\n'
+        f"from .{config_class.__module__.rsplit('.', 1)[-1]} import {config_class.__name__}\n"
+        f"from .{model_class.__module__.rsplit('.', 1)[-1]} import {model_class.__name__}\n\n"
+        f"BACKBONE_CLASSES = {{{config_class.model_type!r}: ({config_class.__name__}, {model_class.__name__})}}\n"
+    )
+    return sorted(files)
 
 
 class HirePreTrainedModel(PreTrainedModel):
@@ -128,17 +211,39 @@ class HirePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
 
+    @property
+    def backbone_model(self) -> PreTrainedModel:
+        return self.backbone if isinstance(self, HireModel) else self.hire.backbone
+
     @torch.no_grad()
     def _init_weights(self, module):
-        backbone = self.backbone if isinstance(self, HireModel) else self.hire.backbone
+        backbone = self.backbone_model
         if id(module) in self.__dict__.setdefault("_backbone_module_ids", {id(m) for m in backbone.modules()}):
             backbone._init_weights(module)  # the encoder's own init, buffers included
         elif isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=self.config.initializer_range)
-            # The score's bias starts at 1 so every layer's ReLU(w^T u + b) starts in its linear region: at 0, all
+            init.normal_(module.weight, std=self.config.initializer_range)
+            # The scorer's bias starts at 1 so every layer's ReLU(w^T u + b) starts in its linear region: at 0, all
             # scores can start clipped, leaving s uniform and untrainable (the paper gives no initialisation).
-            nn.init.constant_(module.bias, 1.0 if isinstance(module, HireScore) else 0.0)
+            init.constant_(module.bias, 1.0 if isinstance(module, HireImportanceScorer) else 0.0)
         # GRUs keep PyTorch's initialisation.
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also saves the encoder's code when it is remote code (see `hire_backbone.py`)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            save_backbone_code(self.backbone_model, Path(save_directory))
+
+    def get_input_embeddings(self):
+        return self.backbone_model.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.backbone_model.set_input_embeddings(value)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """Resizes the encoder's embeddings and keeps `backbone_config.vocab_size` in step, so the checkpoint reloads."""
+        embeddings = self.backbone_model.resize_token_embeddings(*args, **kwargs)
+        self.config.backbone_config.vocab_size = embeddings.num_embeddings
+        return embeddings
 
 
 class HireModel(HirePreTrainedModel):
@@ -146,14 +251,11 @@ class HireModel(HirePreTrainedModel):
 
     def __init__(self, config: HireConfig):
         super().__init__(config)
-        try:  # the pooler is never used; leaving it out keeps DDP free of unused parameters
-            self.backbone = AutoModel.from_config(config.backbone_config, add_pooling_layer=False)
-        except TypeError:
-            self.backbone = AutoModel.from_config(config.backbone_config)
+        self.backbone = build_backbone(config.backbone_config)
         self.extractor = HireExtractor(config) if config.use_hire else None
         self.fusion = None
         if config.use_fusion and config.fusion_layers > 0:
-            self.fusion = MaskedBiGRU(4 * config.model_dim, config.gru_dim, num_layers=config.fusion_layers)
+            self.fusion = MaskedBiGRU(4 * config.model_dim, config.gru_dim, config.fusion_layers, config.gru_dropout)
         self.post_init()
 
     @property
@@ -162,25 +264,30 @@ class HireModel(HirePreTrainedModel):
             return self.config.model_dim
         return 2 * self.config.gru_dim if self.fusion is not None else 4 * self.config.model_dim
 
-    def get_input_embeddings(self):
-        return self.backbone.get_input_embeddings()
-
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
                 output_hidden_states=None, **kwargs) -> HireModelOutput:
         reference = input_ids if input_ids is not None else inputs_embeds
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
-        backbone_inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, output_hidden_states=True, return_dict=True)
+        # Run right-padded whatever the caller's layout: the GRUs read each sequence from its first real token.
+        order = right_aligned_order(attention_mask)
+        attention_mask = gather_positions(attention_mask, order)
+        backbone_inputs = dict(input_ids=gather_positions(input_ids, order),
+                               attention_mask=attention_mask,
+                               position_ids=gather_positions(position_ids, order),
+                               inputs_embeds=gather_positions(inputs_embeds, order),
+                               output_hidden_states=True, return_dict=True)
         if token_type_ids is not None:
-            backbone_inputs["token_type_ids"] = token_type_ids
+            backbone_inputs["token_type_ids"] = gather_positions(token_type_ids, order)
         encoded = self.backbone(**backbone_inputs)
         lengths = attention_mask.sum(-1)
-        if lengths.min() == 0:
-            raise ValueError("An input has no token; every sequence needs at least one unpadded token.")
-        # The recurrent layers stop at the longest real sequence: columns of padding only are pure cost for a GRU.
-        width = int(lengths.max())
+        width = attention_mask.shape[1]
+        if not torch.compiler.is_compiling():  # data-dependent checks stay out of compiled graphs
+            if lengths.min() == 0:
+                raise ValueError("An input has no token; every sequence needs at least one unpadded token.")
+            # The recurrent layers stop at the longest real sequence: columns of padding only are pure cost for a GRU.
+            width = int(lengths.max())
         hidden_states = tuple(h[:, :width] for h in encoded.hidden_states)  # H_0 (embeddings) .. H_l
         last = hidden_states[-1]  # R, the preliminary representation
         importance = None
@@ -195,33 +302,39 @@ class HireModel(HirePreTrainedModel):
             output = self.fusion(fused, lengths)[0] if self.fusion is not None else fused
         if width < attention_mask.shape[1]:  # give back the caller's sequence length (zeros past the longest input)
             output = nn.functional.pad(output, (0, 0, 0, attention_mask.shape[1] - width))
-        return HireModelOutput(last_hidden_state=output, layer_importance=importance,
-                               hidden_states=encoded.hidden_states if output_hidden_states else None)
+        inverse = order.argsort(dim=1)  # back to the caller's layout
+        return HireModelOutput(
+            last_hidden_state=gather_positions(output, inverse),
+            layer_importance=importance,
+            hidden_states=tuple(gather_positions(h, inverse) for h in encoded.hidden_states) if output_hidden_states else None,
+        )
 
 
 class HireRobertaForSequenceClassification(HirePreTrainedModel):
-    """HIRE + fusion over a pretrained encoder with the paper's output layer `W2 tanh(W1 c + b1) + b2`.
-    Cross-entropy for classification, MSE for regression (`num_labels == 1`)."""
+    """HIRE + fusion over a pretrained encoder with the paper's output layer `W2 tanh(W1 c + b1) + b2` on the first
+    real token. Cross-entropy for classification, MSE for regression (`num_labels == 1`).
+
+    Checkpoints saved before the head moved into `classifier` (keys `dense.*`, `out_proj.*`, `hire.extractor.score.*`)
+    load with `from_pretrained(path, key_mapping={"^dense": "classifier.dense", "^out_proj": "classifier.out_proj",
+    "extractor.score": "extractor.importance"})`.
+    """
 
     def __init__(self, config: HireConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.hire = HireModel(config)
-        self.dropout = nn.Dropout(config.classifier_dropout)
-        self.dense = nn.Linear(self.hire.output_dim, config.model_dim)  # W1: 2d -> d
-        self.out_proj = nn.Linear(config.model_dim, config.num_labels)  # W2: d -> m
+        self.classifier = HireClassificationHead(config, self.hire.output_dim)
         self.post_init()
 
     @classmethod
     def from_backbone_pretrained(cls, path_or_id: str, num_labels: int = 2, **hire_options):
-        """A new HIRE classifier over pretrained encoder weights (e.g. `roberta-large`, or a local MiniLM)."""
-        backbone = AutoModel.from_pretrained(path_or_id)
-        config = HireConfig(backbone_config=backbone.config.to_dict(), num_labels=num_labels, **hire_options)
-        model = cls(config)
+        """A new HIRE classifier over pretrained encoder weights (e.g. `roberta-large`, a local MiniLM or a zoo export,
+        whose code is then saved with HIRE's)."""
+        backbone = AutoModel.from_pretrained(path_or_id, trust_remote_code=hire_options.pop("trust_remote_code", None))
+        model = cls(HireConfig(backbone_config=backbone.config, num_labels=num_labels, **hire_options))
         missing, unexpected = model.hire.backbone.load_state_dict(backbone.state_dict(), strict=False)
         if missing:
             raise ValueError(f"Backbone weights from {path_or_id} lack {missing[:5]}.")
-        model.config.name_or_path = path_or_id
         return model
 
     @can_return_tuple
@@ -230,8 +343,11 @@ class HireRobertaForSequenceClassification(HirePreTrainedModel):
         outputs = self.hire(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds,
                             output_hidden_states=output_hidden_states, return_dict=True)
-        first = self.dropout(outputs.last_hidden_state[:, 0])
-        logits = self.out_proj(torch.tanh(self.dense(first)))
+        hidden = outputs.last_hidden_state
+        # c: the first real token (<s>), wherever the padding is.
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        first = attention_mask.int().argmax(dim=1) if attention_mask is not None else torch.zeros_like(rows)
+        logits = self.classifier(hidden[rows, first])
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
