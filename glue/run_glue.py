@@ -156,10 +156,11 @@ def model_config_overrides(args: GlueArguments) -> dict:
 def run_task(task_name: str, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str]) -> dict:
     import evaluate
     import numpy as np
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
-                              set_seed)
+    from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                              Trainer, set_seed)
 
     from glue.tasks import load_task
+    from training.task_inputs import extra_inputs_for
 
     task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
                           validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
@@ -169,10 +170,16 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         for split in task.validation_splits:
             raw[split] = raw[split].select(range(min(args.max_eval_samples, len(raw[split]))))
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    extra_inputs = extra_inputs_for(AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code))
 
     def tokenize(batch):
         texts = [batch[column] for column in task.text_columns]
-        return tokenizer(*texts, truncation=True, max_length=args.max_seq_length)
+        encoded = tokenizer(*texts, truncation=True, max_length=args.max_seq_length,
+                            return_offsets_mapping=extra_inputs is not None)
+        if extra_inputs is not None:  # inputs a model needs beyond the tokenizer's (training/task_inputs.py)
+            encoded.update(extra_inputs(encoded, texts))
+            encoded.pop("offset_mapping")
+        return encoded
 
     with training_args.main_process_first(desc="tokenizing"):
         encoded = raw.map(tokenize, batched=True, desc=f"Tokenizing {task.name}")
