@@ -380,7 +380,9 @@ _HASH_MODULI = (2_147_483_647, 2_147_483_629)
 _HASH_BASES = (1_000_003, 911_382_323)
 _HASH_POWERS = torch.tensor([[pow(base, k, modulus) for k in range(MAX_WORD_PIECES)]
                              for base, modulus in zip(_HASH_BASES, _HASH_MODULI)], dtype=torch.long)
-PIECE_STARTS_WORD, PIECE_IS_PUNCTUATION, PIECE_ENDS_WORD = 1, 2, 4
+# Per encoder piece: a word begins at it / the next piece begins one / it is a bare word-start marker that belongs
+# to no word (SentencePiece's "▁" before punctuation or a second space).
+PIECE_STARTS_WORD, PIECE_ENDS_WORD, PIECE_SKIPPED = 1, 2, 4
 
 
 def word_keys(piece_ids: torch.Tensor, piece_in_word: torch.Tensor, word_index: torch.Tensor, num_words: int):
@@ -406,10 +408,23 @@ def _is_punctuation(character: str) -> bool:
     return unicodedata.category(character).startswith("P")
 
 
+def _byte_level_decoder() -> dict[str, int]:
+    """Byte-level BPE's (GPT-2's) printable stand-in character -> the byte it encodes."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    characters, extra = list(printable), 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            characters.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, characters)}
+
+
 def piece_flags(tokenizer) -> torch.Tensor:
-    """Per piece id of a fast encoder tokenizer: does the piece start a word (no WordPiece `##`, or a SentencePiece
-    `▁` / byte-level BPE `Ġ` marker), is it punctuation (the CNN's word rule splits punctuation off), does it end a
-    word (BPE `</w>` suffixes)? Special tokens count as punctuation: each stands alone."""
+    """Per piece id of a fast encoder tokenizer, where words begin and end under the CNN's word rule (which splits
+    punctuation off): a word starts at a piece with a word-start marker (no WordPiece `##`; a SentencePiece `▁` or
+    byte-level BPE space) or whose text starts with punctuation, and after a piece whose text ends with punctuation
+    (or a BPE `</w>` suffix). A bare marker belongs to no word. Special tokens stand alone."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ValueError("BERTAC's word lookup needs the encoder's fast tokenizer (a tokenizer.json).")
@@ -417,42 +432,49 @@ def piece_flags(tokenizer) -> torch.Tensor:
     kind = type(model).__name__
     continuing = getattr(model, "continuing_subword_prefix", None) if kind == "WordPiece" else None
     suffix = getattr(model, "end_of_word_suffix", None) if kind == "BPE" else None
+    byte_level = '"ByteLevel"' in backend.to_str()
+    decoder = _byte_level_decoder() if byte_level else None
     specials = set(tokenizer.all_special_ids)
-    size = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
-    flags = torch.zeros(size, dtype=torch.uint8)
-    for piece, index in tokenizer.get_vocab().items():
+    vocabulary = tokenizer.get_vocab()
+    flags = torch.zeros(max(len(tokenizer), max(vocabulary.values()) + 1), dtype=torch.uint8)
+    for piece, index in vocabulary.items():
+        if index in specials:
+            flags[index] = PIECE_STARTS_WORD | PIECE_ENDS_WORD
+            continue
         value = 0
         if continuing:
-            value |= 0 if piece.startswith(continuing) else PIECE_STARTS_WORD
-            text = piece.removeprefix(continuing)
+            marker, text = not piece.startswith(continuing), piece.removeprefix(continuing)
+        elif byte_level:
+            text = bytes(decoder.get(c, 0) for c in piece).decode("utf-8", errors="replace")
+            marker, text = text.startswith(" "), text.lstrip(" ")
         else:
-            value |= PIECE_STARTS_WORD if piece.startswith(("\u2581", "\u0120")) else 0
-            text = piece.lstrip("\u2581\u0120")
+            marker, text = piece.startswith("\u2581"), piece.lstrip("\u2581")
         if suffix and text.endswith(suffix):
             value |= PIECE_ENDS_WORD
             text = text.removesuffix(suffix)
-        if index in specials or (text and all(_is_punctuation(c) for c in text)):
-            value |= PIECE_IS_PUNCTUATION
+        if marker or (text and _is_punctuation(text[0])):
+            value |= PIECE_STARTS_WORD
+        if marker and not text:
+            value |= PIECE_SKIPPED | PIECE_ENDS_WORD
+        if text and _is_punctuation(text[-1]):
+            value |= PIECE_ENDS_WORD
         flags[index] = value
     return flags
 
 
-def _word_starts(ids: torch.Tensor, flags: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-    """Which pieces of `(B, L)` ids begin a word; `first` marks each segment's first piece."""
-    flags = flags[ids].long()
-    marker = (flags & PIECE_STARTS_WORD) > 0
-    punctuation = (flags & PIECE_IS_PUNCTUATION) > 0
-    ends = (flags & PIECE_ENDS_WORD) > 0
-    after_break = F.pad((punctuation | ends)[:, :-1], (1, 0), value=False)
-    return first | marker | punctuation | after_break
+def _starts_after(before: int, flags: int) -> bool:
+    """Does a piece begin a word, given its and the previous piece's flags (as `BertacWordLookup` decides)?"""
+    return bool(flags & PIECE_STARTS_WORD or before & PIECE_ENDS_WORD)
 
 
 def build_word_lookup(tokenizer, word_tokenizer, forms=("lower", "capitalized", "upper")) -> dict:
     """The tables `BertacWordLookup` reads, from the encoder's fast tokenizer and a `bertac_cnn` export's word
     tokenizer: per encoder piece its word-boundary flags, and for every CNN word the keys of the piece sequences the
-    encoder gives it (lowercase, Capitalised and UPPER forms, with and without a leading space for byte-level BPE),
-    sorted, with the CNN word id of each. A form the encoder does not keep as one word, or tokenizes with its unknown
-    token, is left out; a key two words share keeps the word of the more common form (lowercase first)."""
+    encoder gives it, sorted, with the CNN word id of each. Each word is encoded in its lowercase, Capitalised and
+    UPPER forms (one form for an uncased encoder) and in each context that changes its pieces: at the start of a
+    text, after a space (byte-level BPE marks it) and right after punctuation (SentencePiece then drops its `▁`). A
+    form the encoder does not keep as one word, or tokenizes with its unknown token, is left out; a key two words
+    share keeps the word of the more common form (lowercase first)."""
     flags = piece_flags(tokenizer)
     backend = type(tokenizer.backend_tokenizer).from_str(tokenizer.backend_tokenizer.to_str())
     backend.no_padding()  # a tokenizer.json may pad or truncate every encoding (sentence-transformers' do)
@@ -466,22 +488,30 @@ def build_word_lookup(tokenizer, word_tokenizer, forms=("lower", "capitalized", 
 
     if pieces_of("Word") == pieces_of("word"):  # an uncased encoder: one form says it all
         forms = [form for form in forms if form == "lower"]
-    prefixes = [""] if pieces_of(" word") == pieces_of("word") else ["", " "]  # byte-level BPE marks spaces
-    texts, targets = [], []
+    comma = pieces_of(",")
+    contexts = {"": 0, " ": 0, ",": len(comma)}  # prefix -> its pieces, dropped from the form's
+    reference = pieces_of("word")
+    if pieces_of(" word") == reference:
+        del contexts[" "]
+    if pieces_of(",word")[: len(comma)] != comma or pieces_of(",word")[len(comma) :] == reference:
+        del contexts[","]
+    texts, drops, targets = [], [], []
     for form in forms:
         for word, index in vocabulary:
-            for prefix in prefixes:
+            for prefix, drop in contexts.items():
                 texts.append(prefix + casings[form](word))
+                drops.append(drop)
                 targets.append(index)
-    encoded = [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+    values = flags.tolist()
+    encoded = [[i for i in encoding.ids[drop:] if not values[i] & PIECE_SKIPPED]
+               for encoding, drop in zip(backend.encode_batch(texts, add_special_tokens=False), drops)]
     unknown = tokenizer.unk_token_id
-    starts, breaks = (flags & (PIECE_STARTS_WORD | PIECE_IS_PUNCTUATION)).tolist(), (flags & (PIECE_IS_PUNCTUATION | PIECE_ENDS_WORD)).tolist()
     pieces, positions, owners, kept = [], [], [], []
     for ids, target in zip(encoded, targets):
         if not ids or len(ids) > MAX_WORD_PIECES or unknown in ids:
             continue
-        if any(starts[ids[t]] or breaks[ids[t - 1]] for t in range(1, len(ids))):
-            continue  # the encoder splits this form into several words (as `_word_starts` does): no single key
+        if any(_starts_after(values[ids[t - 1]], values[ids[t]]) for t in range(1, len(ids))):
+            continue  # the encoder splits this form into several words: no single key
         owners += [len(kept)] * len(ids)
         pieces += ids
         positions += range(len(ids))
@@ -508,8 +538,8 @@ class BertacWordLookup(nn.Module):
 
     Segments are the runs of tokens between the encoder's special tokens (`[CLS] a [SEP] b [SEP]`, `<s> a </s></s> b
     </s>`). Inside a segment, a word starts at a piece with a word-start marker, at punctuation and after it (the CNN's
-    word rule splits punctuation off), and at the segment's first piece; a word's pieces give its key, and the table
-    gives its CNN word id, or `[UNK]` when absent. `entity_spans` `(B, max_segments, 2)` gives, per segment, the
+    word rule splits punctuation off; see `piece_flags`), and at the segment's first piece; a word's pieces give its
+    key, and the table gives its CNN word id, or `[UNK]` when absent. `entity_spans` `(B, max_segments, 2)` gives, per segment, the
     first and one-past-last piece (counted from the segment's first piece) of the noun phrase the CNN sees as one
     `[EM]` word; -1 for none. The tables are buffers, saved with the weights.
     """
@@ -536,15 +566,19 @@ class BertacWordLookup(nn.Module):
         batch, length = input_ids.shape
         device, segments = input_ids.device, self.max_segments
         positions = torch.arange(length, device=device).expand(batch, length)
-        ids = input_ids.clamp(0, self.piece_flags.shape[0] - 1)
-        content = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(self.separators, device=device))
-        first = content & ~F.pad(content[:, :-1], (1, 0), value=False)
+
+        def shifted(values, fill=False):  # each piece's previous piece
+            return F.pad(values[:, :-1], (1, 0), value=fill)
+
+        in_segment = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(self.separators, device=device))
+        first = in_segment & ~shifted(in_segment)
         segment = first.long().cumsum(1) - 1
-        content &= segment < segments  # tokens of a third segment have no CNN input
-        first &= content
+        in_segment &= segment < segments  # tokens of a third segment have no CNN input
         segment = segment.clamp(0, segments - 1)
-        segment_begin = torch.where(first, positions, -1).cummax(1).values
+        segment_begin = torch.where(first & in_segment, positions, -1).cummax(1).values.clamp(min=0)
         offset = positions - segment_begin
+        flags = self.piece_flags[input_ids.clamp(0, self.piece_flags.shape[0] - 1)].long()
+        content = in_segment & ((flags & PIECE_SKIPPED) == 0)
 
         in_entity = torch.zeros_like(content)
         if entity_spans is not None:
@@ -552,12 +586,16 @@ class BertacWordLookup(nn.Module):
             spans = F.pad(spans, (0, 0, 0, segments - spans.shape[1]), value=-1)
             bounds = spans.gather(1, segment.unsqueeze(-1).expand(batch, length, 2))
             in_entity = content & (bounds[..., 0] >= 0) & (offset >= bounds[..., 0]) & (offset < bounds[..., 1])
-        entity_before = F.pad(in_entity[:, :-1], (1, 0), value=False)
-        starts = _word_starts(ids, self.piece_flags, first) | (in_entity != entity_before)
-        starts = content & starts & ~(in_entity & entity_before & ~first)  # the noun phrase is one word
 
-        count = starts.long().cumsum(1)
-        word = count - count.gather(1, segment_begin.clamp(min=0))
+        def within_segment(values):  # running count of `values` inside each segment, this piece included
+            total = values.long().cumsum(1)
+            return total - total.gather(1, segment_begin) + values.gather(1, segment_begin).long()
+
+        # The noun phrase is one word, begun by its first piece; outside it, words begin as `_starts_after` says,
+        # after a piece outside any word, and right after the noun phrase.
+        boundary = ((flags & PIECE_STARTS_WORD) > 0) | ((shifted(flags, 0) & PIECE_ENDS_WORD) > 0) | ~shifted(content)
+        starts = (content & ~in_entity & (boundary | shifted(in_entity))) | (in_entity & (within_segment(in_entity) == 1))
+        word = within_segment(starts) - 1
         piece_in_word = positions - torch.where(starts, positions, -1).cummax(1).values
         slots = batch * segments * length
         slot = ((torch.arange(batch, device=device)[:, None] * segments + segment) * length + word)[content]
