@@ -27,6 +27,14 @@ import models  # noqa: F401  (registers BERTAC so its code is saved with the che
 from models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
+# BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
+PAPER_FINE_TUNING = {
+    "GLUE": "lr in {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128, batch 128 (MNLI, QQP) or 16, "
+            "epochs 1-5 (MNLI, QQP, QNLI) or 6-10, 5 seeds, the best of 9 CNNs per task (`glue/run_glue.py --preset bertac`)",
+    "open-domain QA": "lr 1e-5, 2 epochs, 6% warmup then linear decay, length 384, stride 128, batch 48 (Quasar-T) or 96 "
+                      "(SearchQA), 3-best spans (`qa/run_open_qa.py` defaults)",
+    "TIER layers": "3",
+}
 
 
 def parse_args(argv=None):
@@ -129,6 +137,8 @@ def write_model_card(model, options, output: Path) -> Path:
         architecture=architecture,
         training_data="Not fine-tuned: the encoder and the CNN are pretrained, the TIER, update and head layers are "
                       "random (seed %d)." % options.seed,
+        training={"fine-tuning": "none yet"},
+        paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning. Inputs are the encoder tokenizer's plus `entity_spans` (the "
                      "noun phrase each segment's CNN sees as [EM]; `training/bertac_masking.py` makes them; without "
                      "them the CNN reads the unmasked words, the paper's m = s).",

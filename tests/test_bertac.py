@@ -503,22 +503,23 @@ def test_open_domain_qa_runs_end_to_end_for_any_encoder(encoder, bertac_init, ba
     assert json.loads((tmp_path / "out" / "selector" / "config.json").read_text())["architectures"] == [expected]
 
 
-def run_script(script, *args):
-    return subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
-
-
 def test_bad_input_gets_one_clear_line(backbone, cnn_export, bertac_init, tmp_path):
-    missing = run_script("glue/init_bertac.py", "--backbone", backbone, "--output_dir", str(tmp_path / "a"))
-    assert missing.returncode == 2 and "--cnn is required" in missing.stderr and "Traceback" not in missing.stderr
-    not_cnn = run_script("glue/init_bertac.py", "--backbone", backbone, "--cnn", backbone, "--output_dir", str(tmp_path / "b"))
-    assert not_cnn.returncode == 2 and "Traceback" not in not_cnn.stderr
-    taken = run_script("glue/init_bertac.py", "--backbone", backbone, "--cnn", cnn_export, "--output_dir", bertac_init)
-    assert taken.returncode == 2 and "already holds a model" in taken.stderr
+    from glue.init_bertac import main as init_bertac
+    from qa.run_open_qa import main as run_open_qa
+
+    with pytest.raises(ValueError, match="not a bertac_cnn export"):
+        init_bertac(["--backbone", backbone, "--cnn", backbone, "--output_dir", str(tmp_path / "a")])
+    with pytest.raises(ValueError, match="already holds a model"):  # nothing a user has is overwritten
+        init_bertac(["--backbone", backbone, "--cnn", cnn_export, "--output_dir", bertac_init])
     (tmp_path / "bad.jsonl").write_text('{"question": "q?", "passages": ["p"]}\n')
-    bad = run_script("qa/run_open_qa.py", "--model_name_or_path", backbone, "--train_file", str(tmp_path / "bad.jsonl"),
-                     "--output_dir", str(tmp_path / "c"))
-    assert bad.returncode == 2 and "missing ['answers']" in bad.stderr
+    with pytest.raises(ValueError, match=r"missing \['answers'\]"):
+        run_open_qa(["--model_name_or_path", backbone, "--train_file", str(tmp_path / "bad.jsonl"), "--output_dir", str(tmp_path / "b")])
+    result = subprocess.run([sys.executable, str(REPO / "glue" / "init_bertac.py"), "--backbone", backbone, "--output_dir",
+                             str(tmp_path / "c")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("init_bertac.py: error: --cnn is required")
+    assert not (tmp_path / "c").exists()
 
 
 @pytest.mark.slow

@@ -375,7 +375,8 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
 # ======================================================================================== BERTAC (paper Section 4)
 MAX_WORD_PIECES = 64  # an encoder word of more pieces maps to [UNK]
 # Two polynomial hashes of a word's piece ids, combined into one 62-bit key: with 10^6 table entries the chance that
-# any two collide is about 10^-7 (and a build that finds one refuses it), per looked-up word about 10^-13.
+# any two collide is about 10^-7 (a build that meets one stops), that a looked-up word absent from the table matches
+# an entry about 10^-13.
 _HASH_MODULI = (2_147_483_647, 2_147_483_629)
 _HASH_BASES = (1_000_003, 911_382_323)
 _HASH_POWERS = torch.tensor([[pow(base, k, modulus) for k in range(MAX_WORD_PIECES)]
@@ -515,13 +516,15 @@ def build_word_lookup(tokenizer, word_tokenizer, forms=("lower", "capitalized", 
         owners += [len(kept)] * len(ids)
         pieces += ids
         positions += range(len(ids))
-        kept.append(target)
+        kept.append((tuple(ids), target))
     keys, _ = word_keys(torch.tensor(pieces, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
                         torch.tensor(owners, dtype=torch.long), len(kept))
-    seen: dict[int, int] = {}
-    for key, target in zip(keys.tolist(), kept):
-        seen.setdefault(key, target)  # forms come in order of preference
-    ordered = sorted(seen.items())
+    seen: dict[int, tuple] = {}
+    for key, (ids, target) in zip(keys.tolist(), kept):
+        first = seen.setdefault(key, (ids, target))  # forms come in order of preference
+        if first[0] != ids:
+            raise ValueError(f"Two encoder words {first[0]} and {ids} share a lookup key; no table can be built.")
+    ordered = sorted((key, target) for key, (_, target) in seen.items())
     separators = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id,
                   tokenizer.pad_token_id} - {None}
     return {
@@ -787,6 +790,10 @@ class BertacPreTrainedModel(PreTrainedModel):
             if cnn is None:
                 raise ValueError("BERTAC needs a CNN: pass cnn=<a bertac_cnn export folder or Hub id>, or "
                                  "use_cnn_and_tier=False for the encoder alone.")
+            model_type = BertacCnnConfig.get_config_dict(cnn)[0].get("model_type")
+            if model_type != BertacCnnConfig.model_type:
+                raise ValueError(f"{cnn} is a {model_type!r} checkpoint, not a bertac_cnn export (`training/pretrain.py "
+                                 "--model bertac_cnn`).")
             word_cnn = BertacCnnModel.from_pretrained(cnn)
             word_tokenizer = AutoTokenizer.from_pretrained(cnn)
             if word_tokenizer.mask_token_id != word_cnn.config.mask_token_id:
