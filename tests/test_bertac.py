@@ -283,6 +283,22 @@ def test_the_cnn_and_its_table_get_no_gradient_while_updates_and_tiers_train(bac
     assert all(p.requires_grad for n, p in reloaded.named_parameters() if not n.startswith("bertac.cnn."))
 
 
+def test_heads_compute_their_losses(backbone, cnn_export, tokenizer):
+    batch = pair_batch(tokenizer)
+    regressor = build(backbone, cnn_export, num_labels=1).eval()
+    with torch.no_grad():
+        output = regressor(**batch, labels=torch.tensor([0.5, -1.0]))
+    assert output.logits.shape == (2, 1)
+    torch.testing.assert_close(output.loss, torch.nn.functional.mse_loss(output.logits.squeeze(-1), torch.tensor([0.5, -1.0])))
+    reader = build(backbone, cnn_export, head=BertacForQuestionAnswering).eval()
+    starts, ends = torch.tensor([3, 5]), torch.tensor([4, 9])
+    with torch.no_grad():
+        output = reader(**batch, start_positions=starts, end_positions=ends)
+    cross_entropy = torch.nn.functional.cross_entropy
+    expected = (cross_entropy(output.start_logits, starts) + cross_entropy(output.end_logits, ends)) / 2
+    torch.testing.assert_close(output.loss, expected)
+
+
 # ------------------------------------------------------------------------------------------------- ablations
 def test_without_update_every_tier_reads_the_first_cnn_vectors(backbone, cnn_export, tokenizer):
     batch = pair_batch(tokenizer)
