@@ -58,7 +58,7 @@ def main():
     for index, ids in enumerate(encodings["input_ids"]):
         word_ids = encodings.word_ids(index)
         starts = [int(w is not None and (i == 0 or word_ids[i - 1] != w)) for i, w in enumerate(word_ids)]
-        ours_examples.append({"input_ids": ids, "word_start": starts})
+        ours_examples.append({"input_ids": ids, "word_start": starts, "example_index": index})
     tokens = sum(len(ids) for ids in encodings["input_ids"])
 
     hf = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, whole_word_mask=True, seed=0)

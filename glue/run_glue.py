@@ -136,7 +136,10 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     preset = None
     if "--preset" in argv:
-        preset = argv[argv.index("--preset") + 1]
+        position = argv.index("--preset") + 1
+        if position == len(argv) or argv[position].startswith("--"):
+            raise ValueError(f"--preset needs a value: one of {', '.join(PRESETS)}.")
+        preset = argv[position]
         if preset not in PRESETS:
             raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
     defaults = GLUE_DEFAULTS + PRESETS.get(preset, [])
@@ -167,6 +170,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
                               Trainer, set_seed)
 
     from glue.tasks import load_task
+    from training.loading import load_pretrained
     from training.task_inputs import extra_inputs_for
 
     task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
@@ -176,8 +180,8 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     if args.max_eval_samples:
         for split in task.validation_splits:
             raw[split] = raw[split].select(range(min(args.max_eval_samples, len(raw[split]))))
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
-    extra_inputs = extra_inputs_for(AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code))
+    tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=args.trust_remote_code))
 
     def tokenize(batch):
         texts = [batch[column] for column in task.text_columns]
@@ -210,8 +214,8 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
             **({"num_train_epochs": float(epochs_override)} if epochs_override and "--num_train_epochs" not in user_flags else {}),
         )
         set_seed(seed)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            args.model_name_or_path, num_labels=task.num_labels, trust_remote_code=args.trust_remote_code,
+        model = load_pretrained(
+            AutoModelForSequenceClassification, args.model_name_or_path, num_labels=task.num_labels, trust_remote_code=args.trust_remote_code,
             ignore_mismatched_sizes=args.ignore_mismatched_sizes,
             problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs,
             **config_overrides,
@@ -249,7 +253,9 @@ def main(argv=None) -> dict:
     args, training_args, user_flags = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     from glue.tasks import CUSTOM, TASKS
+    from training.loading import check_model_path
 
+    check_model_path(args.model_name_or_path)
     for name in args.task_name:
         if name not in TASKS and name != CUSTOM:
             raise ValueError(f"Unknown --task_name {name!r}. Choose from {', '.join(TASKS)} or 'custom' with --train_file.")
@@ -294,7 +300,7 @@ def write_model_index(results: dict, output: Path, extra_card_dir: str | None) -
 def cli() -> None:
     try:
         main()
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:
         print(f"run_glue.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -139,6 +139,7 @@ def read_glue_tsv(path: Path, task: TaskSpec) -> datasets.Dataset:
         columns[target] = [row[index] if index < len(row) else "" for row in rows]
     if task.is_regression:
         columns["label"] = [float(v) for v in columns["label"]]
+        check_finite(columns["label"], str(path))
     elif task.label_names and not all(v.lstrip("-").isdigit() for v in columns["label"]):
         names = {name: i for i, name in enumerate(task.label_names)}
         unknown = sorted(set(columns["label"]) - set(names))
@@ -148,6 +149,16 @@ def read_glue_tsv(path: Path, task: TaskSpec) -> datasets.Dataset:
     else:
         columns["label"] = [int(v) for v in columns["label"]]
     return datasets.Dataset.from_dict(columns)
+
+
+def check_finite(labels, where: str) -> None:
+    """Regression labels must be finite numbers: a NaN or inf would turn the MSE loss into NaN."""
+    import math
+
+    for row, value in enumerate(labels):
+        if value is None or not math.isfinite(value):
+            shown = "missing (or NaN)" if value is None else value
+            raise ValueError(f"Label {shown} at row {row} of {where} is not a finite number; fix or drop that row.")
 
 
 # ------------------------------------------------------------------------------------------------ entry point
@@ -210,12 +221,17 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
     raw = raw.select_columns([*columns, label_column])
     if label_column != "label":
         raw = raw.rename_column(label_column, "label")
-    values = raw["train"]["label"]
+    values = list(raw["train"]["label"])
+    for split, data in raw.items():
+        if all(v is None or isinstance(v, (int, float)) for v in data["label"]):  # csv/json read NaN as None
+            check_finite(data["label"], f"the {split} file {files[split]} (--label_column {label_column})")
     if known:
         task = known
     else:
         regression = all(isinstance(v, float) for v in values) and any(v != int(v) for v in values)
-        label_names = () if regression else tuple(sorted({str(v) for v in values}))
+        numeric = all(isinstance(v, (int, float)) for v in values)
+        # String labels (pos/neg) are sorted by name, as transformers' run_glue.py does; numbers by value.
+        label_names = () if regression else tuple(str(v) for v in sorted(set(values) if numeric else {str(v) for v in values}))
         task = TaskSpec(CUSTOM, tuple(columns), 1 if regression else len(label_names),
                         ("pearson", "spearmanr") if regression else ("accuracy", "f1") if len(label_names) == 2 else ("accuracy",),
                         label_names=label_names)
@@ -225,7 +241,9 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
             unknown = sorted({str(v) for v in data["label"]} - set(mapping))
             if unknown:
                 raise ValueError(f"Labels {unknown[:5]} in the {split} file are not among {list(mapping)}.")
-        raw = raw.map(lambda b: {"label": [mapping[str(v)] for v in b["label"]]}, batched=True)
+        features = raw["train"].features.copy()
+        features["label"] = datasets.ClassLabel(names=list(task.label_names))
+        raw = raw.map(lambda b: {"label": [mapping[str(v)] for v in b["label"]]}, batched=True, features=features)
     if task.is_regression:
         raw = raw.cast_column("label", datasets.Value("float32"))
     return task, raw

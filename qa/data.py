@@ -74,6 +74,12 @@ def load_squad_json(path: str | Path) -> datasets.Dataset:
         for paragraph in article.get("paragraphs", []):
             for qa in paragraph.get("qas", []):
                 answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                for answer in answers:
+                    start = answer.get("answer_start", -1)
+                    if not isinstance(start, int) or isinstance(start, bool):
+                        raise MalformedRecordError(
+                            f"{path}: record {qa.get('id')!r} has answer_start {start!r} ({type(start).__name__}); it "
+                            "must be an integer character offset into the context. Fix the file.")
                 rows["id"].append(str(qa.get("id", "")))
                 rows["title"].append(article.get("title", ""))
                 rows["context"].append(paragraph.get("context", ""))

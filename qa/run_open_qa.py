@@ -110,6 +110,7 @@ def main(argv=None) -> dict:
 
     from qa.open_data import load_open_qa, passage_pairs
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
+    from training.loading import check_model_path, load_pretrained
     from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -130,10 +131,13 @@ def main(argv=None) -> dict:
     pairs = {split: passage_pairs(questions) for split, questions in raw.items()}
 
     remote = args.trust_remote_code
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=remote)
+    for flag in ("model_name_or_path", "selector_model", "reader_model"):
+        if getattr(args, flag):
+            check_model_path(getattr(args, flag), f"--{flag}")
+    tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=remote)
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("Passage windows need a fast tokenizer (offset mappings).")
-    extra_inputs = extra_inputs_for(AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=remote))
+    extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=remote))
     max_length = min(args.max_seq_length, tokenizer.model_max_length)
     window_args = (tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs)
     collator = DataCollatorWithPadding(tokenizer)
@@ -160,15 +164,15 @@ def main(argv=None) -> dict:
                             "selector_positive_windows": int(np.sum(selector_features["labels"])),
                             "reader_windows": len(reader_features)}
         if selector_path is None:
-            selector = AutoModelForSequenceClassification.from_pretrained(
-                args.model_name_or_path, num_labels=2, ignore_mismatched_sizes=True, trust_remote_code=remote)
+            selector = load_pretrained(AutoModelForSequenceClassification, args.model_name_or_path, num_labels=2,
+                                       ignore_mismatched_sizes=True, trust_remote_code=remote)
             trainer = Trainer(model=selector, args=run_args("selector"), train_dataset=selector_features,
                               processing_class=tokenizer, data_collator=collator)
             results["selector_train"] = trainer.train().metrics
             trainer.save_model()
             selector_path = str(output / "selector")
         if reader_path is None:
-            reader = AutoModelForQuestionAnswering.from_pretrained(args.model_name_or_path, trust_remote_code=remote)
+            reader = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=remote)
             trainer = Trainer(model=reader, args=run_args("reader"), train_dataset=reader_features,
                               processing_class=tokenizer, data_collator=collator)
             results["reader_train"] = trainer.train().metrics
@@ -183,7 +187,7 @@ def main(argv=None) -> dict:
             features = validation.map(lambda b: prepare_validation_features(b, *window_args), batched=True,
                                       remove_columns=validation.column_names, desc="Validation windows")
         model_inputs = features.remove_columns(["example_id", "offset_mapping"])
-        selector = AutoModelForSequenceClassification.from_pretrained(selector_path, trust_remote_code=remote)
+        selector = load_pretrained(AutoModelForSequenceClassification, selector_path, "--selector_model", trust_remote_code=remote)
         logits = Trainer(model=selector, args=run_args("selector"), processing_class=tokenizer,
                          data_collator=collator).predict(model_inputs).predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
@@ -192,7 +196,7 @@ def main(argv=None) -> dict:
         selector_scores = collections.defaultdict(float)
         for pair_id, probability in zip(features["example_id"], probabilities.tolist()):
             selector_scores[pair_id] = max(selector_scores[pair_id], probability)  # a passage's best window
-        reader = AutoModelForQuestionAnswering.from_pretrained(reader_path, trust_remote_code=remote)
+        reader = load_pretrained(AutoModelForQuestionAnswering, reader_path, "--reader_model", trust_remote_code=remote)
         start_logits, end_logits = Trainer(model=reader, args=run_args("reader"), processing_class=tokenizer,
                                            data_collator=collator).predict(model_inputs).predictions[:2]
         _, nbest, _ = postprocess_predictions(validation, features, start_logits, end_logits, args.n_best_size,
@@ -228,7 +232,7 @@ def main(argv=None) -> dict:
 def cli() -> None:
     try:
         main()
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:
         print(f"run_open_qa.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

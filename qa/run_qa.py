@@ -60,6 +60,7 @@ def main(argv=None) -> dict:
 
     from qa.data import EMBEDDED, load_qa, validate
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
+    from training.loading import check_model_path, load_pretrained
     from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -69,6 +70,7 @@ def main(argv=None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if args.on_malformed not in ("error", "skip"):
         raise ValueError("--on_malformed is 'error' or 'skip'.")
+    check_model_path(args.model_name_or_path)
     room = args.max_seq_length - args.max_question_length - 3  # [CLS] question [SEP] context [SEP]
     if args.doc_stride >= room:
         raise ValueError(f"--doc_stride {args.doc_stride} leaves no new context per window: it must be below "
@@ -86,14 +88,15 @@ def main(argv=None) -> dict:
     if args.max_eval_samples and "validation" in raw:
         raw["validation"] = raw["validation"].select(range(min(args.max_eval_samples, len(raw["validation"]))))
     version_2 = args.version_2_with_negative
-    if version_2 is None:
-        version_2 = args.dataset in ("squad_v2", "wiki_cloze_v2") if not args.train_file else any(
+    if version_2 is None:  # local files: SQuAD 2.0 when any question has no answer
+        local = args.train_file or args.validation_file
+        version_2 = args.dataset in ("squad_v2", "wiki_cloze_v2") if not local else any(
             not a["text"] for split in raw.values() for a in split["answers"])
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("QA windows need a fast tokenizer (offset mappings).")
-    model = AutoModelForQuestionAnswering.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    model = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(model.config)
     max_length = min(args.max_seq_length, tokenizer.model_max_length)
     with training_args.main_process_first(desc="building windows"):
@@ -152,7 +155,7 @@ def cli() -> None:
 
     try:
         main()
-    except (ValueError, FileNotFoundError, MalformedRecordError) as error:
+    except (ValueError, OSError, MalformedRecordError) as error:
         print(f"run_qa.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAIN = os.path.join(REPO, "training", "pretrain.py")
 # Blocking these makes `import models` etc. fail inside the child, as on a machine without this repository.
 PROJECT_PACKAGES = ("models", "training", "glue", "qa", "hub_cards", "bench")
 
@@ -53,7 +55,7 @@ def save_tiny_spanbert(path, head_class_name: str, max_position_embeddings: int 
 
 def terminate_when(command: list[str], marker, env: dict, timeout: float = 300) -> None:
     """Start `command`, send it SIGTERM as soon as the file `marker` exists (e.g. a run's first checkpoint), and
-    check that it then exits cleanly: a run preempted in the middle, as SaveOnSignal handles it."""
+    check that it then stops as SaveOnSignal makes it: a checkpoint saved, exit status 128 + SIGTERM (143)."""
     import signal
     import time
     from pathlib import Path
@@ -68,5 +70,18 @@ def terminate_when(command: list[str], marker, env: dict, timeout: float = 300) 
             raise AssertionError(f"{marker} did not appear within {timeout} s")
         time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
-    if process.wait(timeout=120) != 0:
-        raise AssertionError(f"the interrupted run failed:\n{process.stderr.read()[-3000:]}")
+    if process.wait(timeout=120) != 128 + signal.SIGTERM:
+        raise AssertionError(f"the interrupted run ended with {process.returncode}, not 143:\n{process.stderr.read()[-3000:]}")
+
+
+def pretrain_env(**extra) -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore", **extra}
+
+
+def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True, env=None):
+    """Run `training/pretrain.py` in a subprocess; fail with its stderr unless `check=False`."""
+    result = subprocess.run([*launcher, PRETRAIN, *args], capture_output=True, text=True, env=env or pretrain_env(),
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stderr[-5000:]}")
+    return result

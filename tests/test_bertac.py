@@ -525,7 +525,7 @@ def test_bad_input_gets_one_clear_line(backbone, cnn_export, bertac_init, tmp_pa
 
     with pytest.raises(ValueError, match="not a bertac_cnn export"):
         init_bertac(["--backbone", backbone, "--cnn", backbone, "--output_dir", str(tmp_path / "a")])
-    with pytest.raises(ValueError, match="already holds a model"):  # nothing a user has is overwritten
+    with pytest.raises(ValueError, match="already holds files"):  # nothing a user has is overwritten
         init_bertac(["--backbone", backbone, "--cnn", cnn_export, "--output_dir", bertac_init])
     (tmp_path / "bad.jsonl").write_text('{"question": "q?", "passages": ["p"]}\n')
     with pytest.raises(ValueError, match=r"missing \['answers'\]"):

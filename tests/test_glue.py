@@ -152,6 +152,23 @@ def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
     assert all(np.isfinite(v) for v in custom["median"].values())
 
 
+def test_custom_string_labels_are_mapped_to_ids_and_named_in_the_config(tmp_path):
+    """pos/neg labels become ids in name order (as transformers' run_glue.py does); the config's id2label names them."""
+    rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "sentiment": "pos" if i % 2 else "neg"} for i in range(24)]
+    for name, part in (("train.jsonl", rows), ("valid.jsonl", rows[:8])):
+        (tmp_path / name).write_text("\n".join(json.dumps(r) for r in part))
+    results = main(["--model_name_or_path", minilm_path(), "--train_file", str(tmp_path / "train.jsonl"),
+                    "--validation_file", str(tmp_path / "valid.jsonl"), "--text_columns", "review", "--label_column",
+                    "sentiment", "--output_dir", str(tmp_path / "out"), "--num_train_epochs", "1",
+                    "--per_device_train_batch_size", "8", "--max_seq_length", "32"])
+    assert set(results["tasks"]["custom"]["median"]) == {"accuracy", "f1"}
+    config = json.loads((tmp_path / "out" / "custom" / f"seed-{results['tasks']['custom']['runs'][0]['seed']}" / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
+    _, data = load_task("custom", train_file=str(tmp_path / "train.jsonl"), validation_file=str(tmp_path / "valid.jsonl"),
+                        text_columns=["review"], label_column="sentiment")
+    assert data["train"]["label"][:4] == [0, 1, 0, 1]
+
+
 def run_cli(*args):
     return subprocess.run([sys.executable, str(REPO / "glue" / "run_glue.py"), *args], capture_output=True, text=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)

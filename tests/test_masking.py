@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from training.data import load_corpus, pack_blocks, unigram_distribution
+from training.data import add_example_index, load_corpus, pack_blocks, unigram_distribution
 from training.masking import SpanMaskingCollator, truncated_geometric_probs
 from training.resources import minilm_path
 
@@ -18,8 +18,8 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def blocks(tokenizer):
     corpus = load_corpus(max_documents=1500)
-    packed = pack_blocks(corpus, tokenizer, max_seq_length=512)
-    return [packed[i] for i in range(len(packed)) if len(packed[i]["input_ids"]) > 256][:192]
+    packed = add_example_index(pack_blocks(corpus, tokenizer, max_seq_length=512))
+    return [packed[i] for i in range(len(packed)) if len(packed[i]["input_ids"]) > 128][:192]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_truncated_geometric_mean_is_the_papers_3_8():
 
 def test_sampled_span_lengths_follow_the_distribution(tokenizer):
     collator = SpanMaskingCollator(tokenizer, random_token_distribution="uniform", seed=0)
-    lengths = collator.sample_span_lengths(200_000)
+    lengths = collator.span_lengths(np.random.default_rng(0).random(200_000))
     assert lengths.min() == 1 and lengths.max() == 10
     assert lengths.mean() == pytest.approx(3.8, abs=0.03)
     observed = np.bincount(lengths, minlength=11)[1:] / len(lengths)
@@ -65,7 +65,8 @@ def test_budget_is_fifteen_percent_of_word_pieces(tokenizer, blocks, unigram, sc
         # Exact budget (token-by-token enforcement); rarely a touch under when candidates run out.
         assert (masked.sum(1) <= budget).all()
         assert masked.sum() / budget.sum() > 0.99
-        assert not np.isin(batch["labels"].numpy()[masked], tokenizer.all_special_ids).any()
+        structural = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # [UNK] is text (see below)
+        assert not np.isin(batch["labels"].numpy()[masked], list(structural)).any()
         assert not (masked & ~batch["attention_mask"].numpy().astype(bool)).any()
 
 
@@ -161,28 +162,88 @@ def test_sbo_targets_use_outside_boundaries_and_skip_edge_spans(tokenizer, block
                 if touches_edge:
                     seen_edge += 1
                     assert (left[row, start:end] == -1).all()
-                else:
-                    expected = np.arange(start, end) - start < collator.max_span_targets
-                    assert ((left[row, start:end] == start - 1) == expected).all()
-                    assert ((right[row, start:end] == end) == expected).all()
+                else:  # every token of the merged span; the model drops those past config.max_span_targets
+                    assert (left[row, start:end] == start - 1).all()
+                    assert (right[row, start:end] == end).all()
         assert ((left >= 0) <= masked).all()
     assert seen_edge > 0
 
 
-def test_masking_is_seeded_and_dynamic(tokenizer, blocks, unigram):
-    a = SpanMaskingCollator(tokenizer, scheme="span", unigram_probs=unigram, seed=7)
-    b = SpanMaskingCollator(tokenizer, scheme="span", unigram_probs=unigram, seed=7)
-    first_a, first_b = a(blocks[:16]), b(blocks[:16])
-    for key in first_a:
-        assert torch.equal(first_a[key], first_b[key])
-    second_a = a(blocks[:16])
-    assert not torch.equal(first_a["labels"], second_a["labels"])  # a new mask every time a block is seen
+@pytest.mark.parametrize("scheme", ["subword", "span"])
+def test_masks_are_a_function_of_seed_epoch_and_example_only(tokenizer, blocks, unigram, scheme):
+    """The same example gets the same mask whatever shares its batch or the padding width; a new mask each epoch
+    (dynamic masking); another under another seed; held-out masks ignore the epoch."""
+    collator = SpanMaskingCollator(tokenizer, scheme=scheme, unigram_probs=unigram, seed=7)
+    alone = [collator([example]) for example in blocks[:8]]
+    mixed = collator(blocks[:8][::-1] + blocks[100:108])  # reversed, other rows, another padding width
+    for row, single in enumerate(alone):
+        length = int(single["attention_mask"].sum())
+        for key in single:
+            assert torch.equal(single[key][0, :length], mixed[key][7 - row, :length]), key
+    epoch_0 = collator(blocks[:16])["labels"]
+    collator.set_epoch(1)
+    epoch_1 = collator(blocks[:16])["labels"]
+    assert not torch.equal(epoch_0, epoch_1)
+    assert ((epoch_0 != -100) != (epoch_1 != -100)).float().mean() > 0.1  # not a shifted copy: fresh draws
+    other_seed = SpanMaskingCollator(tokenizer, scheme=scheme, unigram_probs=unigram, seed=8)
+    assert not torch.equal(other_seed(blocks[:16])["labels"], epoch_0)
+    held_out = collator.for_evaluation()
+    first = held_out(blocks[:16])["labels"]
+    collator.set_epoch(5)
+    assert torch.equal(first, held_out(blocks[:16])["labels"])
+    assert torch.equal(first, collator.for_evaluation()(blocks[:16])["labels"])
+    assert not torch.equal(first, epoch_0)  # its own stream, not training epoch 0's masks
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_workers_see_the_epoch_and_draw_the_same_masks(tokenizer, blocks, unigram, persistent):
+    import datasets
+
+    data = datasets.Dataset.from_list(blocks[:24])
+    collator = SpanMaskingCollator(tokenizer, scheme="span", unigram_probs=unigram, seed=11)
+
+    def epochs(num_workers):
+        loader = torch.utils.data.DataLoader(data, batch_size=8, collate_fn=collator, num_workers=num_workers,
+                                             persistent_workers=persistent and num_workers > 0)
+        seen = []
+        for epoch in range(2):
+            collator.set_epoch(epoch)
+            seen.append(torch.cat([batch["labels"].flatten() for batch in loader]))
+        return seen
+
+    in_process, in_workers = epochs(0), epochs(2)
+    assert all(torch.equal(a, b) for a, b in zip(in_process, in_workers))
+    assert not torch.equal(in_workers[0], in_workers[1])  # epoch 2's masks are new, with workers too
+
+
+def test_unk_is_masked_like_any_text_token_and_the_budget_is_met(tokenizer, blocks, unigram):
+    """The authors' code masks [UNK] like any other token: it is maskable, part of its word and a valid SBO
+    boundary, so a block always gets its full 15% budget."""
+    unk = tokenizer.unk_token_id
+    examples = []
+    for example in blocks[:64]:
+        ids = list(example["input_ids"])
+        ids[3:-3:7] = [unk] * len(ids[3:-3:7])  # every 7th text token becomes [UNK]
+        examples.append({**example, "input_ids": ids})
+    collator = SpanMaskingCollator(tokenizer, scheme="span", unigram_probs=unigram, seed=12)
+    masked_unk = boundary_unk = 0
+    for start in range(0, 64, 16):
+        batch = collator(examples[start : start + 16])
+        labels, left = batch["labels"].numpy(), batch["span_left"].numpy()
+        masked = labels != -100
+        budget = np.ceil(0.15 * (batch["attention_mask"].numpy().sum(1) - 2))
+        assert (masked.sum(1) == budget).all()  # exactly the budget, every block
+        masked_unk += (labels == unk).sum()
+        inputs = batch["input_ids"].numpy()
+        rows, cols = np.nonzero(left >= 0)
+        boundary_unk += (inputs[rows, left[rows, cols]] == unk).sum()
+    assert masked_unk > 50 and boundary_unk > 0
 
 
 @pytest.mark.parametrize("scheme", ["named_entity", "noun_phrase"])
 def test_linguistic_schemes_mask_whole_spacy_spans(tokenizer, scheme):
     corpus = load_corpus(max_documents=40)
-    packed = pack_blocks(corpus, tokenizer, max_seq_length=256, annotate_spans=scheme)
+    packed = add_example_index(pack_blocks(corpus, tokenizer, max_seq_length=256, annotate_spans=scheme))
     examples = [packed[i] for i in range(min(32, len(packed)))]
     collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", seed=8)
     batch = collator(examples)
@@ -210,7 +271,7 @@ def test_any_fast_tokenizer_works_bpe_without_wordpiece_markers():
     bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=800, special_tokens=["<pad>", "<unk>", "<s>", "</s>", "<mask>"]))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", unk_token="<unk>", cls_token="<s>",
                                         sep_token="</s>", mask_token="<mask>")
-    packed = pack_blocks(load_corpus(max_documents=30), tokenizer, max_seq_length=128)
+    packed = add_example_index(pack_blocks(load_corpus(max_documents=30), tokenizer, max_seq_length=128))
     example = packed[0]
     words = tokenizer.convert_ids_to_tokens(example["input_ids"])
     # Word starts come from word ids, not from '##': a BPE piece continuing a word is not a start.
@@ -232,3 +293,5 @@ def test_collator_errors_are_clear(tokenizer):
     collator = SpanMaskingCollator(tokenizer, scheme="span", random_token_distribution="uniform")
     with pytest.raises(ValueError, match="word_start"):
         collator([{"input_ids": [101, 2000, 102]}])
+    with pytest.raises(ValueError, match="example_index"):
+        collator([{"input_ids": [101, 2000, 102], "word_start": [0, 1, 0]}])

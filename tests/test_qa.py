@@ -244,6 +244,17 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"
 
 
+def test_validation_file_alone_is_detected_as_squad_v2(tmp_path, wiki, tiny_zoo_qa):
+    """Evaluation-only runs on a local SQuAD 2.0 file score with v2 rules: a correct "no answer" counts."""
+    records = [{"id": r["id"], "question": r["question"], "context": r["context"],
+                "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["validation"].select(range(12))]
+    assert any(not r["answers"] for r in records) and any(r["answers"] for r in records)
+    results = main(["--model_name_or_path", tiny_zoo_qa, "--trust_remote_code", "--validation_file",
+                    squad_file(tmp_path / "dev.json", records), "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
+                    "--doc_stride", "32", "--max_question_length", "48"])
+    assert results["version_2"] is True and {"NoAns_f1", "best_f1"} <= set(results["eval"])
+
+
 def run_cli(*args):
     return subprocess.run([sys.executable, str(REPO / "qa" / "run_qa.py"), *args], capture_output=True, text=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)

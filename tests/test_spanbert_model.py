@@ -139,6 +139,22 @@ def test_batch_without_sbo_targets_has_zero_sbo_loss():
     assert out.sbo_loss.item() == 0.0 and torch.isfinite(out.loss)
 
 
+def test_sbo_targets_past_max_span_targets_are_dropped_not_clamped():
+    """A 9-token span with max_span_targets=6: the SBO trains its first 6 tokens only (the authors' code), never
+    the last 3 at the clamped position embedding p_6."""
+    model = SpanBertForPreTraining(tester.config()).eval()
+    inputs = tester.inputs()
+    inputs["labels"][:, 3:12] = inputs["input_ids"][:, 3:12]
+    inputs["span_left"][:, 3:12], inputs["span_right"][:, 3:12] = 2, 12
+    out = model(**inputs)
+    kept = {key: value.clone() for key, value in inputs.items()}
+    kept["span_left"][:, 9:12] = kept["span_right"][:, 9:12] = -1
+    reference = model(**kept)
+    assert out.sbo_logits.shape[0] == int((kept["span_left"] >= 0).sum()) == tester.batch_size * (6 + 1)
+    torch.testing.assert_close(out.sbo_loss, reference.sbo_loss)
+    torch.testing.assert_close(out.mlm_loss, reference.mlm_loss)  # MLM still predicts all nine
+
+
 @pytest.mark.parametrize(
     "head, kwargs, field, shape",
     [

@@ -12,7 +12,7 @@ import torch
 from test_pretrain import TINY, pretrain, real_text_run, train_logs
 from transformers import AutoTokenizer
 
-from training.data import load_corpus, pack_segment_pairs, split_sentences, unigram_distribution
+from training.data import add_example_index, load_corpus, pack_segment_pairs, split_sentences, unigram_distribution
 from training.masking import SCHEMES
 from training.recipes_spanbert import build_pair_collator
 from training.resources import minilm_path
@@ -126,13 +126,18 @@ def test_linguistic_spans_follow_the_pieces_of_both_segments(corpus, tokenizer):
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_masking_a_pair_never_touches_or_crosses_the_middle_sep(scheme, corpus, tokenizer):
     annotate = scheme if scheme in ("named_entity", "noun_phrase") else None
-    examples = pack_segment_pairs(corpus.select(range(60)), tokenizer, max_seq_length=96, seed=0,
-                                  annotate_spans=annotate)
+    examples = add_example_index(pack_segment_pairs(corpus.select(range(60)), tokenizer, max_seq_length=96, seed=0,
+                                                    annotate_spans=annotate))
     args = SimpleNamespace(masking_scheme=scheme, mlm_probability=0.15, random_token_distribution="unigram",
                            masking_seed=0, unigram_probs=unigram_distribution(examples, len(tokenizer), tokenizer.all_special_ids))
     collator = build_pair_collator(tokenizer, args, next_sentence_prediction=True)
     rows = [examples[i] for i in range(32)]
     batch = collator(rows)
+    # A pair's mask is a function of its example index alone, not of the batch it is drawn in.
+    alone = collator([rows[3]])
+    width = alone["labels"].shape[1]
+    assert torch.equal(alone["labels"][0], batch["labels"][3, :width])
+    assert torch.equal(alone["input_ids"][0], batch["input_ids"][3, :width])
     ids, labels, types = batch["input_ids"].numpy(), batch["labels"].numpy(), batch["token_type_ids"].numpy()
     attention = batch["attention_mask"].numpy().astype(bool)
     assert batch["next_sentence_label"].tolist() == [row["next_sentence_label"] for row in rows]

@@ -69,15 +69,50 @@ def _load_external(dataset: str, dataset_config: str | None, split: str) -> data
         builders = {_LOCAL_BUILDERS.get(p.suffix) for p in files}
         if len(builders) != 1 or None in builders:
             raise ValueError(f"Mixed or unsupported file types under {path}: {sorted(p.suffix for p in files)}.")
-        builder = builders.pop()
-        kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
-        return datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", **kwargs)
+        return _read_local_files(path, files, builders.pop())
     if looks_local and not _looks_like_hub_id(dataset):
         raise FileNotFoundError(
             f"Dataset path {dataset!r} does not exist. Pass an existing file/folder, a Hub dataset id, or omit "
             f"--dataset to use the embedded {EMBEDDED_CORPUS!r} corpus."
         )
     return datasets.load_dataset(dataset, dataset_config, split=split)
+
+
+def _read_local_files(path: Path, files: list[Path], builder: str) -> datasets.Dataset:
+    """Load local files with `datasets`, turning its tracebacks on empty or non-UTF-8 files into one clear line."""
+    files = [p for p in files if p.stat().st_size > 0]
+    if not files:
+        raise ValueError(f"{path} is empty: there is no text to pretrain on.")
+    kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
+    try:
+        return datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", **kwargs)
+    except (datasets.exceptions.DatasetGenerationError, UnicodeDecodeError, StopIteration, ValueError) as error:
+        for file in files:
+            problem = _utf8_problem(file)
+            if problem:
+                raise ValueError(f"{file} is not UTF-8 text ({problem}); convert it first, e.g. "
+                                 f"`iconv -f latin1 -t utf-8 {file.name} > {file.stem}.utf8{file.suffix}`.") from None
+        cause = error.__cause__ or error.__context__ or error
+        raise ValueError(f"Could not read {path} as {builder} data: {type(cause).__name__}: {cause}".rstrip(": ")) from None
+
+
+def _utf8_problem(file: Path) -> str | None:
+    """Where `file` stops being UTF-8, or None."""
+    import codecs
+
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(file, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                return f"byte 0x{chunk[error.start]:02x} at offset {offset + error.start}"
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return "truncated character at the end"
+    return None
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -111,16 +146,34 @@ def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:
 def train_wordpiece_tokenizer(
     texts, vocab_size: int = 16000, lowercase: bool = False, min_frequency: int = 2
 ) -> PreTrainedTokenizerFast:
-    """Train a cased WordPiece tokenizer (SpanBERT's choice) with `tokenizers`, wrapped for transformers."""
+    """Train a cased WordPiece tokenizer (SpanBERT's choice) with `tokenizers`, wrapped for transformers.
+
+    Deterministic: the same texts give the same vocabulary in every process. `tokenizers` numbers the `##x`
+    continuation symbols in hash-map order, which differs per process and breaks ties between equally frequent
+    merges differently; a first pass collects those symbols so the real pass can number them in sorted order.
+    `texts` must be re-iterable (a list or a `datasets` column), since it is read twice.
+    """
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False if not lowercase else None)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+    def new_tokenizer():
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False if not lowercase else None)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        return tokenizer
+
+    probe = new_tokenizer()  # vocab_size 1: stops after the alphabet, before any merge
+    probe.train_from_iterator(iter(texts), trainer=trainers.WordPieceTrainer(vocab_size=1, special_tokens=special, show_progress=False))
+    continuations = sorted(t for t in probe.get_vocab() if t.startswith("##") and len(t) == 3)
+    tokenizer = new_tokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special + continuations)
+    tokenizer.train_from_iterator(iter(texts), trainer=trainer)
+    # The continuation symbols were listed as special only to fix their ids: make them ordinary pieces again.
+    state = json.loads(tokenizer.to_str())
+    state["added_tokens"] = [t for t in state["added_tokens"] if t["content"] in special]
+    tokenizer = Tokenizer.from_str(json.dumps(state))
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -395,3 +448,28 @@ def unigram_distribution(blocks: datasets.Dataset, vocab_size: int, special_ids)
     if counts.sum() == 0:
         raise ValueError("The corpus has no non-special token to build a unigram distribution from.")
     return counts / counts.sum()
+
+
+def add_example_index(dataset: datasets.Dataset) -> datasets.Dataset:
+    """Number the examples (`example_index` column): the masking collators key every random draw on it, so a mask
+    depends on the example alone, not on its batch, its DataLoader worker or a restart."""
+    from .masking import INDEX_COLUMN
+
+    if INDEX_COLUMN in dataset.column_names:
+        dataset = dataset.remove_columns(INDEX_COLUMN)
+    return dataset.add_column(INDEX_COLUMN, np.arange(len(dataset), dtype=np.int64))
+
+
+def text_digest(documents: datasets.Dataset) -> str:
+    """A hash of every document's text columns, in order: what a trained tokenizer's vocabulary depends on (a
+    recipe's own corpus may hold its text under other names, e.g. a page's title and wikitext)."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    columns = [name for name, feature in documents.features.items() if getattr(feature, "dtype", None) in ("string", "large_string")]
+    for batch in documents.select_columns(columns).iter(batch_size=4096):
+        for row in zip(*(batch[name] for name in columns)):
+            for text in row:
+                digest.update((text or "").encode("utf-8"))
+                digest.update(b"\0")
+    return digest.hexdigest()

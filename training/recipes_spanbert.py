@@ -9,7 +9,7 @@ from dataclasses import replace
 import torch
 
 from .data import pack_segment_pairs
-from .masking import LINGUISTIC_SCHEMES, SpanMaskingCollator
+from .masking import INDEX_COLUMN, LINGUISTIC_SCHEMES, SpanMaskingCollator
 from .recipes import Paper, Recipe, TrainingDefaults
 
 BERT_SIZES = {
@@ -92,13 +92,22 @@ class SegmentPairCollator:
         self.segment_collator = segment_collator
         self.next_sentence_prediction = next_sentence_prediction
 
+    def set_epoch(self, epoch: int) -> None:
+        self.segment_collator.set_epoch(epoch)
+
+    def for_evaluation(self) -> "SegmentPairCollator":
+        return SegmentPairCollator(self.segment_collator.for_evaluation(), self.next_sentence_prediction)
+
     def __call__(self, examples):
         segments, a_lengths, lengths = [], [], []
         for example in examples:
             length = len(example["input_ids"])
             a_length = length - sum(example["token_type_ids"])  # [CLS] A [SEP]
-            for start, end in ((0, a_length), (a_length, length)):
-                segments.append({key: example[key][start:end] for key in self.SEGMENT_COLUMNS if key in example})
+            for half, (start, end) in enumerate(((0, a_length), (a_length, length))):
+                segment = {key: example[key][start:end] for key in self.SEGMENT_COLUMNS if key in example}
+                # Each segment's mask is keyed by its own index: pair i's A is 2i, its B 2i + 1.
+                segment[INDEX_COLUMN] = 2 * example[INDEX_COLUMN] + half
+                segments.append(segment)
             a_lengths.append(a_length)
             lengths.append(length)
         masked = self.segment_collator(segments)
@@ -179,7 +188,7 @@ RECIPES = {
         build_collator=lambda tokenizer, args: build_span_collator(tokenizer, args, span_boundary_targets=True),
         config_overrides={"use_span_boundary_objective": True},
         logged_outputs=("mlm_loss", "sbo_loss"),
-        perplexity_of=("mlm_loss",),
+        perplexity_of=("mlm_loss", "sbo_loss"),
         default_masking_scheme="span",
         paper=SPANBERT_PAPER,
         hyperparameters=PAPER_HYPERPARAMETERS,

@@ -249,9 +249,11 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                     "The span boundary objective needs span_left and span_right (from SpanMaskingCollator); "
                     "set config.use_span_boundary_objective=False to train MLM only."
                 )
-            rows, cols = (span_left >= 0).nonzero(as_tuple=True)
+            # Targets past the first max_span_targets of a span are dropped, as in the authors' code.
+            relative = torch.arange(span_left.shape[1], device=span_left.device) - span_left - 1
+            rows, cols = ((span_left >= 0) & (relative < self.config.max_span_targets)).nonzero(as_tuple=True)
             left, right = span_left[rows, cols], span_right[rows, cols]
-            relative_position = (cols - left - 1).clamp(max=self.config.max_span_targets - 1)
+            relative_position = cols - left - 1
             output.sbo_logits = self.sbo(sequence_output[rows, left], sequence_output[rows, right], relative_position)
             # A batch whose spans all touch the block edges has no SBO target; its SBO term is 0, not NaN.
             output.sbo_loss = (

@@ -1,0 +1,184 @@
+"""What a pretraining run may find in, and do to, its folders.
+
+- `--resume_from_checkpoint true` resumes from the newest *complete* checkpoint; partial saves are set aside.
+- An output folder holding a previous run is never trained over: the run refuses, or with `--overwrite_output_dir`
+  moves the old run's files to `OUTPUT_DIR/replaced-<time>/` (nothing is deleted, nothing is mixed).
+- An export never lands on a folder that is not an encoder-zoo export, and an older export is moved aside.
+- A tokenizer left in `OUTPUT_DIR/tokenizer` is reused only if it was made from the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from .trainer import STAGING_DIR, checkpoint_is_complete
+
+logger = logging.getLogger("pretrain")
+
+CHECKPOINT_PREFIX = "checkpoint-"
+INCOMPLETE_PREFIX = "incomplete-"
+EXPORT_MARKER = "training_log.json"  # written into every export by training/export.py
+TOKENIZER_INPUTS = "training_inputs.json"
+RESUME_VALUES = ("True", "true", "auto", "last")
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """Fail at parse time, before any corpus is read, if `path` cannot become a folder we write into."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{flag} {path} is a file, not a folder; pass a folder path.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise PermissionError(f"{flag} {path} is not writable ({error.strerror or error}); pass a folder you can write to.") from None
+
+
+def checkpoints(output_dir: Path) -> list[Path]:
+    """checkpoint-N folders, oldest step first."""
+    found = [p for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+
+
+def set_aside_partial_saves(output_dir: Path) -> None:
+    """Saves killed half-way: a staging folder is deleted (it is never a checkpoint), an incomplete checkpoint-N
+    (from an older version or another tool) is renamed incomplete-checkpoint-N, out of resume's and rotation's way."""
+    staging = output_dir / STAGING_DIR
+    if staging.is_dir():
+        partial = sorted(p.name for p in staging.iterdir())
+        logger.warning("Deleting %s: partial checkpoint save(s) %s of a run killed while saving.", staging, partial)
+        shutil.rmtree(staging)
+    for folder in checkpoints(output_dir):
+        if not checkpoint_is_complete(folder):
+            target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
+            if target.exists():
+                target = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}-{timestamp()}")
+            logger.warning("Skipping %s: incomplete (no trainer_state.json or weights); moved to %s.", folder, target.name)
+            folder.rename(target)
+
+
+def is_export(folder: Path) -> bool:
+    return (folder / EXPORT_MARKER).is_file()
+
+
+def check_export_dir(export_dir: Path, output_dir: Path | None = None) -> None:
+    """An export is written only into a new or empty folder, or over an earlier export (which is moved aside)."""
+    if output_dir is not None and output_dir.resolve().is_relative_to(export_dir.resolve()):
+        raise ValueError(f"--export_dir {export_dir} would hold the run's own checkpoints ({output_dir}); pass a "
+                         "folder of its own, e.g. OUTPUT_DIR/export (the default).")
+    if export_dir.exists() and not export_dir.is_dir():
+        raise FileExistsError(f"--export_dir {export_dir} is a file, not a folder.")
+    if export_dir.is_dir() and any(export_dir.iterdir()) and not is_export(export_dir):
+        names = sorted(p.name for p in export_dir.iterdir())
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise FileExistsError(f"--export_dir {export_dir} holds files that are not an encoder-zoo export ({shown}); "
+                              "pass a new or empty folder. Nothing was written.")
+
+
+def move_aside(folder: Path) -> Path | None:
+    """Rename an existing export to a timestamped sibling before a new export takes its name."""
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    check_export_dir(folder)
+    target = folder.with_name(f"{folder.name}.replaced-{timestamp()}")
+    folder.rename(target)
+    logger.warning("Moved the earlier export %s to %s.", folder, target)
+    return target
+
+
+def previous_run(output_dir: Path) -> list[str]:
+    """Names of a previous run's files in `output_dir` (a lone tokenizer is judged by its fingerprint instead)."""
+    if not output_dir.is_dir():
+        return []
+    names = [p.name for p in checkpoints(output_dir)]
+    names += sorted(p.name for p in output_dir.glob(f"{INCOMPLETE_PREFIX}{CHECKPOINT_PREFIX}*"))
+    names += [name for name in ("export", "trainer_state.json") if (output_dir / name).exists()]
+    return names
+
+
+def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, overwrite: bool,
+                       inputs: dict[str, str | None]) -> str | None:
+    """Apply the resume / overwrite policy and return the checkpoint to resume from (None: a fresh run).
+
+    `inputs` maps flags to paths the run reads (--dataset, --tokenizer_name): an overwrite must not move them away.
+    Idempotent, so every process can call it after the main one did.
+    """
+    if output_dir.is_dir():
+        set_aside_partial_saves(output_dir)
+    if resume not in (None, "", "False", "false"):
+        check_export_dir(export_dir)
+        if resume in RESUME_VALUES:
+            complete = checkpoints(output_dir) if output_dir.is_dir() else []  # partial ones were set aside
+            if not complete:
+                raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in {output_dir}; "
+                                        "drop the flag to start a new run.")
+            logger.info("Resuming from %s, the newest complete checkpoint.", complete[-1])
+            return str(complete[-1])
+        if not Path(resume).is_dir():
+            raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
+        if not checkpoint_is_complete(Path(resume)):
+            raise FileNotFoundError(f"--resume_from_checkpoint {resume} is an incomplete checkpoint (a save that did not "
+                                    "finish: no trainer_state.json or weights); pass a complete one.")
+        return resume
+
+    found = previous_run(output_dir)
+    outside_export = export_dir.resolve().parent != output_dir.resolve() and is_export(export_dir)
+    if (found or outside_export) and not overwrite:
+        what = ", ".join(found[:4] + (["..."] if len(found) > 4 else [])) or f"an export in {export_dir}"
+        raise FileExistsError(
+            f"{output_dir} holds a previous run ({what}). Pass --resume_from_checkpoint true to continue it, "
+            "--overwrite_output_dir to start afresh (the old run is moved to OUTPUT_DIR/replaced-<time>/, nothing is "
+            "deleted), or another --output_dir.")
+    check_export_dir(export_dir)
+    if overwrite:
+        for flag, path in inputs.items():
+            if path and Path(path).exists() and Path(path).resolve().is_relative_to(output_dir.resolve()):
+                raise ValueError(f"{flag} {path} lies inside --output_dir {output_dir}, which --overwrite_output_dir "
+                                 "would move aside; keep the run's inputs outside its output folder.")
+        entries = previous_run(output_dir) + [n for n in ("tokenizer", "runs") if (output_dir / n).exists()]
+        if entries:
+            target = output_dir / f"replaced-{timestamp()}"
+            target.mkdir()
+            for name in entries:
+                (output_dir / name).rename(target / name)
+            logger.warning("--overwrite_output_dir: moved the previous run (%s) to %s.", ", ".join(entries), target)
+        if outside_export:
+            move_aside(export_dir)
+    return None
+
+
+def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> bool:
+    """Whether `tokenizer_dir` (if any) may be reused for a run with these inputs; raises if it must not be."""
+    if not tokenizer_dir.is_dir():
+        return False
+    record = tokenizer_dir / TOKENIZER_INPUTS
+    if not record.is_file():
+        if resuming:  # the checkpoints were trained with it: it is the only vocabulary that fits them
+            logger.warning("%s has no record of its inputs (an older run); reusing it for the resumed run.", tokenizer_dir)
+            return True
+        raise FileExistsError(
+            f"{tokenizer_dir} holds a tokenizer with no record of the data it was trained on. Pass --tokenizer_name "
+            f"{tokenizer_dir} to use it anyway, --overwrite_output_dir to start afresh, or another --output_dir.")
+    recorded = json.loads(record.read_text())
+    changed = sorted(key for key in set(recorded) | set(inputs) if recorded.get(key) != inputs.get(key))
+    if changed:
+        details = "; ".join(f"{key}: {recorded.get(key)!r} then, {inputs.get(key)!r} now" for key in changed)
+        raise FileExistsError(
+            f"{tokenizer_dir} was made from other inputs ({details}). Run with the same options, "
+            "--overwrite_output_dir to start afresh (the old run is moved aside), or another --output_dir.")
+    return True
+
+
+def save_tokenizer(tokenizer, tokenizer_dir: Path, inputs: dict) -> None:
+    tokenizer.save_pretrained(tokenizer_dir)
+    (tokenizer_dir / TOKENIZER_INPUTS).write_text(json.dumps(inputs, indent=1, sort_keys=True))
