@@ -19,6 +19,7 @@ SCRIPTS = {
     "cloze": ["bench_cloze.py"],
     "hire": ["bench_hire.py"],
     "bertac_cnn": ["bench_bertac_cnn.py"],
+    "bertac": ["bench_bertac.py"],
     "glue": ["bench_glue_minilm.py"],
     "qa": ["bench_qa_minilm.py"],
 }

@@ -14,21 +14,24 @@ def truncate_questions(questions, tokenizer, max_question_length: int) -> list[s
             for q, offsets in zip(questions, encoded["offset_mapping"])]
 
 
-def encode_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int):
+def encode_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int,
+                   extra_inputs=None):
+    """`extra_inputs`: inputs a model needs beyond the tokenizer's (training/task_inputs.py), added per window."""
     pad_right = tokenizer.padding_side == "right"
     questions = truncate_questions(examples["question"], tokenizer, max_question_length)
-    return tokenizer(
-        questions if pad_right else examples["context"],
-        examples["context"] if pad_right else questions,
-        truncation="only_second" if pad_right else "only_first", max_length=max_seq_length, stride=doc_stride,
-        return_overflowing_tokens=True, return_offsets_mapping=True,
-    ), (1 if pad_right else 0)
+    texts = (questions, examples["context"]) if pad_right else (examples["context"], questions)
+    encoded = tokenizer(*texts, truncation="only_second" if pad_right else "only_first", max_length=max_seq_length,
+                        stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+    if extra_inputs is not None:
+        encoded.update(extra_inputs(encoded, texts))
+    return encoded, (1 if pad_right else 0)
 
 
-def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int = 64):
+def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int = 64,
+                           extra_inputs=None):
     """Question + context windows (`doc_stride` overlap) with start/end token labels; an answer outside a window,
     and an unanswerable question, point at the null position ([CLS], index 0)."""
-    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length)
+    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length, extra_inputs)
     sample_map = encoded.pop("overflow_to_sample_mapping")
     starts, ends = [], []
     for index, offsets in enumerate(encoded["offset_mapping"]):
@@ -57,9 +60,10 @@ def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride:
     return encoded
 
 
-def prepare_validation_features(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int = 64):
+def prepare_validation_features(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int = 64,
+                                extra_inputs=None):
     """Windows plus `example_id` and offsets that are None outside the context, for post-processing."""
-    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length)
+    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length, extra_inputs)
     sample_map = encoded.pop("overflow_to_sample_mapping")
     encoded["example_id"] = []
     for index in range(len(encoded["input_ids"])):

@@ -61,6 +61,7 @@ def main(argv=None) -> dict:
     from qa.data import EMBEDDED, load_qa, validate
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
     from training.loading import check_model_path, load_pretrained
+    from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((QAArguments, TrainingArguments), description=__doc__,
@@ -96,14 +97,15 @@ def main(argv=None) -> dict:
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("QA windows need a fast tokenizer (offset mappings).")
     model = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    extra_inputs = extra_inputs_for(model.config)
     max_length = min(args.max_seq_length, tokenizer.model_max_length)
     with training_args.main_process_first(desc="building windows"):
         train_features = raw["train"].map(
-            lambda b: prepare_train_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length), batched=True,
-            remove_columns=raw["train"].column_names, desc="Train windows") if "train" in raw else None
+            lambda b: prepare_train_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs),
+            batched=True, remove_columns=raw["train"].column_names, desc="Train windows") if "train" in raw else None
         eval_features = raw["validation"].map(
-            lambda b: prepare_validation_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length), batched=True,
-            remove_columns=raw["validation"].column_names, desc="Validation windows") if "validation" in raw else None
+            lambda b: prepare_validation_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs),
+            batched=True, remove_columns=raw["validation"].column_names, desc="Validation windows") if "validation" in raw else None
 
     trainer = Trainer(model=model, args=training_args, train_dataset=train_features, processing_class=tokenizer,
                       data_collator=DataCollatorWithPadding(tokenizer))

@@ -16,7 +16,7 @@ import pytest
 from helpers import save_tiny_spanbert
 
 ENTRY_POINTS = {"pretrain.py": "training.pretrain", "run_glue.py": "glue.run_glue", "run_qa.py": "qa.run_qa",
-                "init_hire.py": "glue.init_hire"}
+                "init_hire.py": "glue.init_hire", "init_bertac.py": "glue.init_bertac", "run_open_qa.py": "qa.run_open_qa"}
 TINY = ["--model", "spanbert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
         "--tokenizer_vocab_size", "500", "--validation_documents", "0", "--max_steps", "2"]
 
@@ -138,6 +138,22 @@ CATALOGUE = [
     Case("hire-unknown-backbone", "init_hire.py", lambda w: ["--backbone", str(w / "odd"), "--output_dir", str(w / "h")],
          "cannot carry HIRE (The checkpoint you are trying to load has model type `odd`",
          lambda w: write(w / "odd" / "config.json", '{"model_type": "odd"}')),
+    # init_bertac.py
+    Case("bertac-without-cnn", "init_bertac.py", lambda w: ["--output_dir", str(w / "b")], "--cnn is required"),
+    Case("bertac-missing-cnn", "init_bertac.py", lambda w: ["--cnn", str(w / "no" / "cnn"), "--output_dir", str(w / "b")],
+         "cnn: no such folder"),
+    Case("bertac-cnn-is-not-a-cnn", "init_bertac.py", lambda w: ["--cnn", str(w / "odd"), "--output_dir", str(w / "b")],
+         "is a 'odd' checkpoint, not a bertac_cnn export", lambda w: write(w / "odd" / "config.json", '{"model_type": "odd"}')),
+    Case("bertac-output-holds-a-model", "init_bertac.py", lambda w: ["--cnn", str(w / "odd"), "--output_dir", str(w / "mine")],
+         "already holds files (README.md, config.json); pass --overwrite_output_dir", user_folder),
+    # run_open_qa.py
+    Case("open-qa-record-without-answers", "run_open_qa.py",
+         lambda w: ["--model_name_or_path", minilm(w), "--train_file", str(w / "q.jsonl"), "--output_dir", str(w / "o")],
+         "missing ['answers']", lambda w: write(w / "q.jsonl", '{"question": "Who?", "passages": ["Ann came."]}\n')),
+    Case("open-qa-missing-reader", "run_open_qa.py",
+         lambda w: ["--model_name_or_path", minilm(w), "--reader_model", str(w / "no" / "reader"), "--validation_file",
+                    str(w / "q.jsonl"), "--output_dir", str(w / "o")],
+         "reader: no such folder", lambda w: write(w / "q.jsonl", '{"question": "Who?", "answers": ["Ann"], "passages": ["Ann came."]}\n')),
 ]
 
 

@@ -1,12 +1,13 @@
 """BERTAC configurations (Oh et al., 2021, "BERTAC: Enhancing Transformer-based Language Models with Adversarially
 Pretrained Convolutional Neural Networks").
 
-This folder holds two model types: `bertac_cnn`, the GAN-pretrained CNN of Section 3 (this file's
-`BertacCnnConfig`), and BERTAC itself, the CNN fused into a transformer through TIER layers (Section 4).
+This folder holds two model types: `bertac_cnn`, the GAN-pretrained CNN of Section 3 (`BertacCnnConfig`), and
+`bertac`, the CNN fused into any transformer encoder through TIER layers (Section 4, `BertacConfig`).
 """
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+from transformers import AutoConfig, BertConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
 
 # One auto_map per model type of this folder, written into every saved config.json (save_pretrained records only
 # the class being saved, and one export must load through every Auto class). models/__init__.py registers the local
@@ -16,6 +17,12 @@ AUTO_MAPS = {
         "AutoConfig": "configuration_bertac.BertacCnnConfig",
         "AutoModel": "modeling_bertac.BertacCnnModel",
         "AutoModelForPreTraining": "modeling_bertac.BertacCnnForPreTraining",
+    },
+    "bertac": {
+        "AutoConfig": "configuration_bertac.BertacConfig",
+        "AutoModel": "modeling_bertac.BertacModel",
+        "AutoModelForSequenceClassification": "modeling_bertac.BertacForSequenceClassification",
+        "AutoModelForQuestionAnswering": "modeling_bertac.BertacForQuestionAnswering",
     },
 }
 
@@ -87,4 +94,141 @@ class BertacCnnConfig(PreTrainedConfig):
         return len(self.filter_windows) * self.num_filters
 
 
-__all__ = ["BertacCnnConfig", "AUTO_MAPS"]
+@strict
+class BertacConfig(PreTrainedConfig):
+    r"""
+    BERTAC (paper Section 4): a pretrained transformer encoder runs in full, then `num_tier_layers` TIER layers stack
+    on its last layer. Each TIER layer is a transformer layer whose attention queries come from the CNN's vectors of
+    the input's segments (one per sentence, or per question and passage) and whose keys and values come from the
+    token states; between TIER layers the CNN's input word embeddings are updated (bilinear attention + highway gate).
+
+    Build one from pretrained parts with `BertacForSequenceClassification.from_pretrained_parts(backbone=..., cnn=...)`
+    (or `glue/init_bertac.py`); that also fills the word lookup tables this config sizes.
+
+    Args:
+        backbone_config: Config of the encoder (any `AutoConfig`; ALBERT-xxlarge-v2 and RoBERTa-large in the paper).
+        cnn_config: Config of the CNN (`BertacCnnConfig`, a `bertac_cnn` export's). Its pretraining objective is
+            recorded: a `self_supervised` CNN is the "w/o GAN-style CNN" ablation (Tables 4 and 8).
+        num_tier_layers: TIER layers stacked on the encoder (3 in the paper for GLUE and QA).
+        tier_hidden_size: Width of the TIER layers. `None` keeps the encoder's width (RoBERTa-large in the paper);
+            another width adds `Linear(encoder -> TIER)` before the first TIER and `Linear(TIER -> encoder)` after the
+            last (the paper's ALBERT-xxlarge: 4096 -> 1024 -> 4096).
+        tier_num_attention_heads: Heads of the TIER attention (`None`: the encoder's; 64 over ALBERT-xxlarge).
+        tier_intermediate_size: FFN width of a TIER layer (`None`: the encoder's when the width is the encoder's, else
+            4x the TIER width; 4096 over ALBERT-xxlarge).
+        tier_hidden_act: FFN activation (`None`: the encoder's).
+        tier_hidden_dropout_prob: Dropout after the TIER attention and FFN (`None`: the encoder's).
+        tier_attention_probs_dropout_prob: Dropout on the TIER attention probabilities (`None`: the encoder's).
+        tier_layer_norm_eps: LayerNorm epsilon of the TIER layers (`None`: the encoder's).
+        update_cnn_input: Update the CNN's input embeddings between TIER layers (bilinear attention over the words
+            w.r.t. the CNN vector, then a highway gate). `False` is the "w/o update" ablation (Table 8): every TIER
+            layer reads F(m^1).
+        use_cnn_and_tier: `False` is the "w/o CNN and TIER" ablation (Table 8): the encoder alone with the same head,
+            on the same code path (no CNN, no TIER, no lookup tables).
+        cnn_trainable: Train the CNN's weights with the rest (the "randomly initialized CNN" ablation of Table 4,
+            built with `from_pretrained_parts(..., cnn_weights="random")`). The word embedding table stays frozen in
+            every setting; by default the CNN is frozen too, as in the paper.
+        detach_cnn_output: Detach the CNN's vectors from the graph, as the authors' released code does. Then no
+            gradient reaches the input-update layers, which stay at their initialisation; the paper says they train,
+            so the default (`False`) lets the gradient flow through the frozen CNN into them.
+        max_segments: Segments that get a CNN vector: 1 (single sentences) or 2 (pairs, question + passage; the
+            paper's u <= 2). Segments are the runs of tokens between the encoder's special tokens.
+        separator_token_ids: The encoder's special tokens that delimit segments ([CLS], [SEP], <s>, </s>, pad).
+        word_lookup_size: Entries of the table that maps an encoder word (its sequence of pieces) to a CNN word id.
+        backbone_vocab_size: Rows of the per-piece word-boundary table (the encoder tokenizer's vocabulary).
+        cnn_unknown_word_id: CNN word id of encoder words the table does not hold (the CNN tokenizer's `[UNK]`).
+        classifier_dropout: Dropout before the output layer of the sequence classifier (`None`: the encoder's
+            `classifier_dropout_prob`, `classifier_dropout` or `hidden_dropout_prob`, the first it has).
+        initializer_range: Std of the N(0, std) init of the TIER, update and head weights (the encoder's init; the
+            paper says the TIER layers start random).
+    """
+
+    model_type = "bertac"
+    sub_configs_defaults = {
+        "backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
+        "cnn_config": SubConfigSpec(config_class=BertacCnnConfig),
+    }
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    cnn_config: dict | BertacCnnConfig | None = None
+    num_tier_layers: int = 3
+    tier_hidden_size: int | None = None
+    tier_num_attention_heads: int | None = None
+    tier_intermediate_size: int | None = None
+    tier_hidden_act: str | None = None
+    tier_hidden_dropout_prob: float | None = None
+    tier_attention_probs_dropout_prob: float | None = None
+    tier_layer_norm_eps: float | None = None
+    update_cnn_input: bool = True
+    use_cnn_and_tier: bool = True
+    cnn_trainable: bool = False
+    detach_cnn_output: bool = False
+    max_segments: int = 2
+    separator_token_ids: list[int] | tuple[int, ...] = ()
+    word_lookup_size: int = 0
+    backbone_vocab_size: int = 0
+    cnn_unknown_word_id: int = 1
+    classifier_dropout: float | None = None
+    initializer_range: float = 0.02
+
+    def __post_init__(self, **kwargs):
+        kwargs.setdefault("auto_map", dict(AUTO_MAPS["bertac"]))
+        self.separator_token_ids = [int(i) for i in self.separator_token_ids]
+        super().__post_init__(**kwargs)
+        if self.use_cnn_and_tier and self.num_tier_layers < 1:
+            raise ValueError(f"num_tier_layers={self.num_tier_layers}: BERTAC needs at least one TIER layer "
+                             "(use_cnn_and_tier=False is the encoder alone).")
+        if self.max_segments not in (1, 2):
+            raise ValueError(f"max_segments={self.max_segments}; BERTAC reads one or two segments (the paper's u).")
+        if self.cnn_trainable and self.detach_cnn_output:
+            raise ValueError("cnn_trainable=True trains the CNN through its output; it cannot go with detach_cnn_output=True.")
+        width, heads = self.tier_width, self.tier_layer_config().num_attention_heads
+        if width % heads:
+            raise ValueError(f"tier_hidden_size {width} is not a multiple of tier_num_attention_heads {heads}.")
+
+    @property
+    def backbone_hidden_size(self) -> int:
+        return self.backbone_config.hidden_size
+
+    @property
+    def tier_width(self) -> int:
+        return self.tier_hidden_size or self.backbone_hidden_size
+
+    def _backbone_value(self, *names, default=None):
+        for name in names:
+            value = getattr(self.backbone_config, name, None)
+            if value is not None:
+                return value
+        return default
+
+    @property
+    def head_dropout(self) -> float:
+        if self.classifier_dropout is not None:
+            return self.classifier_dropout
+        return self._backbone_value("classifier_dropout_prob", "classifier_dropout", "hidden_dropout_prob", default=0.1)
+
+    def tier_layer_config(self) -> BertConfig:
+        """The settings of one TIER layer as the `BertConfig` that transformers' BERT blocks read."""
+        width = self.tier_width
+        same_width = width == self.backbone_hidden_size
+        intermediate = self.tier_intermediate_size or (
+            self._backbone_value("intermediate_size", "hidden_dim", default=4 * width) if same_width else 4 * width)
+        return BertConfig(
+            hidden_size=width,
+            num_attention_heads=self.tier_num_attention_heads or self._backbone_value("num_attention_heads", default=1),
+            intermediate_size=intermediate,
+            hidden_act=self.tier_hidden_act or self._backbone_value("hidden_act", "activation", default="gelu"),
+            hidden_dropout_prob=self._first(self.tier_hidden_dropout_prob, self._backbone_value("hidden_dropout_prob", "dropout", default=0.1)),
+            attention_probs_dropout_prob=self._first(
+                self.tier_attention_probs_dropout_prob,
+                self._backbone_value("attention_probs_dropout_prob", "attention_dropout", default=0.1)),
+            layer_norm_eps=self._first(self.tier_layer_norm_eps, self._backbone_value("layer_norm_eps", default=1e-12)),
+            initializer_range=self.initializer_range,
+        )
+
+    @staticmethod
+    def _first(value, fallback):
+        return fallback if value is None else value
+
+
+__all__ = ["BertacCnnConfig", "BertacConfig", "AUTO_MAPS"]

@@ -1,0 +1,142 @@
+"""Open-domain QA data: each question with several retrieved passages and its answer strings.
+
+Schema, one row per question: `id`, `question`, `answers` (list of strings), `passages` (list of strings).
+
+Sources:
+- `wiki_open` (embedded, offline): derived from the real Wikipedia text of `wiki_cloze` (qa/data.py); see
+  `build_wiki_open` and qa/README.md.
+- `search_qa` (online): SearchQA (Dunn et al., 2017) from the Hub (`kyunghyuncho/search_qa`, configuration
+  `train_test_val`): each Jeopardy! question with the Google snippets retrieved for it.
+- local JSON / JSON Lines files in the schema above (`--train_file`, `--validation_file`), e.g. Quasar-T or SearchQA
+  as preprocessed by Lin et al. (2018), the splits the BERTAC paper uses, converted to these four fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+import datasets
+from tqdm.auto import tqdm
+
+from training.data import split_sentences
+
+EMBEDDED_OPEN = ("wiki_open",)
+HUB_OPEN = {"search_qa": ("kyunghyuncho/search_qa", "train_test_val")}
+FIELDS = ("id", "question", "answers", "passages")
+
+
+def answer_position(passage: str, answers: list[str]) -> tuple[str, int] | None:
+    """The first whole-word, case-insensitive occurrence of any answer in a passage (distant supervision, as Lin et
+    al. label their passages): `(text as written in the passage, character offset)`, or None."""
+    best = None
+    for answer in answers:
+        if not answer.strip():
+            continue
+        match = re.search(rf"(?<!\w){re.escape(answer.strip())}(?!\w)", passage, flags=re.IGNORECASE)
+        if match and (best is None or match.start() < best[1]):
+            best = (match.group(0), match.start())
+    return best
+
+
+def build_wiki_open(cloze: datasets.DatasetDict, num_passages: int = 10, sentences_per_passage: int = 2,
+                    seed: int = 0) -> datasets.DatasetDict:
+    """A multi-passage set from `wiki_cloze` questions (real Wikipedia lead sections, cloze questions).
+
+    Per question: its article (without the question's own sentence) is cut into passages of
+    `sentences_per_passage` consecutive sentences; the passage that holds the answer's first occurrence is kept, and
+    so are the article's other passages (topical distractors, as a retriever returns); passages of other articles of
+    the same split, drawn at random (seeded by the question), fill up to `num_passages`; the passages are then
+    shuffled. Labels come later, by string match, so a distractor that happens to hold the answer counts as positive.
+    """
+    splits = {}
+    for split, questions in cloze.items():
+        passages_of = {}
+        for title, context in zip(questions["title"], questions["context"]):
+            sentences = split_sentences(context)
+            passages_of[title] = [" ".join(sentences[i : i + sentences_per_passage])
+                                  for i in range(0, len(sentences), sentences_per_passage)]
+        pool = [(title, passage) for title, passages in passages_of.items() for passage in passages]
+        rows = {field: [] for field in FIELDS}
+        for record in tqdm(questions, desc=f"Building wiki_open {split}", leave=False):
+            answers = record["answers"]["text"]
+            own = passages_of[record["title"]]
+            if not answers or not any(answer_position(p, answers) for p in own):
+                continue  # the sentence split moved the answer across passages: no gold passage
+            rng = random.Random(int(hashlib.md5(f"{seed}|{record['id']}".encode()).hexdigest(), 16))
+            chosen = list(own[:num_passages])
+            others = [p for title, p in pool if title != record["title"]]
+            chosen += rng.sample(others, min(num_passages - len(chosen), len(others)))
+            rng.shuffle(chosen)
+            rows["id"].append(record["id"])
+            rows["question"].append(record["question"])
+            rows["answers"].append(list(answers))
+            rows["passages"].append(chosen)
+        splits[split] = datasets.Dataset.from_dict(rows)
+    return datasets.DatasetDict(splits)
+
+
+def load_open_file(path: str | Path) -> datasets.Dataset:
+    """A local JSON list or JSON Lines file of {id, question, answers, passages} records."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Open-domain QA file {path} does not exist.")
+    text = path.read_text(encoding="utf-8")
+    try:
+        records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is neither a JSON list nor JSON Lines: {error}") from error
+    for index, record in enumerate(records):
+        missing = [field for field in ("question", "answers", "passages") if field not in record]
+        if missing:
+            raise ValueError(f"{path}, record {index}: missing {missing}; each record needs question, answers (a list "
+                             "of strings) and passages (a list of strings), and optionally id.")
+        if isinstance(record["answers"], str):
+            record["answers"] = [record["answers"]]
+        record.setdefault("id", f"{path.stem}-{index}")
+        record["id"] = str(record["id"])
+    return datasets.Dataset.from_list([{field: record[field] for field in FIELDS} for record in records])
+
+
+def load_open_qa(dataset: str | None, train_file: str | None = None, validation_file: str | None = None,
+                 cache_dir: str | None = None, num_passages: int = 10, wiki_articles: int = 4000) -> datasets.DatasetDict:
+    if train_file or validation_file:
+        return datasets.DatasetDict({split: load_open_file(path) for split, path in
+                                     (("train", train_file), ("validation", validation_file)) if path})
+    if dataset in EMBEDDED_OPEN:
+        from qa.data import build_wiki_cloze
+
+        return build_wiki_open(build_wiki_cloze(articles=wiki_articles, cache_dir=cache_dir), num_passages=num_passages)
+    if dataset not in HUB_OPEN:
+        raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*EMBEDDED_OPEN, *HUB_OPEN])} or "
+                         "--train_file/--validation_file (JSON records with question, answers, passages).")
+    hub_id, config = HUB_OPEN[dataset]
+    raw = datasets.load_dataset(hub_id, config)
+    columns = set(raw["train"].column_names)
+    if not {"question", "answer", "search_results"} <= columns:
+        raise ValueError(f"{hub_id} has the columns {sorted(columns)}, not question/answer/search_results; convert it "
+                         "to JSON records with question, answers and passages and pass --train_file/--validation_file.")
+    convert = lambda record, index: {"id": f"{dataset}-{index}", "question": record["question"],  # noqa: E731
+                                     "answers": [record["answer"]],
+                                     "passages": [s for s in record["search_results"]["snippets"] if s]}
+    return datasets.DatasetDict({split: raw[split].map(convert, with_indices=True, remove_columns=raw[split].column_names,
+                                                       desc=f"Converting {dataset} {split}")
+                                 for split in ("train", "validation") if split in raw})
+
+
+def passage_pairs(questions: datasets.Dataset) -> datasets.Dataset:
+    """One SQuAD-schema row per (question, passage): id `qid|i`, the passage as context, and as answer the first
+    occurrence of a gold answer in it (none: the passage is a negative)."""
+    rows = {"id": [], "question_id": [], "question": [], "context": [], "answers": []}
+    for record in questions:
+        for index, passage in enumerate(record["passages"]):
+            found = answer_position(passage, record["answers"])
+            rows["id"].append(f"{record['id']}|{index}")
+            rows["question_id"].append(record["id"])
+            rows["question"].append(record["question"])
+            rows["context"].append(passage)
+            rows["answers"].append({"text": [found[0]] if found else [], "answer_start": [found[1]] if found else []})
+    return datasets.Dataset.from_dict(rows)
