@@ -264,10 +264,12 @@ def test_task_head_placements_build_the_layers_they_name(placement):
     plain = sum(p.numel() for p in TeamsForPreTraining(tiny_config(task_head_type="ffn")).teams.parameters())
     assert sum(p.numel() for p in teams.parameters()) == plain + extra * layer_parameters(config)
 
-    # Which layer feeds which head: hooks on the real forward against the discriminator run by hand.
+    # Which layer feeds which head: hooks on the real forward against the discriminator run by hand. (The MWS layer
+    # runs its feed-forward block at the masked positions only: its input is its attention block's.)
     seen = {}
     hooks = [module.register_forward_pre_hook(lambda m, args, name=name: seen.__setitem__(name, args[0]))
-             for name, module in (("rtd_layer", teams.rtd_layer), ("mws_layer", teams.mws_layer),
+             for name, module in (("rtd_layer", teams.rtd_layer),
+                                  ("mws_layer", teams.mws_layer.attention if teams.mws_layer is not None else None),
                                   ("rtd_head", model.rtd_head), ("mws_head", model.mws_head)) if module is not None]
     batch, _ = masked_batch()
     with torch.no_grad():
