@@ -289,6 +289,10 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         records_outputs = any(
             kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
         )
+        # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
+        if labels is not None:
+            mlm_rows, mlm_cols = (labels != -100).nonzero(as_tuple=True)
+            sbo_targets = self.sbo_targets(span_left, span_right) if self.sbo is not None else None
         if labels is None or records_outputs:
             outputs = self.spanbert(input_ids, **encoder_inputs, return_dict=True, **kwargs)
             output.hidden_states, output.attentions = outputs.hidden_states, outputs.attentions
@@ -296,20 +300,20 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
             states_at = lambda rows, cols: sequence_output[rows, cols]  # noqa: E731
             pooled = outputs.pooler_output
         else:
-            states_at, pooled = self.states_at_targets(input_ids, encoder_inputs, labels, span_left, span_right, **kwargs)
+            read = self.read_positions(labels, (mlm_rows, mlm_cols), sbo_targets)
+            states_at, pooled = self.encode_at(read, input_ids, encoder_inputs, labels.shape, **kwargs)
         if has_nsp_head:
             output.nsp_logits = self.cls.seq_relationship(pooled)
         if labels is None:
             return output
 
         # Gather the target rows first: vocabulary logits only where there is something to predict.
-        rows, cols = (labels != -100).nonzero(as_tuple=True)
-        output.mlm_logits = self.cls.predictions(states_at(rows, cols))
-        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels[rows, cols])
+        output.mlm_logits = self.cls.predictions(states_at(mlm_rows, mlm_cols))
+        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels[mlm_rows, mlm_cols])
         output.loss = self.config.mlm_loss_weight * output.mlm_loss
 
         if self.sbo is not None:
-            rows, cols, left, right = self.sbo_targets(span_left, span_right)
+            rows, cols, left, right = sbo_targets
             relative_position = cols - left - 1
             output.sbo_logits = self.sbo(states_at(rows, left), states_at(rows, right), relative_position)
             # A batch whose spans all touch the block edges has no SBO target; its SBO term is 0, not NaN.
@@ -339,33 +343,37 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         rows, cols = ((span_left >= 0) & (relative < self.config.max_span_targets)).nonzero(as_tuple=True)
         return rows, cols, span_left[rows, cols], span_right[rows, cols]
 
-    def states_at_targets(self, input_ids, encoder_inputs: dict, labels, span_left, span_right, **kwargs):
-        """The encoder run for the heads alone: the last layer's feed-forward block only at the positions a head reads
-        (masked tokens, SBO boundaries, `[CLS]` for NSP; see `layer_at_positions`). Returns `states_at(rows, cols)`
-        and the pooled output (None without NSP)."""
-        hidden, mask, layer_kwargs = self.spanbert.embed(input_ids, **encoder_inputs, **kwargs)
-        *lower, last = self.spanbert.encoder.layer
-        for layer in lower:
-            hidden = layer(hidden, mask, **layer_kwargs)
-        read = labels != -100
-        if self.sbo is not None:
-            rows, _, left, right = self.sbo_targets(span_left, span_right)
+    def read_positions(self, labels: torch.Tensor, mlm_targets, sbo_targets) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where a head reads the encoder's output: masked tokens, SBO boundaries and, for NSP, `[CLS]`."""
+        read = torch.zeros_like(labels, dtype=torch.bool)
+        read[mlm_targets] = True
+        if sbo_targets is not None:
+            rows, _, left, right = sbo_targets
             read[rows, left] = True
             read[rows, right] = True
         if self.spanbert.pooler is not None:
             read[:, 0] = True
-        rows, cols = read.nonzero(as_tuple=True)
-        compact_index = torch.full_like(labels, -1)
-        compact_index[rows, cols] = torch.arange(rows.numel(), device=rows.device)
+        return read.nonzero(as_tuple=True)
+
+    def encode_at(self, read, input_ids, encoder_inputs: dict, shape, **kwargs):
+        """The encoder run for the heads alone: the last layer's feed-forward block only at the `read` positions (see
+        `layer_at_positions`). Returns `states_at(rows, cols)` and the pooled output (None without NSP)."""
+        hidden, mask, layer_kwargs = self.spanbert.embed(input_ids, **encoder_inputs, **kwargs)
+        *lower, last = self.spanbert.encoder.layer
+        for layer in lower:
+            hidden = layer(hidden, mask, **layer_kwargs)
+        rows, cols = read
         compact = layer_at_positions(last, hidden, mask, rows, cols, **layer_kwargs)
+        compact_index = torch.full(shape, -1, dtype=torch.long, device=rows.device)
+        compact_index[rows, cols] = torch.arange(rows.numel(), device=rows.device)
 
         def states_at(rows, cols):
             return compact[compact_index[rows, cols]]
 
         pooled = None
         if self.spanbert.pooler is not None:
-            first = torch.zeros(labels.shape[0], dtype=torch.long, device=labels.device)
-            pooled = self.spanbert.pooler(states_at(torch.arange(labels.shape[0], device=labels.device), first)[:, None])
+            every_row = torch.arange(shape[0], device=rows.device)
+            pooled = self.spanbert.pooler(states_at(every_row, torch.zeros_like(every_row))[:, None])
         return states_at, pooled
 
 

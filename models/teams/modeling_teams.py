@@ -47,7 +47,8 @@ def gumbel_noise(shape, device, generator: torch.Generator | None = None) -> tor
     Computed in place: an `(N, V)` draw is the largest tensor of a train step, and every fresh copy of it costs a
     pass over memory (and, on CPU, page faults) that the reference's step does not pay.
     """
-    noise = torch.rand(shape, device=device, dtype=torch.float32, generator=generator)
+    # (torch.rand's draws; rand(generator=None) takes no symbolic shape under torch.compile, uniform_ does.)
+    noise = torch.empty(shape, device=device, dtype=torch.float32).uniform_(generator=generator)
     tiny = torch.finfo(torch.float32).tiny
     return noise.clamp_(tiny, 1.0 - 1e-7).log_().neg_().log_().neg_()
 
@@ -359,7 +360,9 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
             raise ValueError("TeamsForPreTraining needs `labels` (original ids at masked positions, -100 elsewhere).")
         config = self.config
         word_embeddings = self.teams.embeddings.word_embeddings.weight
+        # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
         rows, cols = (labels != -100).nonzero(as_tuple=True)
+        real = attention_mask.nonzero(as_tuple=True) if attention_mask is not None and self.rtd_head is not None else None
         originals = labels[rows, cols]
         output = TeamsForPreTrainingOutput()
 
@@ -401,8 +404,7 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
             output.rtd_logits = self.rtd_head(rtd_states)
             output.rtd_labels = (corrupted != original_ids).float()
             rtd_logits, rtd_labels = output.rtd_logits, output.rtd_labels
-            if attention_mask is not None:  # RTD over real tokens only (a packed batch has no padding)
-                real = attention_mask.bool()
+            if real is not None:  # RTD over real tokens only (a packed batch has no padding)
                 rtd_logits, rtd_labels = rtd_logits[real], rtd_labels[real]
             rtd_logits = rtd_logits.float()
             output.rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
