@@ -22,7 +22,15 @@ SCRIPTS = {
     "bertac": ["bench_bertac.py"],
     "glue": ["bench_glue_minilm.py"],
     "qa": ["bench_qa_minilm.py"],
+    "gpu": ["bench_gpu.py"],
 }
+NEEDS_CUDA = {"gpu"}
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def summary() -> str:
@@ -30,7 +38,8 @@ def summary() -> str:
     for path in sorted((HERE / "results").glob("*.json")):
         result = json.loads(path.read_text())
         machine = result.pop("machine", {})
-        lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')} ({machine.get('cores')} cores), torch {machine.get('torch')}, {machine.get('date')}\n")
+        gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
+        lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')} ({machine.get('cores')} cores){gpu}, torch {machine.get('torch')}, {machine.get('date')}\n")
         lines.append("| key | value |\n| --- | --- |")
         for key, value in result.items():
             if isinstance(value, dict):  # one level of nesting, e.g. per-dataset results
@@ -51,6 +60,9 @@ def main():
             script, *args = SCRIPTS[name]
             if not (HERE / script).exists():
                 print(f"skipping {name}: {script} not found", file=sys.stderr)
+                continue
+            if name in NEEDS_CUDA and not cuda_available():
+                print(f"skipping {name}: no CUDA device (python bench/{script} --smoke checks it on CPU)", file=sys.stderr)
                 continue
             print(f"== {name}", flush=True)
             subprocess.run([sys.executable, str(HERE / script), *args], check=True)

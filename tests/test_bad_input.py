@@ -101,6 +101,14 @@ CATALOGUE = [
     Case("pretrain-zero-epochs", "pretrain.py",
          lambda w: [*TINY, "--max_steps", "-5", "--num_train_epochs", "0", "--output_dir", str(w / "out")],
          "--num_train_epochs 0 without a positive --max_steps trains nothing"),
+    # pretrain.py: speed options
+    Case("pretrain-packing-cloze", "pretrain.py", lambda w: [*TINY[2:], "--model", "cloze", "--packing", "--output_dir", str(w / "out")],
+         "--packing: TwoTowerCloze cannot read packed sequences"),
+    Case("pretrain-packing-nsp", "pretrain.py", lambda w: [*TINY, "--model", "bert_2seq_nsp", "--packing", "--output_dir", str(w / "out")],
+         "--packing: next sentence prediction"),
+    Case("pretrain-flash-attention-missing", "pretrain.py",
+         lambda w: [*TINY, "--attn_implementation", "flash_attention_2", "--output_dir", str(w / "out")],
+         "--attn_implementation flash_attention_2: "),
     # pretrain.py: what the user already has
     Case("pretrain-previous-run", "pretrain.py", lambda w: [*TINY, "--output_dir", str(w / "run")],
          "holds a previous run (checkpoint-2, export). Pass --resume_from_checkpoint true", previous_run),

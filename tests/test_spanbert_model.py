@@ -92,6 +92,43 @@ def test_sbo_equations_match_a_manual_computation():
     torch.testing.assert_close(out.sbo_logits[row], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("nsp", [False, True], ids=["spanbert", "with-nsp"])
+def test_last_layer_runs_its_feed_forward_only_where_a_head_reads_and_changes_nothing(nsp):
+    """Training runs the last layer's feed-forward block at masked tokens, SBO boundaries and (NSP) [CLS] only; the
+    full encoder (taken when hidden states are asked for) gives the same outputs and gradients."""
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(tester.config(use_next_sentence_prediction=nsp)).train()  # no dropout: same draws
+    inputs = tester.inputs()
+    if nsp:
+        inputs["next_sentence_label"] = torch.tensor([0, 1, 0])
+    rows_seen = []
+    hook = model.spanbert.encoder.layer[-1].intermediate.register_forward_pre_hook(
+        lambda module, args: rows_seen.append(args[0].shape[:-1].numel()))
+
+    def run(**extra):
+        out = model(**inputs, **extra)
+        out.loss.backward()
+        gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        return out, gradients
+
+    fast, fast_gradients = run()
+    full, full_gradients = run(output_hidden_states=True)
+    hook.remove()
+    read = (inputs["labels"] != -100).clone()
+    targets = inputs["span_left"] >= 0
+    read[targets.nonzero()[:, 0], inputs["span_left"][targets]] = True
+    read[targets.nonzero()[:, 0], inputs["span_right"][targets]] = True
+    if nsp:
+        read[:, 0] = True
+    assert rows_seen == [int(read.sum()), tester.batch_size * tester.seq_length]
+    for name in ("loss", "mlm_logits", "sbo_logits", *(("nsp_logits",) if nsp else ())):
+        torch.testing.assert_close(fast[name], full[name], rtol=0, atol=1e-6, msg=name)
+    assert fast_gradients.keys() == full_gradients.keys()
+    for name in full_gradients:
+        torch.testing.assert_close(fast_gradients[name], full_gradients[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_sbo_prediction_depends_only_on_boundaries_and_relative_position():
     model = SpanBertForPreTraining(tester.config()).eval()
     inputs = tester.inputs()

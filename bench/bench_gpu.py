@@ -1,0 +1,388 @@
+"""GPU throughput of pretraining train steps (forward + backward + optimizer update): every zoo recipe next to its
+transformers reference, in one run, on the same batches of real Wikipedia text. Reports tokens/s, MFU and peak memory.
+
+    python bench/bench_gpu.py                      # on a GPU: base size, sequence lengths 512 and 128, bf16
+    python bench/bench_gpu.py --pairs spanbert bert --seq_lengths 512 --compile both
+    python bench/bench_gpu.py --smoke              # anywhere, CPU included: tiny sizes, 2 steps, writes nothing
+
+Pairs (ours | reference):
+  spanbert  SpanBertForPreTraining, MLM + SBO on span masking  | transformers' BertForMaskedLM (SDPA)
+  bert      the same model without SBO, subword masking        | BertForMaskedLM
+  teams     TeamsForPreTraining (MLM + RTD + MWS)              | ElectraForMaskedLM + ElectraForPreTraining at TEAMS's sizes
+  electra   TeamsForPreTraining as `--model electra`           | the same transformers pair with ELECTRA's narrow generator
+  cloze     TwoTowerCloze (two towers, every token a target)   | BertForMaskedLM of the same depth and width per tower
+(the pairs of bench_spanbert.py, bench_teams.py and bench_cloze.py, at GPU sizes).
+
+Our side uses the levers pretrain.py offers: `--attn_implementation` (default flash_attention_2 when the flash-attn
+package is installed, else sdpa), `--packing` (padding-free rows; default on with a varlen attention kernel), torch.compile
+(`--compile ours`, the default on a GPU), fused AdamW and bf16 autocast. The reference runs as transformers ships it:
+SDPA on padded batches, with the same optimizer and autocast (`--compile both` compiles it too).
+
+Each model is timed on its own (build, warm-up steps that include compilation, then `--steps` timed steps), one after
+the other in this process. Peak memory is the allocator's peak during the timed steps (GPU only: weights, gradients,
+optimizer state and activations; the other model of the pair is freed before).
+
+MFU = model FLOPs per second / the GPU's peak. Model FLOPs are counted as in the PaLM paper (appendix B; the same
+count as nanoGPT's `estimate_mfu`): 6 FLOPs per multiply-accumulate of every weight matrix for each row it processes
+(forward, and backward for inputs and weights), plus 12 x width x length per token and layer for attention, for the
+work each model really does: real tokens only (padding is waste, not model FLOPs), each sequence attending over its own
+length, vocabulary logits only where a model computes them (ours at the targets, BertForMaskedLM and
+ElectraForMaskedLM at every token), feed-forward blocks only where they run. Embedding lookups, normalisations,
+activations and sampling are not counted. `tests/test_bench_gpu.py` checks the count against torch's FlopCounterMode.
+The peak is `--peak_tflops`, by default the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import time
+from pathlib import Path
+
+import torch
+from common import RESULTS, machine
+
+VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPiece)
+# Dense bf16 peaks (no sparsity) per device name fragment, TFLOP/s.
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+PAIRS = {  # pair -> (ours, reference, masking scheme)
+    "spanbert": ("spanbert", "hf_bert_mlm", "span"),
+    "bert": ("bert", "hf_bert_mlm", "subword"),
+    "teams": ("teams", "hf_electra", "subword"),
+    "electra": ("electra", "hf_electra_narrow", "subword"),
+    "cloze": ("cloze", "hf_bert_mlm_cloze", "subword"),
+}
+PACKABLE = ("spanbert", "bert", "teams", "electra")
+
+
+# ---------------------------------------------------------------------------------------------------- data
+@functools.lru_cache(maxsize=None)
+def blocks(seq_length: int, documents: int, seed: int = 0):
+    """Real Wikipedia blocks as pretrain.py builds them: one document per block, so a document's last block is shorter
+    (the padding that packing removes). Lead sections are joined 20 at a time into documents of a few thousand
+    tokens. Returns the tokenizer and the shuffled blocks."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from training.data import add_example_index, load_corpus, pack_blocks
+    from training.resources import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    texts = list(load_corpus(max_documents=documents)["text"])
+    joined = datasets.Dataset.from_dict({"text": [" ".join(texts[i : i + 20]) for i in range(0, len(texts), 20)]})
+    return tokenizer, add_example_index(pack_blocks(joined, tokenizer, max_seq_length=seq_length)).shuffle(seed=seed)
+
+
+def batches(seq_length: int, batch_size: int, count: int, scheme: str, documents: int, seed: int = 0) -> list[dict]:
+    """`count` masked, right-padded batches of `batch_size` blocks (see `blocks`)."""
+    from training.masking import SpanMaskingCollator
+
+    tokenizer, examples = blocks(seq_length, documents, seed)
+    collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", seed=seed,
+                                   span_boundary_targets=scheme == "span")
+    count = min(count, len(examples) // batch_size)
+    if count == 0:
+        raise ValueError(f"{len(examples)} blocks fill no batch of {batch_size}: raise --documents.")
+    return [collator([examples[i] for i in range(k * batch_size, (k + 1) * batch_size)]) for k in range(count)]
+
+
+def step_inputs(kind: str, batch: dict, packing: bool) -> dict:
+    """What `kind`'s forward reads from a masked batch (packed into one row for our packable models)."""
+    from training.packing import pack_batch
+
+    if kind == "cloze":  # reads the text unmasked and predicts every real token but the leading marker
+        original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
+        labels = original.masked_fill(batch["attention_mask"] == 0, -100)
+        labels[:, 0] = -100
+        return {"input_ids": original, "attention_mask": batch["attention_mask"], "labels": labels}
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "labels")}
+    if kind == "spanbert":
+        inputs.update(span_left=batch["span_left"], span_right=batch["span_right"])
+    return pack_batch(inputs) if packing and kind in PACKABLE else inputs
+
+
+# ---------------------------------------------------------------------------------------------------- models
+def build(kind: str, size: str, attn: str | None):
+    """A freshly initialised model of `kind` at `size` (`attn`: our models' attention implementation)."""
+    from transformers import BertConfig, BertForMaskedLM, ElectraConfig
+
+    import models  # noqa: F401
+    from bench_teams import HfElectraStep
+    from models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from models.cloze.modeling_cloze import TwoTowerCloze
+    from models.spanbert.configuration_spanbert import SpanBertConfig
+    from models.spanbert.modeling_spanbert import SpanBertForPreTraining
+    from models.teams.configuration_teams import TeamsConfig
+    from models.teams.modeling_teams import TeamsForPreTraining
+    from training.recipes_cloze import CLOZE_SIZES
+    from training.recipes_spanbert import BERT_SIZES, RECIPES as SPANBERT_RECIPES
+    from training.recipes_teams import RECIPES as TEAMS_RECIPES
+
+    torch.manual_seed(0)
+    shared = dict(vocab_size=VOCAB, max_position_embeddings=512)
+    if kind in ("spanbert", "bert"):
+        config = SpanBertConfig(**BERT_SIZES[size], **shared, **SPANBERT_RECIPES[kind].config_overrides)
+        config._attn_implementation = attn
+        return SpanBertForPreTraining(config)
+    if kind == "hf_bert_mlm":
+        return BertForMaskedLM(BertConfig(**BERT_SIZES[size], **shared))
+    if kind == "cloze":
+        return TwoTowerCloze(TwoTowerClozeConfig(**CLOZE_SIZES[size], **shared))
+    if kind == "hf_bert_mlm_cloze":
+        dims = CLOZE_SIZES[size]
+        return BertForMaskedLM(BertConfig(**shared, **{k: dims[k] for k in ("hidden_size", "num_hidden_layers",
+                                                                          "num_attention_heads", "intermediate_size")}))
+    recipe = TEAMS_RECIPES["electra" if kind in ("electra", "hf_electra_narrow") else "teams"]
+    config = TeamsConfig(**recipe.sizes[size], **shared, **recipe.config_overrides)
+    if kind in ("teams", "electra"):
+        config._attn_implementation = attn
+        return TeamsForPreTraining(config)
+    generator = ElectraConfig(**shared, embedding_size=config.embedding_size, hidden_size=config.generator_hidden_size,
+                              num_hidden_layers=config.generator_num_hidden_layers,
+                              num_attention_heads=config.generator_num_attention_heads,
+                              intermediate_size=config.generator_intermediate_size)
+    discriminator = ElectraConfig(**shared, embedding_size=config.embedding_size, hidden_size=config.hidden_size,
+                                  num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+                                  intermediate_size=config.intermediate_size)
+    return HfElectraStep(generator, discriminator)
+
+
+# ---------------------------------------------------------------------------------------------------- FLOPs
+def dense(rows, n_in: int, n_out: int) -> int:
+    """Forward + backward FLOPs of a weight matrix `n_in x n_out` applied to `rows` rows: 3 matmuls of 2 FLOPs per
+    multiply-accumulate (output; gradients for the input and for the weights)."""
+    return 6 * int(rows) * n_in * n_out
+
+
+def attention(squared_lengths, width: int) -> int:
+    """Forward + backward FLOPs of the score and value products over sequences with sum of squared lengths
+    `squared_lengths` (PaLM's 12 x width x length per token)."""
+    return 12 * int(squared_lengths) * width
+
+
+def layer(tokens, squared_lengths, width: int, intermediate: int, feed_forward_rows=None) -> int:
+    """A BERT/ELECTRA layer; `feed_forward_rows`: where its feed-forward block runs (default every token)."""
+    rows = tokens if feed_forward_rows is None else feed_forward_rows
+    return (dense(tokens, width, 3 * width) + attention(squared_lengths, width) + dense(tokens, width, width)
+            + dense(rows, width, intermediate) + dense(rows, intermediate, width))
+
+
+def sequence_lengths(inputs: dict) -> torch.Tensor:
+    if "attention_mask" in inputs:
+        return inputs["attention_mask"].sum(1)
+    return inputs["cu_seq_lens_q"].diff().long()
+
+
+def train_step_flops(kind: str, model, inputs: dict) -> int:
+    """Model FLOPs of one train step of `model` (of `kind`) on `inputs` (see the module docstring)."""
+    lengths = sequence_lengths(inputs)
+    tokens, squared = int(lengths.sum()), int((lengths * lengths).sum())
+    labels = inputs["labels"]
+    targets = int((labels != -100).sum())
+    config = model.config if hasattr(model, "config") else None
+    if kind in ("spanbert", "bert"):
+        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+        read = labels != -100
+        flops = dense(targets, d, d) + dense(targets, d, vocab)
+        if kind == "spanbert":
+            rows, cols, left, right = model.sbo_targets(inputs["span_left"], inputs["span_right"])
+            read[rows, left] = read[rows, right] = True
+            n = rows.numel()
+            flops += dense(n, 2 * d + config.sbo_position_embedding_size, d) + dense(n, d, d) + dense(n, d, vocab)
+        flops += (config.num_hidden_layers - 1) * layer(tokens, squared, d, ff)
+        return flops + layer(tokens, squared, d, ff, feed_forward_rows=int(read.sum()))
+    if kind in ("hf_bert_mlm", "hf_bert_mlm_cloze"):
+        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+        return config.num_hidden_layers * layer(tokens, squared, d, ff) + dense(tokens, d, d) + dense(tokens, d, vocab)
+    if kind in ("teams", "electra"):
+        e, d, ff, vocab = config.embedding_size, config.hidden_size, config.intermediate_size, config.vocab_size
+        dg, ffg = config.generator_hidden_size, config.generator_intermediate_size
+        flops = dense(tokens, e, dg) if e != dg else 0
+        flops += (config.generator_num_hidden_layers - 1) * layer(tokens, squared, dg, ffg)
+        flops += layer(tokens, squared, dg, ffg, feed_forward_rows=targets)
+        flops += dense(targets, dg, e) + dense(targets, e, vocab)
+        flops += dense(tokens, e, d) if e != d else 0
+        flops += config.num_hidden_layers * layer(tokens, squared, d, ff)
+        if model.teams.rtd_layer is not None:
+            flops += layer(tokens, squared, d, ff)
+        if model.rtd_head is not None:
+            flops += dense(tokens, d, d) + dense(tokens, d, 1)
+        if model.mws_head is not None:
+            if model.teams.mws_layer is not None:
+                flops += layer(tokens, squared, d, ff, feed_forward_rows=targets)
+            flops += dense(targets, d, e) + dense(targets, config.num_negatives + 1, e)
+        return flops
+    if kind in ("hf_electra", "hf_electra_narrow"):
+        generator, discriminator = model.generator.config, model.discriminator.config
+        e, vocab = generator.embedding_size, generator.vocab_size
+        flops = 0
+        for part in (generator, discriminator):
+            flops += dense(tokens, e, part.hidden_size) if e != part.hidden_size else 0
+            flops += part.num_hidden_layers * layer(tokens, squared, part.hidden_size, part.intermediate_size)
+        d = discriminator.hidden_size
+        return flops + dense(tokens, generator.hidden_size, e) + dense(tokens, e, vocab) + dense(tokens, d, d) + dense(tokens, d, 1)
+    if kind == "cloze":
+        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+        # Each tower's keys start with one zero state: a query attends over its length + 1.
+        tower = layer(tokens, squared + tokens, d, ff)
+        flops = 2 * config.num_hidden_layers * tower
+        # Combination: queries at every token, keys/values = both towers' states (2 per token) plus the zero state.
+        flops += dense(tokens, 2 * d, d) if config.query_combination == "concat" else 0
+        flops += dense(tokens, d, d) + 2 * dense(2 * tokens, d, d) + dense(tokens, d, d)
+        flops += attention(2 * squared + tokens, d) + dense(tokens, d, ff) + dense(tokens, ff, d)
+        if config.use_adaptive_softmax:
+            raise ValueError("The FLOP count covers the flat output layer only (the bench's configuration).")
+        if config.loss_type != "cloze":
+            raise ValueError("The FLOP count covers the cloze loss only (the bench's configuration).")
+        return flops + dense(targets, d, vocab)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- timing
+def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
+    """Tokens/s, model TFLOP/s, MFU and peak memory of `kind`'s train steps on `data` (cycled)."""
+    ours = kind in PAIRS
+    model = build(kind, options.size, options.attn_implementation).to(device).train()
+    packing = options.packing and kind in PACKABLE
+    inputs = [step_inputs(kind, batch, packing) for batch in data]
+    flops = [train_step_flops(kind, model, batch) for batch in inputs]
+    run = torch.compile(model) if options.compile == "both" or (options.compile == "ours" and ours) else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=options.optim == "fused")
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[options.dtype]
+
+    def step(batch):
+        batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            output = run(**batch)
+        (output if torch.is_tensor(output) else output.loss).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for index in range(options.warmup):
+        step(inputs[index % len(inputs)])
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    seconds, tokens, total_flops = 0.0, 0, 0
+    for index in range(options.steps):
+        batch = inputs[(options.warmup + index) % len(inputs)]
+        start = time.perf_counter()
+        step(batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds += time.perf_counter() - start
+        tokens += int(sequence_lengths(batch).sum())
+        total_flops += flops[(options.warmup + index) % len(inputs)]
+    result = {
+        "model": type(model).__name__,
+        "tokens_per_s": round(tokens / seconds, 1),
+        "model_tflops_per_s": float(f"{total_flops / seconds / 1e12:.4g}"),
+        "params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+    }
+    if options.peak_tflops:
+        result["mfu"] = float(f"{total_flops / seconds / (options.peak_tflops * 1e12):.4g}")
+    result["peak_memory_MiB"] = round(torch.cuda.max_memory_allocated() / 2**20) if device.type == "cuda" else None
+    if ours:
+        result.update(attention=model.config._attn_implementation, packed=packing)
+    del run, model, optimizer
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def varlen_attention_available() -> bool:
+    from transformers.utils import is_flash_attn_2_available
+
+    return torch.cuda.is_available() and is_flash_attn_2_available()
+
+
+def parse(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", nargs="+", choices=sorted(PAIRS), default=list(PAIRS))
+    parser.add_argument("--size", choices=["tiny", "small", "base", "large"], default="base")
+    parser.add_argument("--seq_lengths", type=int, nargs="+", default=[512, 128])
+    parser.add_argument("--tokens_per_batch", type=int, default=16384,
+                        help="Batch size in tokens: the batch holds tokens_per_batch / seq_length sequences.")
+    parser.add_argument("--steps", type=int, default=20, help="Timed steps per model.")
+    parser.add_argument("--warmup", type=int, default=5, help="Untimed steps first (compilation, recompilation).")
+    parser.add_argument("--documents", type=int, default=10000, help="Wikipedia lead sections the batches come from.")
+    parser.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="Autocast (default: bf16 on a GPU).")
+    parser.add_argument("--optim", choices=["fused", "foreach"], default="fused", help="torch AdamW implementation.")
+    parser.add_argument("--attn_implementation", default=None,
+                        help="Our models' attention (default: flash_attention_2 if installed, else sdpa).")
+    parser.add_argument("--packing", action=argparse.BooleanOptionalAction, default=None,
+                        help="Padding-free packed rows for our models (default: on with a varlen attention kernel).")
+    parser.add_argument("--compile", choices=["none", "ours", "both"], default=None,
+                        help="torch.compile our models, or both sides (default: ours on a GPU, none on CPU).")
+    parser.add_argument("--peak_tflops", type=float, default=None,
+                        help="The device's peak for MFU, TFLOP/s (default: the GPU's dense bf16 peak: H100/H200 989).")
+    parser.add_argument("--output", type=Path, default=None, help="Result file (default bench/results/gpu_<size>_<device>.json).")
+    parser.add_argument("--smoke", action="store_true",
+                        help="A quick check that runs anywhere: tiny sizes, 32-token blocks, 2 steps; writes only --output.")
+    parser.add_argument("--allow_cpu", action="store_true", help="Run the full settings on CPU (slow).")
+    options = parser.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if options.smoke:
+        options.size, options.seq_lengths, options.tokens_per_batch = "tiny", [32], 128
+        options.steps, options.warmup, options.documents = 2, 1, 300
+    elif not cuda and not options.allow_cpu:
+        parser.error("no CUDA device: this benchmark is for GPUs. Run with --smoke for a quick CPU check.")
+    if options.attn_implementation is None:
+        options.attn_implementation = "flash_attention_2" if varlen_attention_available() else "sdpa"
+    if options.packing is None:
+        from training.packing import VARLEN_ATTENTION
+
+        options.packing = options.attn_implementation in VARLEN_ATTENTION or options.smoke
+    options.compile = options.compile or ("ours" if cuda and not options.smoke else "none")
+    options.dtype = options.dtype or ("bf16" if cuda else "fp32")
+    if options.peak_tflops is None and cuda:
+        name = torch.cuda.get_device_name()
+        options.peak_tflops = next((peak for key, peak in PEAK_TFLOPS.items() if key in name), None)
+    return options
+
+
+def markdown(results: dict) -> str:
+    lines = ["| pair | length | ours tokens/s | reference tokens/s | speedup | ours MFU | reference MFU | ours / reference peak memory (MiB) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, row in results.items():
+        pair, length = name.rsplit("@", 1)
+        lines.append(f"| {pair} | {length} | {row['ours_tokens_per_s']:,.0f} | {row['reference_tokens_per_s']:,.0f} | "
+                     f"{row['speedup']}x | {row.get('ours_mfu', '-')} | {row.get('reference_mfu', '-')} | "
+                     f"{row['ours_peak_memory_MiB']} / {row['reference_peak_memory_MiB']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    options = parse(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    results = {}
+    for seq_length in options.seq_lengths:
+        batch_size = max(1, options.tokens_per_batch // seq_length)
+        for pair in options.pairs:
+            ours, reference, scheme = PAIRS[pair]
+            data = batches(seq_length, batch_size, max(4, min(options.steps, 16)), scheme, options.documents)
+            real = sum(int(b["attention_mask"].sum()) for b in data) / sum(b["attention_mask"].numel() for b in data)
+            row = {"batch_size": batch_size, "real_token_fraction": round(real, 3)}
+            for side, kind in (("ours", ours), ("reference", reference)):
+                row.update({f"{side}_{key}": value for key, value in measure(kind, options, data, device).items()})
+            row["speedup"] = round(row["ours_tokens_per_s"] / row["reference_tokens_per_s"], 2)
+            results[f"{pair}@{seq_length}"] = row
+            print(json.dumps({f"{pair}@{seq_length}": row}), flush=True)
+    settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(options).items()
+                if key not in ("output", "allow_cpu")}
+    settings["flops"] = "PaLM appendix B / nanoGPT estimate_mfu, counting only the work each model does (bench/bench_gpu.py)"
+    record = {"machine": machine(), "device": str(device), "settings": settings, **results}
+    output = options.output or (None if options.smoke else RESULTS / f"gpu_{options.size}_{device.type}.json")
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(record, indent=2))
+    print(markdown(results))
+    return record
+
+
+if __name__ == "__main__":
+    main()

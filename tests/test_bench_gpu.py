@@ -1,0 +1,65 @@
+"""bench/bench_gpu.py: its model-FLOP count (the numerator of MFU) equals what torch's FlopCounterMode sees a train
+step execute, for every model it times; and its CPU smoke mode writes a result file."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_gpu  # noqa: E402
+
+KINDS = [kind for pair in bench_gpu.PAIRS.values() for kind in pair[:2]]
+
+
+@pytest.fixture(scope="module")
+def full_rows():
+    """Unpadded 32-token rows per masking scheme: on them the executed FLOPs are exactly the model FLOPs."""
+    rows = {}
+    for scheme in ("span", "subword"):
+        batch = bench_gpu.batches(32, 16, 1, scheme, documents=200)[0]
+        full = batch["attention_mask"].bool().all(1)
+        assert full.sum() >= 4
+        rows[scheme] = {key: value[full][:4] for key, value in batch.items()}
+    return rows
+
+
+def eager_attention(model):
+    """Eager attention everywhere: its matmuls are ordinary ops that FlopCounterMode counts."""
+    for module in model.modules():
+        if hasattr(module, "config") and hasattr(module.config, "_attn_implementation"):
+            module.config._attn_implementation = "eager"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_model_flop_count_matches_the_executed_matmuls(kind, full_rows):
+    scheme = next(pair[2] for pair in bench_gpu.PAIRS.values() if kind in pair[:2])
+    model = bench_gpu.build(kind, "tiny", "eager")
+    eager_attention(model)
+    inputs = bench_gpu.step_inputs(kind, full_rows[scheme], packing=False)
+    counter = FlopCounterMode(display=False)
+    torch.manual_seed(0)
+    with counter:
+        output = model(**inputs)
+        (output if torch.is_tensor(output) else output.loss).backward()
+    counted = bench_gpu.train_step_flops(kind, model, inputs)
+    assert counted == counter.get_total_flops()
+
+
+def test_packing_counts_each_sequence_over_its_own_length(full_rows):
+    model = bench_gpu.build("bert", "tiny", "sdpa")
+    padded = bench_gpu.step_inputs("bert", full_rows["subword"], packing=False)
+    packed = bench_gpu.step_inputs("bert", full_rows["subword"], packing=True)
+    assert bench_gpu.train_step_flops("bert", model, packed) == bench_gpu.train_step_flops("bert", model, padded)
+
+
+def test_smoke_mode_runs_on_cpu_and_writes_the_rows(tmp_path):
+    record = bench_gpu.main(["--smoke", "--pairs", "bert", "--output", str(tmp_path / "gpu.json")])
+    row = json.loads((tmp_path / "gpu.json").read_text())["bert@32"]
+    assert record["bert@32"] == row and record["machine"]["cpu"]
+    assert row["ours_model"] == row["reference_model"].replace("BertForMaskedLM", "SpanBertForPreTraining")
+    assert row["ours_packed"] and row["ours_tokens_per_s"] > 0 and row["reference_tokens_per_s"] > 0
+    assert row["speedup"] == round(row["ours_tokens_per_s"] / row["reference_tokens_per_s"], 2)
