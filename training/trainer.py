@@ -111,6 +111,16 @@ class PretrainingTrainer(Trainer):
 
     # ------------------------------------------------------------------ data loaders
     def get_train_dataloader(self):
+        from .streaming import StreamedExamples
+
+        if isinstance(self.train_dataset, StreamedExamples):
+            # Each process streams its own part already (split_dataset_by_node): accelerate must neither re-shard nor
+            # dispatch it, and the position saved with a checkpoint must be that of the batches trained on, so the
+            # examples are read in this process, one batch at a time. Its own generator: creating the iterator must
+            # not draw from the global RNG that a resumed run has just restored (dropout, in-model sampling).
+            return torch.utils.data.DataLoader(self.train_dataset, batch_size=self._train_batch_size,
+                                               collate_fn=self.data_collator, pin_memory=self.args.dataloader_pin_memory,
+                                               generator=torch.Generator().manual_seed(self.args.seed))
         return workers_ignore_stop_signals(super().get_train_dataloader())
 
     def get_eval_dataloader(self, eval_dataset=None):
@@ -154,6 +164,10 @@ class PretrainingTrainer(Trainer):
             super()._save_checkpoint(model, trial)
         finally:
             self._staging_root = None
+        from .streaming import StreamedExamples
+
+        if isinstance(self.train_dataset, StreamedExamples):  # where each process's stream stands
+            self.train_dataset.save(staging / name)
         if os.environ.get(SAVE_PAUSE_ENV) == str(self.state.global_step):
             time.sleep(600)
         self.accelerator.wait_for_everyone()  # every rank's files (rng_state_N.pth) are written
