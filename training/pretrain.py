@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> Path:
     from transformers import AutoTokenizer
 
     from training.data import (
-        add_example_index, boundary_token_ids, load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution,
+        add_example_index, boundary_token_ids, load_corpus, train_wordpiece_tokenizer, unigram_distribution,
     )
     from training.export import export_pretrained, optimisation_comparison, push_export
     from training.run_dir import move_aside
@@ -368,13 +368,7 @@ def main(argv: list[str] | None = None) -> Path:
     config = config_class(**config_kwargs)
     tokenizer.model_max_length = getattr(config, "max_position_embeddings", args.max_seq_length)
 
-    build = recipe.build_dataset or (
-        lambda docs, tok, a: pack_blocks(
-            docs, tok, a.max_seq_length,
-            annotate_spans=a.masking_scheme if a.masking_scheme in ("named_entity", "noun_phrase") else None,
-            spacy_model=a.spacy_model, num_proc=a.preprocessing_num_workers,
-        )
-    )
+    build = recipe.build_examples
     unigram_sample = None
     if pretokenized:  # tokenized, packed and indexed beforehand
         train_dataset, eval_dataset = pretokenized.train, pretokenized.validation

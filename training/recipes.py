@@ -232,6 +232,24 @@ class Recipe:
     describe_training: Callable[..., dict[str, Any]] | None = None
     card_plots: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
+    def build_examples(self, documents, tokenizer, args):
+        """The training examples of `documents` (a Dataset with a `text` column): `build_dataset`, or single-document
+        blocks (`training.data.pack_blocks`, with spaCy spans for the linguistic masking schemes)."""
+        if self.build_dataset is not None:
+            return self.build_dataset(documents, tokenizer, args)
+        from .data import pack_blocks
+        from .masking import LINGUISTIC_SCHEMES
+
+        return pack_blocks(documents, tokenizer, args.max_seq_length,
+                           annotate_spans=args.masking_scheme if args.masking_scheme in LINGUISTIC_SCHEMES else None,
+                           spacy_model=args.spacy_model, num_proc=args.preprocessing_num_workers)
+
+    @property
+    def examples_format(self) -> str:
+        """Names what `build_examples` makes: recipes with the same format train on the same pre-tokenized data."""
+        builder = self.build_dataset
+        return f"{builder.__module__}.{builder.__qualname__}" if builder else "training.data.pack_blocks"
+
 
 # Each module defines RECIPES: dict[str, Recipe].
 _RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze", "training.recipes_bertac")
