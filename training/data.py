@@ -259,7 +259,7 @@ def block_packer(tokenizer, max_seq_length: int = 512, annotate_spans: str | Non
         out = {"input_ids": [], "word_start": []}
         if nlp is not None:
             out["linguistic_span"] = []
-        for text in batch["text"]:
+        for sentences in _tokenize_documents(batch["text"], tokenizer, nlp, annotate_spans):
             ids, starts, units, next_unit = [], [], [], 0
 
             def flush():
@@ -270,7 +270,7 @@ def block_packer(tokenizer, max_seq_length: int = 512, annotate_spans: str | Non
                         out["linguistic_span"].append([-1, *units, -1])
                 ids.clear(), starts.clear(), units.clear()
 
-            for sentence_ids, sentence_starts, sentence_units in zip(*_tokenize_sentences(text, tokenizer, nlp, annotate_spans)):
+            for sentence_ids, sentence_starts, sentence_units in zip(*sentences):
                 if len(ids) + len(sentence_ids) > capacity:
                     flush()
                     next_unit = 0
@@ -278,12 +278,13 @@ def block_packer(tokenizer, max_seq_length: int = 512, annotate_spans: str | Non
                     if begin:
                         flush()
                         next_unit = 0
-                    piece_units = sentence_units[begin : begin + capacity]
-                    offset = next_unit
                     ids.extend(sentence_ids[begin : begin + capacity])
                     starts.extend(sentence_starts[begin : begin + capacity])
-                    units.extend(u + offset if u >= 0 else -1 for u in piece_units)
-                    next_unit = offset + (max(piece_units) + 1 if piece_units and max(piece_units) >= 0 else 0)
+                    if nlp is not None:  # span indices, renumbered within the block
+                        piece_units = sentence_units[begin : begin + capacity]
+                        offset = next_unit
+                        units.extend(u + offset if u >= 0 else -1 for u in piece_units)
+                        next_unit = offset + (max(piece_units) + 1 if piece_units and max(piece_units) >= 0 else 0)
             flush()
         return out
 
@@ -318,9 +319,9 @@ def pack_segment_pairs(
 
     def tokenize(batch):
         out = {"sentence_ids": [], "sentence_word_start": [], "sentence_spans": []}
-        for text in batch["text"]:
+        for sentences in _tokenize_documents(batch["text"], tokenizer, nlp, annotate_spans):
             columns = [[], [], []]
-            for sentence in zip(*_tokenize_sentences(text, tokenizer, nlp, annotate_spans)):
+            for sentence in zip(*sentences):
                 for begin in range(0, len(sentence[0]), max_pieces):
                     for column, values in zip(columns, sentence):
                         column.append(values[begin : begin + max_pieces])
@@ -440,12 +441,14 @@ def _checked_annotator(tokenizer, max_seq_length: int, annotate_spans: str | Non
         ) from error
 
 
-def _tokenize_sentences(text: str, tokenizer, nlp, annotate_spans: str | None):
-    """Per sentence of `text`: word-piece ids, word starts (1 where a piece begins a word) and spaCy span indices
-    (-1 outside a span, or everywhere without `nlp`)."""
-    sentences = split_sentences(text)
+def _tokenize_documents(texts: list[str], tokenizer, nlp, annotate_spans: str | None):
+    """Per document of `texts`, per sentence: word-piece ids, word starts (1 where a piece begins a word) and spaCy
+    span indices (-1 outside a span, or everywhere without `nlp`). All sentences go through the tokenizer in one
+    call (a sentence's pieces do not depend on its neighbours)."""
+    per_document = [split_sentences(text or "") for text in texts]
+    sentences = [sentence for document in per_document for sentence in document]
     if not sentences:
-        return [], [], []
+        return [([], [], []) for _ in texts]
     encodings = tokenizer(sentences, add_special_tokens=False, return_offsets_mapping=nlp is not None, verbose=False)
     spans = _linguistic_spans(nlp, sentences, encodings, annotate_spans) if nlp is not None else None
     ids, starts, units = [], [], []
@@ -454,7 +457,12 @@ def _tokenize_sentences(text: str, tokenizer, nlp, annotate_spans: str | None):
         ids.append(sentence_ids)
         starts.append([int(w is not None and (i == 0 or word_ids[i - 1] != w)) for i, w in enumerate(word_ids)])
         units.append(spans[index] if spans else [-1] * len(sentence_ids))
-    return ids, starts, units
+    documents, begin = [], 0
+    for document in per_document:
+        end = begin + len(document)
+        documents.append((ids[begin:end], starts[begin:end], units[begin:end]))
+        begin = end
+    return documents
 
 
 def _linguistic_spans(nlp, sentences, encodings, kind):
