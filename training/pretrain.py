@@ -306,6 +306,7 @@ def main(argv: list[str] | None = None) -> Path:
     )
     from training.export import export_pretrained, optimisation_comparison, push_export
     from training.run_dir import move_aside
+    from training.sharding import check_engine, unsharded_model
     from training.streaming import StreamEpoch
     from training.trainer import PretrainingTrainer, SaveOnSignal, TrainingStopped
 
@@ -423,6 +424,7 @@ def main(argv: list[str] | None = None) -> Path:
         decay_norms_and_biases=args.decay_norms_and_biases,
         callbacks=[SaveOnSignal(), *([StreamEpoch()] if args.streaming else [])],
     )
+    check_engine(trainer)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
     stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
@@ -434,10 +436,11 @@ def main(argv: list[str] | None = None) -> Path:
     metrics = dict(result.metrics)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
+    trained = unsharded_model(trainer, model_class, config)  # every process takes part (FSDP/DeepSpeed gather)
     if trainer.is_world_process_zero():
         move_aside(export_dir)  # an earlier export (of this run, resumed since) is kept, never mixed with this one
         export_pretrained(
-            trainer.model,
+            trained,
             tokenizer,
             recipe,
             export_dir,
