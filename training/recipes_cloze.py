@@ -103,6 +103,12 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n|\n")
 def paragraph_examples(corpus: datasets.Dataset, tokenizer, args) -> datasets.Dataset:
     """One example per paragraph, `<s> paragraph </s>` (`[CLS] x [SEP]` with BERT tokenizers). A paragraph longer
     than `max_seq_length` continues in further examples instead of being cut off."""
+    return corpus.map(paragraph_packer(tokenizer, args), batched=True, remove_columns=corpus.column_names,
+                      num_proc=args.preprocessing_num_workers, desc="Paragraph examples")
+
+
+def paragraph_packer(tokenizer, args):
+    """The batch function of `paragraph_examples` (documents -> paragraph examples), also applied by --streaming."""
     bos, eos = boundary_token_ids(tokenizer)
     if bos is None or eos is None or tokenizer.pad_token_id is None:
         raise ValueError("The cloze model needs boundary tokens (bos/eos or cls/sep) and a pad token in the tokenizer.")
@@ -115,8 +121,7 @@ def paragraph_examples(corpus: datasets.Dataset, tokenizer, args) -> datasets.Da
         pieces = tokenizer(paragraphs, add_special_tokens=False)["input_ids"] if paragraphs else []
         return {"input_ids": [[bos, *ids[start : start + room], eos] for ids in pieces for start in range(0, len(ids), room)]}
 
-    return corpus.map(tokenize, batched=True, remove_columns=corpus.column_names, num_proc=args.preprocessing_num_workers,
-                      desc="Paragraph examples")
+    return tokenize
 
 
 class ClozeCollator:
@@ -151,6 +156,7 @@ RECIPES = {
         training_defaults=CLOZE_TRAINING,
         build_collator=lambda tokenizer, args: ClozeCollator(tokenizer),
         build_dataset=paragraph_examples,
+        document_packer=paragraph_packer,
         logged_outputs=("cloze_loss", "bilm_loss"),
         perplexity_of=("cloze_loss", "bilm_loss"),
         default_masking_scheme=None,

@@ -49,6 +49,27 @@ class PretrainingTrainer(Trainer):
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
 
+    def create_optimizer(self, model=None):
+        from .sharding import is_fsdp2, shard_model
+
+        if self.optimizer is not None or not is_fsdp2(self):
+            return super().create_optimizer(model)
+        shard_model(self.model, self.accelerator)  # the zoo's FSDP2 plan, before the optimizer takes the parameters
+        optimizer = super().create_optimizer(model)
+        self._sharded_parameter_groups = [list(group["params"]) for group in optimizer.param_groups]
+        return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        # Called right after accelerate prepared the model and optimizer. accelerate re-maps the optimizer's parameters
+        # by data pointer, which the empty shards of small parameters (a bias of size 1 on rank 1) share: give the
+        # optimizer back the sharded parameters it was built with.
+        groups = getattr(self, "_sharded_parameter_groups", None)
+        if groups is not None:
+            for group, params in zip(self.optimizer.param_groups, groups):
+                group["params"] = params
+            self._sharded_parameter_groups = None
+        return super().create_scheduler(num_training_steps, optimizer)
+
     def get_decay_parameter_names(self, model) -> list[str]:
         if self.decay_norms_and_biases:
             return [name for name, _ in model.named_parameters()]
@@ -115,6 +136,16 @@ class PretrainingTrainer(Trainer):
 
     # ------------------------------------------------------------------ data loaders
     def get_train_dataloader(self):
+        from .streaming import StreamedExamples
+
+        if isinstance(self.train_dataset, StreamedExamples):
+            # Each process streams its own part already (split_dataset_by_node): accelerate must neither re-shard nor
+            # dispatch it, and the position saved with a checkpoint must be that of the batches trained on, so the
+            # examples are read in this process, one batch at a time. Its own generator: creating the iterator must
+            # not draw from the global RNG that a resumed run has just restored (dropout, in-model sampling).
+            return torch.utils.data.DataLoader(self.train_dataset, batch_size=self._train_batch_size,
+                                               collate_fn=self.data_collator, pin_memory=self.args.dataloader_pin_memory,
+                                               generator=torch.Generator().manual_seed(self.args.seed))
         return workers_ignore_stop_signals(super().get_train_dataloader())
 
     def get_eval_dataloader(self, eval_dataset=None):
@@ -158,6 +189,10 @@ class PretrainingTrainer(Trainer):
             super()._save_checkpoint(model, trial)
         finally:
             self._staging_root = None
+        from .streaming import StreamedExamples
+
+        if isinstance(self.train_dataset, StreamedExamples):  # where each process's stream stands
+            self.train_dataset.save(staging / name)
         if os.environ.get(SAVE_PAUSE_ENV) == str(self.state.global_step):
             time.sleep(600)
         self.accelerator.wait_for_everyone()  # every rank's files (rng_state_N.pth) are written
@@ -258,7 +293,8 @@ class SaveOnSignal(TrainerCallback):
 def checkpoint_is_complete(folder: Path) -> bool:
     """A checkpoint folder Trainer can resume from: its state and weights are there."""
     has_weights = any((folder / name).exists() for name in (
-        "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"))
+        "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+        "pytorch_model_fsdp_0"))  # FSDP's sharded weights
     if not (folder / "trainer_state.json").is_file() or not has_weights:
         return False
     try:

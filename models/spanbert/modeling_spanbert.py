@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -91,7 +92,9 @@ def layer_at_positions(layer: nn.Module, hidden: torch.Tensor, mask, rows, cols,
     The feed-forward block is position-wise, so it runs at those positions only; attention still reads every
     position. Same values, a fraction of the layer's FLOPs (dropout draws masks for the computed rows only).
     """
-    if layer.gradient_checkpointing and layer.training:  # keep the layer's own checkpointed call
+    # Keep the layer's own call under activation checkpointing, and for an FSDP2 unit, whose parameters are
+    # gathered by hooks on the layer's forward only.
+    if (layer.gradient_checkpointing and layer.training) or isinstance(layer, FSDPModule):
         return layer(hidden, mask, **kwargs)[rows, cols]
     attention_output = layer.attention(hidden, mask, **kwargs)[0]
     return layer.feed_forward_chunk(attention_output[rows, cols])

