@@ -15,19 +15,31 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def machine() -> dict:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    info = {"cpu": platform.processor() or platform.machine(), **cpu_details(), "cores": os.cpu_count(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform(),
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def cpu_details() -> dict:
+    """The CPU as lscpu names it (a VM may report only "AMD EPYC"): model name, vendor, family/model/stepping and
+    the vector extensions the kernels use. CPU ratios vary with these, so every result records them."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return {}
+    details = {"cpu_vendor": fields.get("vendor_id"),
+               "cpu_family_model_stepping": "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping")),
+               "cpu_vector_extensions": [flag for flag in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
+                                         if flag in fields.get("flags", "").split()]}
+    if "model name" in fields:
+        details["cpu"] = fields["model name"]
+    return details
 
 
 def write_result(name: str, result: dict) -> Path:

@@ -40,7 +40,8 @@ def summary() -> str:
         result = json.loads(path.read_text())
         machine = result.pop("machine", {})
         gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
-        lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')} ({machine.get('cores')} cores){gpu}, torch {machine.get('torch')}, {machine.get('date')}\n")
+        family = f", family/model/stepping {machine['cpu_family_model_stepping']}" if machine.get("cpu_family_model_stepping") else ""
+        lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')}{family} ({machine.get('cores')} cores){gpu}, torch {machine.get('torch')}, {machine.get('date')}\n")
         lines.append("| key | value |\n| --- | --- |")
         for key, value in result.items():
             if isinstance(value, dict):  # one level of nesting, e.g. per-dataset results
