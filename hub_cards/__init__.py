@@ -146,7 +146,17 @@ class CardMetadata:
     limitations: list[str] = field(default_factory=list)
 
 
-def _eval_result(result: dict[str, Any], metric_name: str, value: float) -> EvalResult:
+def seeds_label(seeds: list[int] | None) -> str:
+    """How many runs a number summarises, for the metric's pretty name: "seed 1" or "median of 3 seeds: 1, 2, 3"."""
+    if not seeds:
+        return ""
+    if len(seeds) == 1:
+        return f"1 seed: {seeds[0]}"
+    return f"median of {len(seeds)} seeds: {', '.join(map(str, seeds))}"
+
+
+def _eval_result(result: dict[str, Any], metric_type: str, value: float) -> EvalResult:
+    label = seeds_label(result.get("seeds"))
     return EvalResult(
         task_type=result["task_type"],
         task_name=result.get("task_name"),
@@ -154,9 +164,9 @@ def _eval_result(result: dict[str, Any], metric_name: str, value: float) -> Eval
         dataset_name=result["dataset_name"],
         dataset_config=result.get("dataset_config"),
         dataset_split=result.get("dataset_split"),
-        metric_type=metric_name,
-        metric_name=metric_name,
-        metric_value=float(value),
+        metric_type=metric_type,
+        metric_name=f"{metric_type} ({label})" if label else metric_type,
+        metric_value=round(float(value), 4),
     )
 
 
@@ -166,7 +176,7 @@ def _results_table(results: list[EvalResult]) -> str:
     rows = ["| task | dataset | split | metric | value |", "| --- | --- | --- | --- | --- |"]
     for r in results:
         rows.append(
-            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} | {r.metric_value:.4g} |"
+            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} | {r.metric_value:.2f} |"
         )
     return "\n".join(rows)
 
@@ -209,9 +219,13 @@ def add_eval_results(
     metrics: dict[str, float],
     dataset_config: str | None = None,
     dataset_split: str | None = None,
+    seeds: list[int] | None = None,
 ) -> Path:
     """Merge results into the card's model-index (replacing the same task/dataset/split/metric) and results table.
 
+    Values are percentages (0-100), the scale of the Hub's leaderboards and of the official SQuAD scripts; callers
+    convert fractions. `dataset_type` identifies the dataset: huggingface_hub groups and replaces results by it, so
+    two datasets must never share one. `seeds` names the runs a value summarises (one seed, or the median of several).
     A folder without a card gets a minimal one, so fine-tuned outputs of any model can carry their results.
     """
     path = Path(model_dir) / "README.md"
@@ -223,7 +237,7 @@ def add_eval_results(
     new = [
         _eval_result(
             dict(task_type=task_type, task_name=task_name, dataset_name=dataset_name, dataset_type=dataset_type,
-                 dataset_config=dataset_config, dataset_split=dataset_split),
+                 dataset_config=dataset_config, dataset_split=dataset_split, seeds=seeds),
             metric,
             value,
         )

@@ -224,7 +224,9 @@ def main(argv=None) -> dict:
             from hub_cards import add_eval_results
 
             add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA",
-                             dataset_name=str(results["dataset"]), dataset_type="local", dataset_split="validation",
+                             dataset_name=str(results["dataset"]), dataset_split="validation", seeds=[training_args.seed],
+                             # its own id (huggingface_hub groups results by dataset type), never a Hub id
+                             dataset_type=f"{'local' if args.train_file else 'encoder-zoo'}:{Path(str(results['dataset'])).stem}",
                              metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
     return results
 

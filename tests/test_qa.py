@@ -195,6 +195,26 @@ def test_v2_threshold_tuning_beats_a_fixed_zero_threshold():
     assert result["best_exact"] == 100.0 and result["best_f1"] == 100.0 and result["best_f1_thresh"] == -3.0
 
 
+@pytest.mark.parametrize("null_odds, answers, predicted", [
+    ([-1.0, -2.0, 0.5, 3.0], [[], [], [], ["Paris"]], ["x", "y", "z", "Rome"]),  # null everywhere wins
+    ([-2.0, -2.0, 1.0, 1.0], [["Paris"], [], ["Rome"], []], ["Paris", "x", "Rome", "y"]),  # tied scores
+    ([-3.0, -1.0, 2.0, 4.0], [["Paris"], ["Rome"], [], []], ["Paris", "Rome", "x", "y"]),  # an interior optimum
+])
+def test_v2_written_threshold_reproduces_the_best_score(null_odds, answers, predicted):
+    """Scoring at the written best threshold gives the written best score (the official script says 0.0 when
+    predicting null everywhere wins, and splits tied scores that no threshold can split)."""
+    v2 = evaluate.load(METRIC_MODULE, "v2")
+    references = refs(*answers)
+    predictions = preds(*predicted, no_answer=null_odds)
+    result = v2.compute(predictions=predictions, references=references, no_answer_threshold=0.0)
+    for kind in ("exact", "f1"):
+        rescored = v2.compute(predictions=predictions, references=references,
+                              no_answer_threshold=result[f"best_{kind}_thresh"])
+        assert rescored[kind] == pytest.approx(result[f"best_{kind}"]), kind
+    if null_odds[0] == -1.0:
+        assert result["best_exact"] == 75.0 and result["best_exact_thresh"] < -2.0
+
+
 def test_malformed_records_are_named_or_skipped():
     good = {"id": "ok", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [0]}}
     bad = {"id": "bad-7", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [3]}}
