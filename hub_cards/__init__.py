@@ -38,10 +38,12 @@ The modeling code travels with the checkpoint, so loading needs `trust_remote_co
 ```python
 from transformers import AutoModel, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
-model = AutoModel.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{{ load_id }}", trust_remote_code=True)
+model = AutoModel.from_pretrained("{{ load_id }}", trust_remote_code=True)
 ```
-
+{% if not meta.repo_id %}
+Replace `{{ load_id }}` with this checkpoint's Hub id once uploaded (or with the folder's path, to load it locally).
+{% endif %}
 The same folder loads through every Auto class listed in its `config.json` `auto_map`:
 {% for auto_class, target in meta.auto_map.items() %}
 - `{{ auto_class }}` -> `{{ target }}`
@@ -82,7 +84,7 @@ The paper's other settings, for reference:
 {% endfor %}
 {%- endif %}
 {% if meta.loss_curve -%}
-![Training loss]({{ meta.loss_curve }})
+![Training and validation loss]({{ meta.loss_curve }})
 {%- endif %}
 {% for caption, file in meta.figures %}
 ![{{ caption }}]({{ file }})
@@ -118,12 +120,13 @@ class CardMetadata:
     `optimisation` maps a setting to (the value this run used, the paper's), shown side by side;
     `optimisation_source` names where the paper's values come from.
     `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
+    Nothing here may hold an absolute local path: the folder is meant for the Hub.
     """
 
     model_name: str
     summary: str
     auto_map: dict[str, str]
-    repo_id: str = "path/to/this/folder"
+    repo_id: str | None = None  # the Hub id; None writes a placeholder, never a local path
     license: str = "apache-2.0"
     tags: list[str] = field(default_factory=list)
     datasets: list[str] = field(default_factory=list)
@@ -197,6 +200,7 @@ def render_card(meta: CardMetadata) -> ModelCard:
         card_data,
         template_str=TEMPLATE,
         meta=meta,
+        load_id=meta.repo_id or f"<your-username>/{meta.model_name}",
         results_start=_RESULTS_START,
         results_end=_RESULTS_END,
         results_table=_results_table(results),
@@ -261,7 +265,8 @@ def add_eval_results(
 def plot_loss_curve(
     log_history: list[dict[str, Any]], path: str | Path, keys: tuple[str, ...] = ("loss",), ylabel: str = "loss"
 ) -> Path | None:
-    """Draw the training curves logged by Trainer (one line per key found) to a PNG; None when nothing was logged."""
+    """Draw the curves logged by Trainer (one line per key found: training logs and `eval_*` validation logs share
+    the step axis) to a PNG; None when nothing was logged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -274,7 +279,7 @@ def plot_loss_curve(
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
     for name, points in series.items():
         steps, values = zip(*points)
-        ax.plot(steps, values, label=name)
+        ax.plot(steps, values, label=name, marker="o" if len(points) <= 20 else None, markersize=3)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

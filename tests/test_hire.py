@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from helpers import run_isolated
@@ -245,6 +246,21 @@ def test_hire_fine_tunes_through_run_glue_and_plots_importance(tmp_path):
     assert scores.shape == (3,) and abs(scores.sum() - 1) < 1e-5
     png = plot_importance({"rotten_tomatoes": scores, "uniform": [1 / 3] * 3}, tmp_path / "importance.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_importance_heatmap_writes_cell_values_and_marks_the_uniform_level():
+    from glue.hire_importance import importance_figure
+
+    near_uniform = np.array([0.135, 0.14, 0.145, 0.15, 0.165, 0.125, 0.14])
+    fig = importance_figure({"sst": near_uniform, "other": near_uniform[::-1]})
+    heatmap, bar = fig.axes
+    assert [t.get_text() for t in heatmap.texts][:7] == [f"{v:.3f}" for v in near_uniform] and len(heatmap.texts) == 14
+    labels = [t.get_text() for t in bar.get_yticklabels()]
+    assert "uniform 1/7 = 0.143" in labels
+    # Near-uniform scores stay pale: the scale spans 0 (a layer ignored) to 2/7 (twice the uniform share).
+    image = heatmap.images[0]
+    assert (image.norm.vmin, image.norm.vcenter, image.norm.vmax) == pytest.approx((0, 1 / 7, 2 / 7))
+    assert max(abs(image.norm(v) - 0.5) for v in near_uniform) < 0.1
 
 
 def test_hire_over_a_zoo_encoder_reloads_without_this_repository(tmp_path):

@@ -45,10 +45,24 @@ def test_card_has_front_matter_and_every_section(tmp_path):
     for needle in ("## How to load", 'AutoModel.from_pretrained("someone/spanbert-tiny", trust_remote_code=True)',
                    "| hidden_size | 128 |", "| steps | 40 |",
                    "| setting | this run | paper |", "| peak learning rate | 0.0003 | 0.0001 |",
-                   "(SpanBERT Sec. 4 (base model))", "The paper's other settings", "| dropout | 0.1 on all layers", "![Training loss](loss_curve.png)",
+                   "(SpanBERT Sec. 4 (base model))", "The paper's other settings", "| dropout | 0.1 on all layers", "![Training and validation loss](loss_curve.png)",
                    "## Evaluation results", "## Intended use and limitations", "- Tiny.", "@article{joshi2020spanbert"):
         assert needle in text, needle
     assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_how_to_load_names_a_placeholder_without_a_hub_id_and_plots_show_validation(tmp_path):
+    write_card(CardMetadata(model_name="teams-tiny", summary="s", auto_map={}), tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    assert 'AutoModel.from_pretrained("<your-username>/teams-tiny", trust_remote_code=True)' in text
+    assert "Replace `<your-username>/teams-tiny` with this checkpoint's Hub id" in text and str(tmp_path) not in text
+    # Validation logs (sparse eval_* entries) share the step axis with the training logs.
+    import matplotlib.image
+
+    log = [{"step": s, "loss": 5 - s / 10} for s in range(1, 11)] + [{"step": 5, "eval_loss": 4.6}, {"step": 10, "eval_loss": 4.2}]
+    drawn = plot_loss_curve(log, tmp_path / "curve.png", keys=("loss", "eval_loss"))
+    assert drawn and matplotlib.image.imread(drawn).shape[-1] in (3, 4)
+    assert plot_loss_curve(log, tmp_path / "none.png", keys=("rtd_accuracy",)) is None
 
 
 def test_add_eval_results_merges_into_model_index_and_table(tmp_path):
