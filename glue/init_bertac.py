@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 
 import models  # noqa: F401  (registers BERTAC so its code is saved with the checkpoint)
 from models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
+from hub_cards import display_name
 from training.loading import check_model_path, damaged_weights
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
@@ -60,12 +61,6 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="Seed of the new layers' random initialisation.")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a folder that holds files.")
     return parser.parse_args(argv)
-
-
-def display_name(path_or_id: str) -> str:
-    """A name to record: a Hub id as is, a local folder by its last two parts (no absolute local path is saved)."""
-    path = Path(path_or_id).expanduser()
-    return "/".join(path.resolve().parts[-2:]) if path.exists() else path_or_id
 
 
 def main(argv=None) -> str:

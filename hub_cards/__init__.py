@@ -15,7 +15,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-__all__ = ["CardMetadata", "write_card", "add_eval_results", "plot_loss_curve", "render_card"]
+__all__ = ["CardMetadata", "write_card", "add_eval_results", "plot_loss_curve", "render_card", "display_name"]
 
 _RESULTS_START, _RESULTS_END = "<!-- eval-results:start -->", "<!-- eval-results:end -->"
 
@@ -147,6 +147,12 @@ class CardMetadata:
         "`glue/run_glue.py` or `qa/run_qa.py`) before using its predictions."
     )
     limitations: list[str] = field(default_factory=list)
+
+
+def display_name(path_or_id: str) -> str:
+    """A name a card may record: a Hub id as is, a local folder by its last two parts (no absolute local path)."""
+    path = Path(path_or_id).expanduser()
+    return "/".join(path.resolve().parts[-2:]) if path.exists() else path_or_id
 
 
 def seeds_label(seeds: list[int] | None) -> str:

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import run_isolated
+from helpers import local_paths_in, run_isolated
+from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, BertConfig
 
 import models  # noqa: F401
@@ -388,6 +389,13 @@ def test_saved_config_has_no_local_path_and_the_encoders_special_tokens(tmp_path
     init = init_hire(["--output_dir", str(tmp_path / "init"), "--gru_hidden_size", "8"])
     text = (tmp_path / "init" / "config.json").read_text()
     assert "_name_or_path" not in text and minilm_path() not in text and str(tmp_path) not in text
+    # The folder is meant for the Hub: a generated card, and no local path in any file.
+    card = ModelCard.load(tmp_path / "init" / "README.md")
+    assert card.data.library_name == "transformers" and "hire" in card.data.tags and "custom_code" in card.data.tags
+    for needle in ("HireRobertaForSequenceClassification", "layer weighting dynamic", "2-layer bidirectional GRU",
+                   "@article{yang2019deepening", 'from_pretrained("<your-username>/init"'):
+        assert needle in card.text, needle
+    assert local_paths_in(tmp_path / "init", tmp_path) == []
     model = HireRobertaForSequenceClassification.from_pretrained(init)
     tokenizer = AutoTokenizer.from_pretrained(init)
     assert model.config.pad_token_id == tokenizer.pad_token_id == model.config.backbone_config.pad_token_id

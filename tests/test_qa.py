@@ -61,6 +61,28 @@ def test_wiki_cloze_is_real_extractive_qa(wiki):
     assert 0.2 < unanswerable / len(train) < 0.45
 
 
+def test_wiki_cloze_build_shows_progress_and_caches_where_datasets_does(tmp_path, monkeypatch, capsys):
+    import datasets.config
+
+    from qa.data import default_cache_dir
+
+    # The same folder as `datasets` (which read the environment when imported), then each variable in turn.
+    assert default_cache_dir() == Path(datasets.config.HF_DATASETS_CACHE) / "encoder-zoo"
+    for name in ("HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    assert default_cache_dir() == Path.home() / ".cache" / "huggingface" / "datasets" / "encoder-zoo"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "huggingface" / "datasets" / "encoder-zoo"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert default_cache_dir() == tmp_path / "hf" / "datasets" / "encoder-zoo"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds"))
+    assert default_cache_dir() == tmp_path / "ds" / "encoder-zoo"
+    # The build shows a progress bar and lands in that cache.
+    data = build_wiki_cloze(articles=8)
+    assert "Building wiki_cloze" in capsys.readouterr().err and len(data["train"]) + len(data["validation"]) > 0
+    assert [p.name for p in (tmp_path / "ds" / "encoder-zoo").iterdir()] == ["wiki_cloze_v1_8_0.json"]
+
+
 def test_windows_recover_the_gold_answer_text(wiki, tokenizer):
     answerable = wiki["train"].filter(lambda r: len(r["answers"]["text"]) > 0).select(range(120))
     features = prepare_train_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16, max_question_length=40)
