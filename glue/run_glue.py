@@ -145,6 +145,9 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
             raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
     defaults = GLUE_DEFAULTS + PRESETS.get(preset, [])
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    from training.loading import pin_memory_only_with_an_accelerator
+
+    pin_memory_only_with_an_accelerator(training_args)
     return args, training_args, argv
 
 

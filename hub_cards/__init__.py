@@ -283,9 +283,13 @@ def plot_loss_curve(
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    colours = {}
     for name, points in series.items():
         steps, values = zip(*points)
-        ax.plot(steps, values, label=name, marker="o" if len(points) <= 20 else None, markersize=3)
+        training = name.removeprefix("eval_")  # a validation curve: its training curve's colour, dashed
+        line, = ax.plot(steps, values, label=name, marker="o" if len(points) <= 20 else None, markersize=3,
+                        linestyle="--" if name != training else "-", color=colours.get(training))
+        colours.setdefault(name, line.get_color())
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

@@ -110,13 +110,14 @@ def main(argv=None) -> dict:
 
     from qa.open_data import load_open_qa, passage_pairs
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from training.loading import check_model_path, load_pretrained
+    from training.loading import check_model_path, load_pretrained, pin_memory_only_with_an_accelerator
     from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((OpenQAArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     args, training_args = parser.parse_args_into_dataclasses(args=OPEN_QA_DEFAULTS + argv)
+    pin_memory_only_with_an_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     room = args.max_seq_length - args.max_question_length - 3
     if args.doc_stride >= room:

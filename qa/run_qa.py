@@ -61,13 +61,14 @@ def main(argv=None) -> dict:
 
     from qa.data import EMBEDDED, load_qa, validate
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from training.loading import check_model_path, load_pretrained
+    from training.loading import check_model_path, load_pretrained, pin_memory_only_with_an_accelerator
     from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((QAArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     args, training_args = parser.parse_args_into_dataclasses(args=QA_DEFAULTS + argv)
+    pin_memory_only_with_an_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if args.on_malformed not in ("error", "skip"):
         raise ValueError("--on_malformed is 'error' or 'skip'.")

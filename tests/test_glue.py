@@ -143,6 +143,46 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
     assert model.config.num_labels == 3 and model.config.id2label[2] == "contradiction"
 
 
+def test_an_expected_head_swap_is_one_info_line_and_a_missing_encoder_weight_the_full_report(tmp_path, caplog):
+    import logging
+
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from training.loading import load_pretrained
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    shown = Collect()
+    modeling_logger = hf_logging.get_logger("transformers.modeling_utils")
+    modeling_logger.addHandler(shown)
+    try:
+        pretraining = save_tiny_spanbert(tmp_path / "pretraining", "SpanBertForPreTraining")
+        with caplog.at_level(logging.INFO, logger="training.loading"):
+            load_pretrained(AutoModelForSequenceClassification, pretraining, trust_remote_code=True, num_labels=3)
+        assert not any("LOAD REPORT" in m for m in shown.messages)
+        assert "new head weights classifier.bias, classifier.weight initialised" in caplog.text
+        assert "pretraining-head weights not used" in caplog.text
+        # Encoder weights the checkpoint lacks (here a third layer) are news: transformers' report is shown.
+        load_pretrained(AutoModelForSequenceClassification, pretraining, trust_remote_code=True, num_hidden_layers=3)
+        assert any("LOAD REPORT" in m and "encoder.layer.2" in m for m in shown.messages)
+    finally:
+        modeling_logger.removeHandler(shown)
+
+
+def test_no_pin_memory_without_an_accelerator(tmp_path):
+    import torch
+
+    training_args = parse_args(["--model_name_or_path", "m", "--output_dir", str(tmp_path)])[1]
+    assert training_args.dataloader_pin_memory is torch.accelerator.is_available()
+
+
 def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
     train = tmp_path / "train.jsonl"
     valid = tmp_path / "valid.jsonl"
