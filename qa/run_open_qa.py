@@ -224,10 +224,18 @@ def main(argv=None) -> dict:
         if args.add_to_model_card and "eval" in results and reader_path:
             from hub_cards import add_eval_results
 
-            add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA",
-                             dataset_name=str(results["dataset"]), dataset_split="validation", seeds=[training_args.seed],
-                             # its own id (huggingface_hub groups results by dataset type), never a Hub id
-                             dataset_type=f"{'local' if args.train_file else 'encoder-zoo'}:{Path(str(results['dataset'])).stem}",
+            from qa.open_data import HUB_OPEN
+
+            local = args.validation_file or args.train_file
+            if local:  # ids of their own (huggingface_hub groups results by dataset type), no local path
+                identity = dict(dataset_type=f"local:{Path(local).stem}", dataset_name=Path(local).name)
+            elif args.dataset in HUB_OPEN:
+                identity = dict(dataset_type=HUB_OPEN[args.dataset][0], dataset_config=HUB_OPEN[args.dataset][1],
+                                dataset_name=args.dataset)
+            else:
+                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}", dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
+            add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA", **identity,
+                             dataset_split="validation", seeds=[training_args.seed],
                              metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
     return results
 
