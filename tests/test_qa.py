@@ -280,7 +280,15 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
         references=references)
     assert (rescored["exact"], rescored["f1"]) == (results["eval"]["exact"], results["eval"]["f1"])
     assert all(len(v) <= 20 for v in json.loads((out / "nbest_predictions.json").read_text()).values())
-    assert "model-index" in (out / "README.md").read_text()
+    # The model-index, read back by huggingface_hub: percentages as computed, the file by its own id, the seed named.
+    from huggingface_hub import ModelCard
+
+    written = {r.metric_type: r for r in ModelCard.load(out / "README.md").data.eval_results}
+    assert set(written) == {"exact", "f1", "best_exact", "best_f1"}
+    for name, r in written.items():
+        assert r.metric_value == pytest.approx(results["eval"][name], abs=1e-4) and r.metric_name == f"{name} (1 seed: 42)"
+        assert (r.dataset_type, r.dataset_name, r.dataset_split) == ("local:valid", "valid.json", "validation")
+    assert str(tmp_path) not in (out / "README.md").read_text()
     from transformers import AutoModelForQuestionAnswering
 
     assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"
