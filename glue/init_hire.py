@@ -16,10 +16,11 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 import models  # noqa: F401  (registers HIRE so its code is saved with the checkpoint)
-from models.hire.modeling_hire import HireRobertaForSequenceClassification
 from hub_cards import display_name
+from models.hire.modeling_hire import HireRobertaForSequenceClassification
 from training.loading import check_model_path, damaged_weights
 from training.recipes import Paper
+from training.run_dir import check_new_output_dir
 
 HIRE_PAPER = Paper(
     title="Deepening Hidden Representations from Pre-trained Language Models",
@@ -58,7 +59,10 @@ def main(argv=None):
     parser.add_argument("--gru_hidden_size", type=int, default=None, help="Default: the encoder's hidden size.")
     parser.add_argument("--gru_dropout", type=float, default=0.1, help="Dropout between stacked GRU layers (paper: 0.1).")
     parser.add_argument("--trust_remote_code", action="store_true", help="Allow a backbone whose code is in its folder.")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into an --output_dir that holds files.")
     options = parser.parse_args(argv)
+    output = Path(options.output_dir)
+    check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
         from training.resources import minilm_path
 
