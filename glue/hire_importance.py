@@ -4,7 +4,8 @@
         --run movie_sentiment_regression=runs/glue/movie_sentiment_regression/seed-1 --output importance.png
 
 Each --run TASK=MODEL_DIR averages the importance scores s of a fine-tuned HIRE classifier over the task's
-validation examples; rows are tasks, columns layers (0 = embeddings).
+validation examples; rows are tasks, columns layers (0 = embeddings). Cells carry their values; the colour scale is
+centred on the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L.
 """
 
 from __future__ import annotations
@@ -38,23 +39,44 @@ def mean_importance(model_dir: str, task_name: str, max_examples: int = 256, bat
     return torch.cat(scores).mean(0).numpy()
 
 
-def plot_importance(scores: dict[str, np.ndarray], path: str | Path, title: str = "HIRE layer importance") -> Path:
-    """Heatmap: one row per task (or example), one column per hidden state."""
+def importance_figure(scores: dict[str, np.ndarray], title: str = "HIRE layer importance"):
+    """Heatmap: one row per task (or example), one column per hidden state, each cell's score written in it.
+
+    The colour scale diverges from the uniform level 1/L (white), which is marked on the colour bar, and spans at
+    least 0 (a layer ignored) to 2/L (twice its uniform share): scores close to uniform stay pale instead of
+    looking structured."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
 
     names = list(scores)
     matrix = np.stack([np.asarray(scores[n], dtype=float) for n in names])
-    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * matrix.shape[1], 0.9 + 0.45 * len(names)), dpi=120)
-    image = ax.imshow(matrix, cmap="Blues", aspect="auto")
+    uniform = 1.0 / matrix.shape[1]
+    top = max(float(matrix.max()), 2 * uniform)  # scores are probabilities: 0 is the floor
+    norm = TwoSlopeNorm(vcenter=uniform, vmin=0.0, vmax=top)
+    fig, ax = plt.subplots(figsize=(3.0 + 0.75 * matrix.shape[1], 1.2 + 0.5 * len(names)), dpi=120)
+    image = ax.imshow(matrix, cmap="RdBu_r", norm=norm, aspect="auto")
+    for (row, column), value in np.ndenumerate(matrix):
+        strong = abs(norm(value) - 0.5) > 0.3
+        ax.text(column, row, f"{value:.3f}", ha="center", va="center", fontsize=7, color="white" if strong else "black")
     ax.set_xticks(range(matrix.shape[1]), [str(i) for i in range(matrix.shape[1])])
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("layer (0 = embeddings)")
     ax.set_title(title)
-    fig.colorbar(image, ax=ax, fraction=0.04)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04)
+    bar.set_ticks([0.0, uniform, top], labels=["0", f"uniform 1/{matrix.shape[1]} = {uniform:.3f}", f"{top:.3f}"])
+    bar.ax.axhline(uniform, color="black", linewidth=1)
     fig.tight_layout()
+    return fig
+
+
+def plot_importance(scores: dict[str, np.ndarray], path: str | Path, title: str = "HIRE layer importance") -> Path:
+    """Save `importance_figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = importance_figure(scores, title)
     fig.savefig(path)
     plt.close(fig)
     return Path(path)

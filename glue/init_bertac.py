@@ -24,8 +24,10 @@ import torch
 from transformers import AutoTokenizer
 
 import models  # noqa: F401  (registers BERTAC so its code is saved with the checkpoint)
+from hub_cards import display_name
 from models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
 from training.loading import check_model_path, damaged_weights
+from training.run_dir import check_new_output_dir
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
 # BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
@@ -62,21 +64,10 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def display_name(path_or_id: str) -> str:
-    """A name to record: a Hub id as is, a local folder by its last two parts (no absolute local path is saved)."""
-    path = Path(path_or_id).expanduser()
-    return "/".join(path.resolve().parts[-2:]) if path.exists() else path_or_id
-
-
 def main(argv=None) -> str:
     options = parse_args(argv)
     output = Path(options.output_dir)
-    if output.is_file():
-        raise ValueError(f"--output_dir {output} is a file, not a folder.")
-    present = sorted(p.name for p in output.iterdir()) if output.is_dir() else []
-    if present and not options.overwrite_output_dir:
-        raise ValueError(f"{output} already holds files ({', '.join(present[:4])}); pass --overwrite_output_dir or another "
-                         "--output_dir.")
+    check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
         from training.resources import minilm_path
 

@@ -11,12 +11,38 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from transformers import AutoTokenizer
 
 import models  # noqa: F401  (registers HIRE so its code is saved with the checkpoint)
+from hub_cards import display_name
 from models.hire.modeling_hire import HireRobertaForSequenceClassification
 from training.loading import check_model_path, damaged_weights
+from training.recipes import Paper
+from training.run_dir import check_new_output_dir
+
+HIRE_PAPER = Paper(
+    title="Deepening Hidden Representations from Pre-trained Language Models",
+    authors="Junjie Yang, Hai Zhao",
+    year=2019,
+    url="https://arxiv.org/abs/1911.01940",
+    bibtex="""@article{yang2019deepening,
+  title={Deepening Hidden Representations from Pre-trained Language Models},
+  author={Yang, Junjie and Zhao, Hai},
+  journal={arXiv preprint arXiv:1911.01940},
+  year={2019}
+}""",
+)
+# Appendix (fine-tuning on GLUE); `glue/run_glue.py --preset hire` sets them.
+PAPER_FINE_TUNING = {
+    "encoder": "RoBERTa-large (24 layers, width 1024, 16 heads)",
+    "optimizer": "Adam (betas 0.9, 0.98; eps 1e-6), gradient norm clipped at 1, L2 weight decay 0.1",
+    "learning rate": "1e-5 or 2e-5, 6% warmup",
+    "epochs / batch": "3-27 with early stopping / 16, 32 or 48",
+    "dropout": "0.1 on every encoder layer and in the GRUs of HIRE and the fusion network",
+    "maximum length": "128 tokens",
+}
 
 
 def main(argv=None):
@@ -33,7 +59,10 @@ def main(argv=None):
     parser.add_argument("--gru_hidden_size", type=int, default=None, help="Default: the encoder's hidden size.")
     parser.add_argument("--gru_dropout", type=float, default=0.1, help="Dropout between stacked GRU layers (paper: 0.1).")
     parser.add_argument("--trust_remote_code", action="store_true", help="Allow a backbone whose code is in its folder.")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into an --output_dir that holds files.")
     options = parser.parse_args(argv)
+    output = Path(options.output_dir)
+    check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
         from training.resources import minilm_path
 
@@ -53,8 +82,45 @@ def main(argv=None):
                          "encoder checkpoint, e.g. roberta-large.") from None
     model.save_pretrained(options.output_dir)
     AutoTokenizer.from_pretrained(options.backbone).save_pretrained(options.output_dir)
-    print(f"HIRE over {options.backbone} saved to {options.output_dir}")
+    write_model_card(model, options, Path(options.output_dir))
+    print(f"HIRE over {display_name(options.backbone)} saved to {options.output_dir} (model card: README.md)")
     return options.output_dir
+
+
+def write_model_card(model, options, output: Path) -> Path:
+    from hub_cards import CardMetadata, display_name, write_card
+
+    config = model.config
+    backbone = display_name(options.backbone)
+    architecture = {
+        "encoder": f"{backbone} ({config.backbone_config.model_type}, {config.backbone_config.num_hidden_layers} layers, "
+                   f"width {config.backbone_config.hidden_size})",
+        "head": type(model).__name__,
+        "HIRE": "off (ablation: M = [R; R; R+R; R*R])" if not config.use_hire else
+                f"layer weighting {config.layer_weighting}, layers {config.layer_selection}"
+                + (f" ({config.num_selected_layers})" if config.layer_selection != "all" else ""),
+        "fusion network": f"{config.fusion_layers}-layer bidirectional GRU" if config.use_fusion else "off (ablation)",
+        "GRU width": f"{config.gru_hidden_size or config.backbone_config.hidden_size} per direction, dropout {config.gru_dropout}",
+        "labels": config.num_labels,
+        "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
+    }
+    meta = CardMetadata(
+        model_name=output.resolve().name,
+        summary="HIRE: a hidden-representation extractor and fusion network over a pretrained encoder (Yang and Zhao, "
+                "2019), initialised from the encoder and not fine-tuned yet. Fine-tune it with `glue/run_glue.py "
+                "--preset hire --ignore_mismatched_sizes`; `glue/hire_importance.py` draws its layer importance.",
+        auto_map=dict(config.auto_map or {}),
+        tags=["hire", "text-classification"],
+        base_model=options.backbone if not Path(options.backbone).expanduser().exists() else None,
+        paper=HIRE_PAPER,
+        architecture=architecture,
+        training_data="Not fine-tuned: the encoder is pretrained; HIRE, the fusion network and the classifier are random.",
+        training={"fine-tuning": "none yet"},
+        paper_hyperparameters=PAPER_FINE_TUNING,
+        intended_use="A starting point for fine-tuning on sentence and sentence-pair classification or regression.",
+        limitations=["Not fine-tuned: its predictions are random until it is."],
+    )
+    return write_card(meta, output)
 
 
 def cli() -> None:

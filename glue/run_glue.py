@@ -105,8 +105,9 @@ class GlueArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate training data (quick runs)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate each validation split."})
     include_wnli_in_average: bool = field(default=False, metadata={"help": "The papers exclude WNLI from the GLUE average."})
-    add_to_model_card: bool = field(default=False, metadata={"help": "Write the median results into the model-index of "
-                                    "OUTPUT_DIR/<task>/README.md (and --model_card_dir if given)."})
+    add_to_model_card: bool = field(default=False, metadata={"help": "Write each seed's results (percent) into the "
+                                    "model-index of OUTPUT_DIR/<task>/seed-N/README.md, and the median into --model_card_dir if given. "
+                                    "Runs cut down with --max_train_samples/--max_eval_samples are left out."})
     model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results (e.g. the pretrained export)."})
 
 
@@ -144,6 +145,9 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
             raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
     defaults = GLUE_DEFAULTS + PRESETS.get(preset, [])
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    from training.loading import pin_memory_only_with_an_accelerator
+
+    pin_memory_only_with_an_accelerator(training_args)
     return args, training_args, argv
 
 
@@ -275,26 +279,43 @@ def main(argv=None) -> dict:
         (output / "glue_results.json").write_text(json.dumps(results, indent=2))
         (output / "glue_results.md").write_text(markdown_table(results) + "\n")
         print(markdown_table(results))
-        if args.add_to_model_card:
-            write_model_index(results, output, args.model_card_dir)
+        if args.add_to_model_card and (args.max_train_samples or args.max_eval_samples):
+            logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
+                           "so its scores are not the task's.")
+        elif args.add_to_model_card:
+            write_model_index(results, output, args.model_card_dir, args.train_file)
     return results
 
 
-def write_model_index(results: dict, output: Path, extra_card_dir: str | None) -> None:
-    from hub_cards import add_eval_results
+def dataset_identity(task: str, train_file: str | None = None) -> dict[str, str | None]:
+    """The model-index's dataset fields. GLUE tasks name the Hub dataset; embedded and local data get an id of their
+    own that cannot be mistaken for a Hub id, because huggingface_hub groups (and replaces) results by dataset type."""
     from glue.tasks import GLUE_TASKS
 
+    if task in GLUE_TASKS:
+        return dict(dataset_type="nyu-mll/glue", dataset_name=f"GLUE {task.upper()}", dataset_config=task)
+    if train_file:
+        return dict(dataset_type=f"local:{Path(train_file).stem}", dataset_name=Path(train_file).name, dataset_config=None)
+    return dict(dataset_type=f"encoder-zoo:{task}", dataset_name=f"{task.replace('_', ' ')} (embedded in encoder-zoo)",
+                dataset_config=None)
+
+
+def percent(metrics: dict[str, float]) -> dict[str, float]:
+    return {key: 100.0 * value for key, value in metrics.items()}
+
+
+def write_model_index(results: dict, output: Path, extra_card_dir: str | None, train_file: str | None = None) -> None:
+    """Each seed's card gets that seed's scores; --model_card_dir gets the median over the seeds. Percentages."""
+    from hub_cards import add_eval_results
+
     for task, result in results["tasks"].items():
-        glue = task in GLUE_TASKS
-        kwargs = dict(task_type="text-classification", task_name=task,
-                      dataset_name=f"GLUE {task.upper()}" if glue else task.replace("_", " "),
-                      dataset_type="nyu-mll/glue" if glue else "local", dataset_config=task if glue else None,
-                      dataset_split=result["validation_splits"][0] if len(result["validation_splits"]) == 1 else "validation",
-                      metrics=result["median"])
-        for seed_dir in (output / task).glob("seed-*"):
-            add_eval_results(seed_dir, **kwargs)
+        kwargs = dict(task_type="text-classification", task_name=task, **dataset_identity(task, train_file),
+                      dataset_split=result["validation_splits"][0] if len(result["validation_splits"]) == 1 else "validation")
+        for run in result["runs"]:
+            add_eval_results(output / task / f"seed-{run['seed']}", metrics=percent(run["metrics"]), seeds=[run["seed"]], **kwargs)
         if extra_card_dir:
-            add_eval_results(extra_card_dir, **kwargs)
+            add_eval_results(extra_card_dir, metrics=percent(result["median"]), seeds=[run["seed"] for run in result["runs"]],
+                             **kwargs)
 
 
 def cli() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-__all__ = ["CardMetadata", "write_card", "add_eval_results", "plot_loss_curve", "render_card"]
+__all__ = ["CardMetadata", "write_card", "add_eval_results", "plot_loss_curve", "render_card", "display_name"]
 
 _RESULTS_START, _RESULTS_END = "<!-- eval-results:start -->", "<!-- eval-results:end -->"
 
@@ -38,10 +38,12 @@ The modeling code travels with the checkpoint, so loading needs `trust_remote_co
 ```python
 from transformers import AutoModel, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
-model = AutoModel.from_pretrained("{{ meta.repo_id }}", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{{ load_id }}", trust_remote_code=True)
+model = AutoModel.from_pretrained("{{ load_id }}", trust_remote_code=True)
 ```
-
+{% if not meta.repo_id %}
+Replace `{{ load_id }}` with this checkpoint's Hub id once uploaded (or with the folder's path, to load it locally).
+{% endif %}
 The same folder loads through every Auto class listed in its `config.json` `auto_map`:
 {% for auto_class, target in meta.auto_map.items() %}
 - `{{ auto_class }}` -> `{{ target }}`
@@ -82,7 +84,7 @@ The paper's other settings, for reference:
 {% endfor %}
 {%- endif %}
 {% if meta.loss_curve -%}
-![Training loss]({{ meta.loss_curve }})
+![Training and validation loss]({{ meta.loss_curve }})
 {%- endif %}
 {% for caption, file in meta.figures %}
 ![{{ caption }}]({{ file }})
@@ -118,12 +120,13 @@ class CardMetadata:
     `optimisation` maps a setting to (the value this run used, the paper's), shown side by side;
     `optimisation_source` names where the paper's values come from.
     `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
+    Nothing here may hold an absolute local path: the folder is meant for the Hub.
     """
 
     model_name: str
     summary: str
     auto_map: dict[str, str]
-    repo_id: str = "path/to/this/folder"
+    repo_id: str | None = None  # the Hub id; None writes a placeholder, never a local path
     license: str = "apache-2.0"
     tags: list[str] = field(default_factory=list)
     datasets: list[str] = field(default_factory=list)
@@ -146,7 +149,23 @@ class CardMetadata:
     limitations: list[str] = field(default_factory=list)
 
 
-def _eval_result(result: dict[str, Any], metric_name: str, value: float) -> EvalResult:
+def display_name(path_or_id: str) -> str:
+    """A name a card may record: a Hub id as is, a local folder by its last two parts (no absolute local path)."""
+    path = Path(path_or_id).expanduser()
+    return "/".join(path.resolve().parts[-2:]) if path.exists() else path_or_id
+
+
+def seeds_label(seeds: list[int] | None) -> str:
+    """How many runs a number summarises, for the metric's pretty name: "seed 1" or "median of 3 seeds: 1, 2, 3"."""
+    if not seeds:
+        return ""
+    if len(seeds) == 1:
+        return f"1 seed: {seeds[0]}"
+    return f"median of {len(seeds)} seeds: {', '.join(map(str, seeds))}"
+
+
+def _eval_result(result: dict[str, Any], metric_type: str, value: float) -> EvalResult:
+    label = seeds_label(result.get("seeds"))
     return EvalResult(
         task_type=result["task_type"],
         task_name=result.get("task_name"),
@@ -154,9 +173,9 @@ def _eval_result(result: dict[str, Any], metric_name: str, value: float) -> Eval
         dataset_name=result["dataset_name"],
         dataset_config=result.get("dataset_config"),
         dataset_split=result.get("dataset_split"),
-        metric_type=metric_name,
-        metric_name=metric_name,
-        metric_value=float(value),
+        metric_type=metric_type,
+        metric_name=f"{metric_type} ({label})" if label else metric_type,
+        metric_value=round(float(value), 4),
     )
 
 
@@ -166,7 +185,7 @@ def _results_table(results: list[EvalResult]) -> str:
     rows = ["| task | dataset | split | metric | value |", "| --- | --- | --- | --- | --- |"]
     for r in results:
         rows.append(
-            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} | {r.metric_value:.4g} |"
+            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} | {r.metric_value:.2f} |"
         )
     return "\n".join(rows)
 
@@ -187,6 +206,7 @@ def render_card(meta: CardMetadata) -> ModelCard:
         card_data,
         template_str=TEMPLATE,
         meta=meta,
+        load_id=meta.repo_id or f"<your-username>/{meta.model_name}",
         results_start=_RESULTS_START,
         results_end=_RESULTS_END,
         results_table=_results_table(results),
@@ -209,9 +229,13 @@ def add_eval_results(
     metrics: dict[str, float],
     dataset_config: str | None = None,
     dataset_split: str | None = None,
+    seeds: list[int] | None = None,
 ) -> Path:
     """Merge results into the card's model-index (replacing the same task/dataset/split/metric) and results table.
 
+    Values are percentages (0-100), the scale of the Hub's leaderboards and of the official SQuAD scripts; callers
+    convert fractions. `dataset_type` identifies the dataset: huggingface_hub groups and replaces results by it, so
+    two datasets must never share one. `seeds` names the runs a value summarises (one seed, or the median of several).
     A folder without a card gets a minimal one, so fine-tuned outputs of any model can carry their results.
     """
     path = Path(model_dir) / "README.md"
@@ -223,7 +247,7 @@ def add_eval_results(
     new = [
         _eval_result(
             dict(task_type=task_type, task_name=task_name, dataset_name=dataset_name, dataset_type=dataset_type,
-                 dataset_config=dataset_config, dataset_split=dataset_split),
+                 dataset_config=dataset_config, dataset_split=dataset_split, seeds=seeds),
             metric,
             value,
         )
@@ -247,7 +271,8 @@ def add_eval_results(
 def plot_loss_curve(
     log_history: list[dict[str, Any]], path: str | Path, keys: tuple[str, ...] = ("loss",), ylabel: str = "loss"
 ) -> Path | None:
-    """Draw the training curves logged by Trainer (one line per key found) to a PNG; None when nothing was logged."""
+    """Draw the curves logged by Trainer (one line per key found: training logs and `eval_*` validation logs share
+    the step axis) to a PNG; None when nothing was logged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,9 +283,13 @@ def plot_loss_curve(
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    colours = {}
     for name, points in series.items():
         steps, values = zip(*points)
-        ax.plot(steps, values, label=name)
+        training = name.removeprefix("eval_")  # a validation curve: its training curve's colour, dashed
+        line, = ax.plot(steps, values, label=name, marker="o" if len(points) <= 20 else None, markersize=3,
+                        linestyle="--" if name != training else "-", color=colours.get(training))
+        colours.setdefault(name, line.get_color())
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

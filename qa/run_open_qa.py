@@ -110,13 +110,14 @@ def main(argv=None) -> dict:
 
     from qa.open_data import load_open_qa, passage_pairs
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from training.loading import check_model_path, load_pretrained
+    from training.loading import check_model_path, load_pretrained, pin_memory_only_with_an_accelerator
     from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((OpenQAArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     args, training_args = parser.parse_args_into_dataclasses(args=OPEN_QA_DEFAULTS + argv)
+    pin_memory_only_with_an_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     room = args.max_seq_length - args.max_question_length - 3
     if args.doc_stride >= room:
@@ -223,8 +224,18 @@ def main(argv=None) -> dict:
         if args.add_to_model_card and "eval" in results and reader_path:
             from hub_cards import add_eval_results
 
-            add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA",
-                             dataset_name=str(results["dataset"]), dataset_type="local", dataset_split="validation",
+            from qa.open_data import HUB_OPEN
+
+            local = args.validation_file or args.train_file
+            if local:  # ids of their own (huggingface_hub groups results by dataset type), no local path
+                identity = dict(dataset_type=f"local:{Path(local).stem}", dataset_name=Path(local).name)
+            elif args.dataset in HUB_OPEN:
+                identity = dict(dataset_type=HUB_OPEN[args.dataset][0], dataset_config=HUB_OPEN[args.dataset][1],
+                                dataset_name=args.dataset)
+            else:
+                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}", dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
+            add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA", **identity,
+                             dataset_split="validation", seeds=[training_args.seed],
                              metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
     return results
 

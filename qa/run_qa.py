@@ -50,7 +50,8 @@ class QAArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate evaluation data."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where the built wiki_cloze set is cached."})
-    add_to_model_card: bool = field(default=False, metadata={"help": "Write the results into OUTPUT_DIR's model card."})
+    add_to_model_card: bool = field(default=False, metadata={"help": "Write the results (percent) into "
+                                    "OUTPUT_DIR's model card; runs cut down with --max_train_samples/--max_eval_samples are left out."})
     model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results."})
 
 
@@ -60,13 +61,14 @@ def main(argv=None) -> dict:
 
     from qa.data import EMBEDDED, load_qa, validate
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from training.loading import check_model_path, load_pretrained
+    from training.loading import check_model_path, load_pretrained, pin_memory_only_with_an_accelerator
     from training.task_inputs import extra_inputs_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((QAArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     args, training_args = parser.parse_args_into_dataclasses(args=QA_DEFAULTS + argv)
+    pin_memory_only_with_an_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if args.on_malformed not in ("error", "skip"):
         raise ValueError("--on_malformed is 'error' or 'skip'.")
@@ -138,13 +140,24 @@ def main(argv=None) -> dict:
         output.mkdir(parents=True, exist_ok=True)
         (output / "qa_results.json").write_text(json.dumps(results, indent=2, default=str))
         logger.info("QA results: %s", results.get("eval"))
-        if args.add_to_model_card and "eval" in results:
+        if args.add_to_model_card and "eval" in results and (args.max_train_samples or args.max_eval_samples):
+            logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
+                           "so its scores are not the dataset's.")
+        elif args.add_to_model_card and "eval" in results:
             from hub_cards import add_eval_results
+            from qa.data import HUB_DATASETS
 
             keys = ("exact", "f1", "best_exact", "best_f1") if version_2 else ("exact_match", "f1")
-            kwargs = dict(task_type="question-answering", task_name="extractive QA", dataset_name=str(results["dataset"]),
-                          dataset_type="local" if args.train_file or args.dataset in EMBEDDED else f"rajpurkar/{args.dataset}",
-                          dataset_split="validation", metrics={k: results["eval"][k] for k in keys})
+            local = args.validation_file or args.train_file
+            if local:  # ids that cannot be mistaken for Hub ids: huggingface_hub groups results by dataset type
+                identity = dict(dataset_type=f"local:{Path(local).stem}", dataset_name=Path(local).name)
+            elif args.dataset in EMBEDDED:
+                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}", dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
+            else:
+                identity = dict(dataset_type=HUB_DATASETS[args.dataset][0], dataset_name=args.dataset)
+            # SQuAD scores are percentages already, the scale of run_glue's model-index too.
+            kwargs = dict(task_type="question-answering", task_name="extractive QA", **identity, dataset_split="validation",
+                          metrics={k: results["eval"][k] for k in keys}, seeds=[training_args.seed])
             for folder in filter(None, (output, args.model_card_dir)):
                 add_eval_results(folder, **kwargs)
     return results

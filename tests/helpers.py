@@ -85,3 +85,19 @@ def pretrain(*args, launcher=(sys.executable,), timeout=600, check=True, env=Non
     if check and result.returncode != 0:
         raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stderr[-5000:]}")
     return result
+
+
+def local_paths_in(folder, *roots) -> list[str]:
+    """Files of a folder meant for the Hub that name a local absolute path: one of `roots` (e.g. the test's tmp
+    dir), this repository, the user's home or a site-packages directory. Empty when the folder is clean."""
+    import site
+    from pathlib import Path
+
+    needles = {str(r) for r in roots} | {str(Path(__file__).resolve().parents[1]), str(Path.home()), "site-packages",
+                                         *site.getsitepackages()}
+    found = []
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".md", ".py", ".txt", ".yaml", ".yml", ".model"):
+            text = path.read_text(errors="ignore")
+            found += [f"{path.name}: {needle}" for needle in sorted(needles) if needle and needle in text]
+    return found

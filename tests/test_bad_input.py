@@ -146,6 +146,8 @@ CATALOGUE = [
     Case("hire-unknown-backbone", "init_hire.py", lambda w: ["--backbone", str(w / "odd"), "--output_dir", str(w / "h")],
          "cannot carry HIRE (The checkpoint you are trying to load has model type `odd`",
          lambda w: write(w / "odd" / "config.json", '{"model_type": "odd"}')),
+    Case("hire-output-holds-files", "init_hire.py", lambda w: ["--output_dir", str(w / "mine")],
+         "already holds files (README.md, config.json); pass --overwrite_output_dir", user_folder),
     # init_bertac.py
     Case("bertac-without-cnn", "init_bertac.py", lambda w: ["--output_dir", str(w / "b")], "--cnn is required"),
     Case("bertac-missing-cnn", "init_bertac.py", lambda w: ["--cnn", str(w / "no" / "cnn"), "--output_dir", str(w / "b")],

@@ -131,11 +131,56 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
     card = (tmp_path / "out" / "mnli" / "seed-1" / "README.md").read_text()
     index = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]
     assert index["dataset"]["type"] == "nyu-mll/glue" and {m["type"] for m in index["metrics"]} == {"accuracy_matched", "accuracy_mismatched"}
+    for run in mnli["runs"]:  # each seed's card carries its own score, in percent, and names its seed
+        card = (tmp_path / "out" / "mnli" / f"seed-{run['seed']}" / "README.md").read_text()
+        metrics = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]["metrics"]
+        assert {m["type"]: m["value"] for m in metrics} == {k: pytest.approx(100 * v, abs=1e-4) for k, v in run["metrics"].items()}
+        assert all(m["name"].endswith(f"(1 seed: {run['seed']})") for m in metrics)
     # The fine-tuned zoo model reloads with its 3-way head.
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "mnli" / "seed-1", trust_remote_code=True)
     assert model.config.num_labels == 3 and model.config.id2label[2] == "contradiction"
+
+
+def test_an_expected_head_swap_is_one_info_line_and_a_missing_encoder_weight_the_full_report(tmp_path, caplog):
+    import logging
+
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from training.loading import load_pretrained
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    shown = Collect()
+    modeling_logger = hf_logging.get_logger("transformers.modeling_utils")
+    modeling_logger.addHandler(shown)
+    try:
+        pretraining = save_tiny_spanbert(tmp_path / "pretraining", "SpanBertForPreTraining")
+        with caplog.at_level(logging.INFO, logger="training.loading"):
+            load_pretrained(AutoModelForSequenceClassification, pretraining, trust_remote_code=True, num_labels=3)
+        assert not any("LOAD REPORT" in m for m in shown.messages)
+        assert "new head weights classifier.bias, classifier.weight initialised" in caplog.text
+        assert "pretraining-head weights not used" in caplog.text
+        # Encoder weights the checkpoint lacks (here a third layer) are news: transformers' report is shown.
+        load_pretrained(AutoModelForSequenceClassification, pretraining, trust_remote_code=True, num_hidden_layers=3)
+        assert any("LOAD REPORT" in m and "encoder.layer.2" in m for m in shown.messages)
+    finally:
+        modeling_logger.removeHandler(shown)
+
+
+def test_no_pin_memory_without_an_accelerator(tmp_path):
+    import torch
+
+    training_args = parse_args(["--model_name_or_path", "m", "--output_dir", str(tmp_path)])[1]
+    assert training_args.dataloader_pin_memory is torch.accelerator.is_available()
 
 
 def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
@@ -146,10 +191,43 @@ def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
     valid.write_text("\n".join(json.dumps(r) for r in rows[:8]))
     results = main(["--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(valid),
                     "--text_columns", "review", "--label_column", "stars", "--output_dir", str(tmp_path / "out"),
-                    "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--max_seq_length", "32"])
+                    "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--max_seq_length", "32",
+                    "--add_to_model_card", "--max_eval_samples", "6"])
     custom = results["tasks"]["custom"]
     assert set(custom["median"]) == {"pearson", "spearmanr"}
     assert all(np.isfinite(v) for v in custom["median"].values())
+    # A run cut down with --max_eval_samples is kept out of the model-index.
+    assert not list((tmp_path / "out").rglob("README.md"))
+
+
+def test_model_index_gives_each_dataset_its_identity_each_seed_its_score_and_the_extra_card_the_median(tmp_path):
+    from huggingface_hub import ModelCard
+
+    from glue.run_glue import write_model_index
+
+    def task(metrics_per_seed, splits=("validation",)):
+        runs = [{"seed": seed, "metrics": m} for seed, m in metrics_per_seed.items()]
+        median = {k: sorted(r["metrics"][k] for r in runs)[len(runs) // 2] for k in runs[0]["metrics"]}
+        return {"runs": runs, "median": median, "validation_splits": list(splits)}
+
+    results = {"tasks": {
+        "rotten_tomatoes": task({1: {"accuracy": 0.81}, 2: {"accuracy": 0.79}, 3: {"accuracy": 0.80}}),
+        "movie_sentiment_regression": task({1: {"pearson": 0.5, "spearmanr": 0.4}, 2: {"pearson": 0.6, "spearmanr": 0.5},
+                                            3: {"pearson": 0.7, "spearmanr": 0.6}}),
+        "sst2": task({1: {"accuracy": 0.66}, 2: {"accuracy": 0.70}, 3: {"accuracy": 0.68}}),
+    }}
+    write_model_index(results, tmp_path / "out", str(tmp_path / "export"))
+    seed_two = ModelCard.load(tmp_path / "out" / "rotten_tomatoes" / "seed-2" / "README.md").data.eval_results
+    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in seed_two] == [("encoder-zoo:rotten_tomatoes", "accuracy", 79.0)]
+    export = {(r.dataset_type, r.dataset_config, r.metric_type): (r.metric_value, r.metric_name, r.dataset_split)
+              for r in ModelCard.load(tmp_path / "export" / "README.md").data.eval_results}
+    seeds = "(median of 3 seeds: 1, 2, 3)"
+    assert export == {
+        ("encoder-zoo:rotten_tomatoes", None, "accuracy"): (80.0, f"accuracy {seeds}", "validation"),
+        ("encoder-zoo:movie_sentiment_regression", None, "pearson"): (60.0, f"pearson {seeds}", "validation"),
+        ("encoder-zoo:movie_sentiment_regression", None, "spearmanr"): (50.0, f"spearmanr {seeds}", "validation"),
+        ("nyu-mll/glue", "sst2", "accuracy"): (68.0, f"accuracy {seeds}", "validation"),
+    }
 
 
 def test_custom_string_labels_are_mapped_to_ids_and_named_in_the_config(tmp_path):

@@ -2,9 +2,11 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
-from helpers import run_isolated
+from helpers import local_paths_in, run_isolated
+from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, BertConfig
 
 import models  # noqa: F401
@@ -247,6 +249,21 @@ def test_hire_fine_tunes_through_run_glue_and_plots_importance(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_importance_heatmap_writes_cell_values_and_marks_the_uniform_level():
+    from glue.hire_importance import importance_figure
+
+    near_uniform = np.array([0.135, 0.14, 0.145, 0.15, 0.165, 0.125, 0.14])
+    fig = importance_figure({"sst": near_uniform, "other": near_uniform[::-1]})
+    heatmap, bar = fig.axes
+    assert [t.get_text() for t in heatmap.texts][:7] == [f"{v:.3f}" for v in near_uniform] and len(heatmap.texts) == 14
+    labels = [t.get_text() for t in bar.get_yticklabels()]
+    assert "uniform 1/7 = 0.143" in labels
+    # Near-uniform scores stay pale: the scale spans 0 (a layer ignored) to 2/7 (twice the uniform share).
+    image = heatmap.images[0]
+    assert (image.norm.vmin, image.norm.vcenter, image.norm.vmax) == pytest.approx((0, 1 / 7, 2 / 7))
+    assert max(abs(image.norm(v) - 0.5) for v in near_uniform) < 0.1
+
+
 def test_hire_over_a_zoo_encoder_reloads_without_this_repository(tmp_path):
     """A remote-code encoder (a tiny SpanBERT export): its code is saved next to HIRE's and loads with it."""
     from helpers import save_tiny_spanbert
@@ -372,6 +389,13 @@ def test_saved_config_has_no_local_path_and_the_encoders_special_tokens(tmp_path
     init = init_hire(["--output_dir", str(tmp_path / "init"), "--gru_hidden_size", "8"])
     text = (tmp_path / "init" / "config.json").read_text()
     assert "_name_or_path" not in text and minilm_path() not in text and str(tmp_path) not in text
+    # The folder is meant for the Hub: a generated card, and no local path in any file.
+    card = ModelCard.load(tmp_path / "init" / "README.md")
+    assert card.data.library_name == "transformers" and "hire" in card.data.tags and "custom_code" in card.data.tags
+    for needle in ("HireRobertaForSequenceClassification", "layer weighting dynamic", "2-layer bidirectional GRU",
+                   "@article{yang2019deepening", 'from_pretrained("<your-username>/init"'):
+        assert needle in card.text, needle
+    assert local_paths_in(tmp_path / "init", tmp_path) == []
     model = HireRobertaForSequenceClassification.from_pretrained(init)
     tokenizer = AutoTokenizer.from_pretrained(init)
     assert model.config.pad_token_id == tokenizer.pad_token_id == model.config.backbone_config.pad_token_id

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import PRETRAIN, pretrain, run_isolated
+from helpers import PRETRAIN, local_paths_in, pretrain, run_isolated
 from helpers import pretrain_env as env
 
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "300", "--tokenizer_vocab_size", "2000",
@@ -52,7 +52,10 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     front = yaml.safe_load(card.split("---")[1])
     assert front["library_name"] == "transformers" and front["license"] == "apache-2.0"
     assert "spanbert" in front["tags"] and front["pipeline_tag"] == "feature-extraction"
-    assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training loss](loss_curve.png)" in card
+    assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training and validation loss](loss_curve.png)" in card
+    # Nothing local goes to the Hub: the snippet loads a placeholder id (no --hub_model_id), no file names this machine.
+    assert 'AutoModel.from_pretrained("<your-username>/spanbert-' in card and local_paths_in(export, tmp_path) == []
+    assert "| training loss, mean over the run |" in card and "| training loss, last logged (step 12) |" in card
     # The run's optimisation, read from its trainer, next to the paper's (SpanBERT base: 2.4M updates of 256 x 512).
     for row in ("| optimizer | AdamW (betas 0.9, 0.999; eps 1e-08) | AdamW (betas 0.9, 0.999; eps 1e-08) |",
                 "| weight decay | 0.01, every parameter | 0.01, every parameter |",

@@ -61,6 +61,28 @@ def test_wiki_cloze_is_real_extractive_qa(wiki):
     assert 0.2 < unanswerable / len(train) < 0.45
 
 
+def test_wiki_cloze_build_shows_progress_and_caches_where_datasets_does(tmp_path, monkeypatch, capsys):
+    import datasets.config
+
+    from qa.data import default_cache_dir
+
+    # The same folder as `datasets` (which read the environment when imported), then each variable in turn.
+    assert default_cache_dir() == Path(datasets.config.HF_DATASETS_CACHE) / "encoder-zoo"
+    for name in ("HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    assert default_cache_dir() == Path.home() / ".cache" / "huggingface" / "datasets" / "encoder-zoo"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "huggingface" / "datasets" / "encoder-zoo"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert default_cache_dir() == tmp_path / "hf" / "datasets" / "encoder-zoo"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds"))
+    assert default_cache_dir() == tmp_path / "ds" / "encoder-zoo"
+    # The build shows a progress bar and lands in that cache.
+    data = build_wiki_cloze(articles=8)
+    assert "Building wiki_cloze" in capsys.readouterr().err and len(data["train"]) + len(data["validation"]) > 0
+    assert [p.name for p in (tmp_path / "ds" / "encoder-zoo").iterdir()] == ["wiki_cloze_v1_8_0.json"]
+
+
 def test_windows_recover_the_gold_answer_text(wiki, tokenizer):
     answerable = wiki["train"].filter(lambda r: len(r["answers"]["text"]) > 0).select(range(120))
     features = prepare_train_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16, max_question_length=40)
@@ -195,6 +217,26 @@ def test_v2_threshold_tuning_beats_a_fixed_zero_threshold():
     assert result["best_exact"] == 100.0 and result["best_f1"] == 100.0 and result["best_f1_thresh"] == -3.0
 
 
+@pytest.mark.parametrize("null_odds, answers, predicted", [
+    ([-1.0, -2.0, 0.5, 3.0], [[], [], [], ["Paris"]], ["x", "y", "z", "Rome"]),  # null everywhere wins
+    ([-2.0, -2.0, 1.0, 1.0], [["Paris"], [], ["Rome"], []], ["Paris", "x", "Rome", "y"]),  # tied scores
+    ([-3.0, -1.0, 2.0, 4.0], [["Paris"], ["Rome"], [], []], ["Paris", "Rome", "x", "y"]),  # an interior optimum
+])
+def test_v2_written_threshold_reproduces_the_best_score(null_odds, answers, predicted):
+    """Scoring at the written best threshold gives the written best score (the official script says 0.0 when
+    predicting null everywhere wins, and splits tied scores that no threshold can split)."""
+    v2 = evaluate.load(METRIC_MODULE, "v2")
+    references = refs(*answers)
+    predictions = preds(*predicted, no_answer=null_odds)
+    result = v2.compute(predictions=predictions, references=references, no_answer_threshold=0.0)
+    for kind in ("exact", "f1"):
+        rescored = v2.compute(predictions=predictions, references=references,
+                              no_answer_threshold=result[f"best_{kind}_thresh"])
+        assert rescored[kind] == pytest.approx(result[f"best_{kind}"]), kind
+    if null_odds[0] == -1.0:
+        assert result["best_exact"] == 75.0 and result["best_exact_thresh"] < -2.0
+
+
 def test_malformed_records_are_named_or_skipped():
     good = {"id": "ok", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [0]}}
     bad = {"id": "bad-7", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [3]}}
@@ -238,7 +280,15 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
         references=references)
     assert (rescored["exact"], rescored["f1"]) == (results["eval"]["exact"], results["eval"]["f1"])
     assert all(len(v) <= 20 for v in json.loads((out / "nbest_predictions.json").read_text()).values())
-    assert "model-index" in (out / "README.md").read_text()
+    # The model-index, read back by huggingface_hub: percentages as computed, the file by its own id, the seed named.
+    from huggingface_hub import ModelCard
+
+    written = {r.metric_type: r for r in ModelCard.load(out / "README.md").data.eval_results}
+    assert set(written) == {"exact", "f1", "best_exact", "best_f1"}
+    for name, r in written.items():
+        assert r.metric_value == pytest.approx(results["eval"][name], abs=1e-4) and r.metric_name == f"{name} (1 seed: 42)"
+        assert (r.dataset_type, r.dataset_name, r.dataset_split) == ("local:valid", "valid.json", "validation")
+    assert str(tmp_path) not in (out / "README.md").read_text()
     from transformers import AutoModelForQuestionAnswering
 
     assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"

@@ -497,6 +497,9 @@ def test_pretraining_on_real_text_lowers_every_loss(tmp_path, model):
         assert max(entry["mws_accuracy"] for entry in logs) > 1 / 6 + 0.15
     export = out / "export"
     assert (export / "model.safetensors").exists() and (export / "README.md").exists()
+    # The card draws the validation losses with the training ones, and the accuracies in their own figure.
+    card = (export / "README.md").read_text()
+    assert "![Training and validation accuracies](accuracy.png)" in card and (export / "accuracy.png").exists()
 
 
 def test_a_teams_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path):

@@ -38,10 +38,14 @@ def export_pretrained(
     model.save_pretrained(export_dir)
     tokenizer.save_pretrained(export_dir)
     (export_dir / "training_log.json").write_text(json.dumps(log_history, indent=1))
-    curve = plot_loss_curve(
-        log_history, export_dir / "loss_curve.png", keys=("loss", *(k for k in recipe.logged_outputs if k.endswith("_loss")))
-    )
+    losses = [k for k in recipe.logged_outputs if k.endswith("_loss")]
+    curve = plot_loss_curve(log_history, export_dir / "loss_curve.png",
+                            keys=("loss", "eval_loss", *losses, *(f"eval_{k}" for k in losses)))
     figures = []
+    accuracies = [k for k in recipe.logged_outputs if k.endswith("_accuracy")]
+    if accuracies and plot_loss_curve(log_history, export_dir / "accuracy.png",
+                                      keys=(*accuracies, *(f"eval_{k}" for k in accuracies)), ylabel="accuracy"):
+        figures.append(("Training and validation accuracies", "accuracy.png"))
     for file, keys in recipe.card_plots.items():
         caption = ", ".join(keys)
         if plot_loss_curve(log_history, export_dir / file, keys=keys, ylabel=caption):
@@ -52,7 +56,7 @@ def export_pretrained(
     architecture.update({key: value for key, value in recipe.config_overrides.items()})
     meta = CardMetadata(
         model_name=repo_id.split("/")[-1] if repo_id else f"{recipe.name}-{model_size}",
-        repo_id=repo_id or str(export_dir),
+        repo_id=repo_id,  # None: a placeholder in the card, never the local path
         summary=f"{recipe.summary} Size preset `{model_size}`, pretrained with this project's "
         f"`training/pretrain.py --model {recipe.name}`.",
         auto_map=dict(getattr(config, "auto_map", {}) or {}),
@@ -76,6 +80,24 @@ def export_pretrained(
     )
     write_card(meta, export_dir)
     return export_dir
+
+
+def hub_safe_source(source: str) -> str:
+    """A dataset as a card may name it: a Hub id as is, a local path by its file name only (the card goes public)."""
+    path = Path(source).expanduser()
+    return f"the local data `{path.name}`" if path.is_absolute() or path.exists() else source
+
+
+def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | None) -> dict[str, Any]:
+    """The card's training-loss rows: the last logged value (with its step) and Trainer's `train_loss`, which is the
+    mean over the whole run, each named for what it is."""
+    rows = {}
+    logged = [entry for entry in log_history if "loss" in entry and "step" in entry]
+    if logged:
+        rows[f"training loss, last logged (step {logged[-1]['step']})"] = round(logged[-1]["loss"], 4)
+    if mean_loss is not None:
+        rows["training loss, mean over the run"] = round(mean_loss, 4)
+    return rows
 
 
 def _paper_recipe_title(paper: TrainingDefaults) -> str:

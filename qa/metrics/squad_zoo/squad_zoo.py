@@ -23,6 +23,7 @@ A question without a prediction is an error here (v1.1 scores it 0 with a warnin
 """
 
 import collections
+import math
 import re
 import string
 
@@ -66,17 +67,21 @@ def f1_score_v2(prediction, gold):
 
 def best_threshold(scores, no_answer_scores, has_answer, predicted_text):
     """The official find_best_thresh: start from predicting null everywhere, then answer the questions in increasing
-    order of their no-answer score (ties in prediction order) and keep the best running total."""
+    order of their no-answer score and keep the best running total.
+
+    Two fixes keep the returned threshold the one that scores the returned best (null when score > threshold): when
+    predicting null everywhere wins, the threshold lies just below the lowest score (the official script says 0.0),
+    and questions with tied scores are answered together, as a threshold must."""
+    ranked = sorted((q for q in no_answer_scores if q in scores), key=lambda q: no_answer_scores[q])
     score = best = sum(1 for q in has_answer if not has_answer[q])
-    threshold = 0.0
-    for qid in sorted(no_answer_scores, key=lambda q: no_answer_scores[q]):
-        if qid not in scores:
-            continue
+    threshold = math.nextafter(no_answer_scores[ranked[0]], -math.inf) if ranked else 0.0
+    for i, qid in enumerate(ranked):
         if has_answer[qid]:
             score += scores[qid]
         else:
             score += -1 if predicted_text[qid] else 0
-        if score > best:
+        tied_with_next = i + 1 < len(ranked) and no_answer_scores[ranked[i + 1]] == no_answer_scores[qid]
+        if score > best and not tied_with_next:
             best, threshold = score, no_answer_scores[qid]
     return 100.0 * best / len(scores), threshold
 
