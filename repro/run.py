@@ -100,7 +100,7 @@ class Sweep:
             if job.folder == folder:
                 return job
         command = [sys.executable, str(PRETRAIN), *flags, "--seed", str(seed), "--output_dir", str(folder),
-                   "--save_steps", str(max(1, self.steps(flags) // 4)), "--dataloader_num_workers", "0",
+                   "--save_steps", str(self.save_steps(flags)), "--dataloader_num_workers", "0",
                    "--logging_steps", str(max(1, self.steps(flags) // 20)), "--disable_tqdm", "true"]
         job = Job("pretrain", arm.name, f"{label} {model} seed {seed}", folder, command,
                   [folder / "export" / "model.safetensors"])
@@ -112,6 +112,11 @@ class Sweep:
     @staticmethod
     def steps(flags: list[str]) -> int:
         return int(flags[flags.index("--max_steps") + 1])
+
+    def save_steps(self, flags: list[str]) -> int:
+        """Four checkpoints a run, so a killed sweep loses at most a quarter of a pretraining; short runs save once."""
+        steps = self.steps(flags)
+        return steps // 4 if steps >= 200 else steps
 
     def add_arm(self, arm: Arm, pretrain_seed: int | None) -> None:
         budget = self.budget
