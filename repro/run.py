@@ -387,7 +387,7 @@ def plot(results: dict, sweep: Sweep, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tasks = sweep.tasks
-    figure, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.5), squeeze=False)
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(6, 4 * len(tasks)), 3.8), squeeze=False)
     names = list(results["arms"])
     for ax, task in zip(axes[0], tasks):
         for i, name in enumerate(names):
@@ -397,8 +397,10 @@ def plot(results: dict, sweep: Sweep, path: Path) -> None:
                             capsize=4)
                 ax.scatter([i] * r["n"], list(r["runs"].values()), s=8, alpha=0.4, color="gray")
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.5, len(names) - 0.5)
         ax.set_title(METRICS[task].label, fontsize=9)
-    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: median and 95% bootstrap CI")
+    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: median, 95% bootstrap CI, runs (gray)",
+                    fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
