@@ -278,6 +278,22 @@ class Sweep:
 
 
 # ------------------------------------------------------------------------------------------------------- report
+def aligned(arm: dict, baseline: dict) -> tuple[dict, dict]:
+    """Pair runs by (pretraining seed, fine-tuning seed); an arm without pretraining (a fixed backbone) pairs by
+    fine-tuning seed with each pretraining seed of the other."""
+    def unpretrained(runs):
+        return all(k.startswith("pretrain-None/") for k in runs)
+
+    def finetune_key(key):
+        return "pretrain-None/" + key.split("/", 1)[1]
+
+    if unpretrained(baseline) and not unpretrained(arm):
+        baseline = {k: baseline[finetune_key(k)] for k in arm if finetune_key(k) in baseline}
+    elif unpretrained(arm) and not unpretrained(baseline):
+        arm = {k: arm[finetune_key(k)] for k in baseline if finetune_key(k) in arm}
+    return arm, baseline
+
+
 def analyse(sweep: Sweep, seed: int) -> dict:
     from repro.stats import median_ci, paired_difference_ci, verdict
 
@@ -302,7 +318,7 @@ def analyse(sweep: Sweep, seed: int) -> dict:
                 missing = claim.arm if a is None else claim.baseline
                 claims.append({**asdict(claim), "task": task, "verdict": f"unavailable ({missing} has no results)"})
                 continue
-            difference = paired_difference_ci(a["runs"], b["runs"], seed=seed)
+            difference = paired_difference_ci(*aligned(a["runs"], b["runs"]), seed=seed)
             claims.append({**asdict(claim), "task": task, "metric": METRICS[task].key, "difference": difference,
                            "verdict": verdict(difference, claim.direction, METRICS[task].higher_is_better)})
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),

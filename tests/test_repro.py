@@ -64,6 +64,16 @@ def test_pairing_is_by_key_and_needs_two_pairs():
         verdict(difference, "worse")
 
 
+def test_a_fixed_backbone_pairs_by_finetuning_seed():
+    from repro.run import aligned
+
+    arm = {"pretrain-1/finetune-1": 0.8, "pretrain-1/finetune-2": 0.7, "pretrain-2/finetune-1": 0.9}
+    backbone = {"pretrain-None/finetune-1": 0.5, "pretrain-None/finetune-2": 0.6}
+    a, b = aligned(arm, backbone)
+    assert b == {"pretrain-1/finetune-1": 0.5, "pretrain-1/finetune-2": 0.6, "pretrain-2/finetune-1": 0.5}
+    assert paired_difference_ci(a, b)["pairs"] == 3 and aligned(backbone, backbone) == (backbone, backbone)
+
+
 def test_unpaired_seed_noise_blurs_a_small_win():
     """Paired differences see a win that the per-arm spread hides: the reason runs are paired by seed."""
     seeds = np.array([0.0, 0.03, -0.02, 0.05, -0.04])
@@ -114,7 +124,8 @@ def check_report(out, name):
     claims = results["claims"]
     assert {(c["arm"], c["baseline"]) for c in claims} == {(c.arm, c.baseline) for c in experiment.claims}
     for claim in claims:  # the verdict follows from the interval, as stats.verdict says
-        assert claim["verdict"] in VERDICTS
+        assert claim["verdict"] in VERDICTS - {NO_VERDICT}
+        assert claim["difference"]["pairs"] == len(budget.pretrain_seeds) * len(budget.finetune_seeds)
         assert claim["verdict"] == verdict(claim["difference"], claim["direction"],
                                            METRICS[claim["task"]].higher_is_better)
         assert f"**{claim['verdict']}**" in report
