@@ -102,7 +102,7 @@ class Sweep:
         command = [sys.executable, str(PRETRAIN), *flags, "--seed", str(seed), "--output_dir", str(folder),
                    "--save_steps", str(self.save_steps(flags)), "--dataloader_num_workers", "0",
                    "--logging_steps", str(max(1, self.steps(flags) // 20)), "--disable_tqdm", "true"]
-        job = Job("pretrain", arm.name, f"{label} {model} seed {seed}", folder, command,
+        job = Job("pretrain", arm.name, f"{label} {arm.name} ({model}) seed {seed}", folder, command,
                   [folder / "export" / "model.safetensors"])
         (folder / "key.json").parent.mkdir(parents=True, exist_ok=True)
         (folder / "key.json").write_text(json.dumps(key, indent=1))
