@@ -1,0 +1,83 @@
+"""The declared compute budgets: one preset per budget, shared by every experiment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Everything a budget fixes. Pretraining uses each recipe's own optimiser and schedule (the paper's); the
+    budget sets only size, length of the run, batch and data, the same for every arm of an experiment."""
+
+    name: str
+    description: str
+    model_size: str  # --model_size for spanbert/bert/teams/electra/cloze
+    pretrain_steps: int
+    pretrain_batch_size: int  # per device; no gradient accumulation (the recipes would accumulate to the paper's batch)
+    max_seq_length: int
+    max_documents: int | None  # of the pretraining corpus
+    validation_documents: int  # held out: the held-out MLM loss
+    tokenizer_vocab_size: int
+    cnn_size: str  # BERTAC's CNN (--model bertac_cnn --model_size)
+    cnn_steps: int
+    cnn_documents: int | None
+    cnn_batch_size: int
+    finetune_seeds: tuple[int, ...]
+    pretrain_seeds: tuple[int, ...]
+    finetune_epochs: float
+    finetune_batch_size: int
+    finetune_max_seq_length: int
+    max_train_samples: int | None
+    max_eval_samples: int | None
+    tasks: tuple[str, ...]  # evaluation tasks allowed at this budget (intersected with the experiment's)
+    bf16: bool = False
+
+    def pretrain_flags(self) -> list[str]:
+        return ["--model_size", self.model_size, "--max_steps", str(self.pretrain_steps),
+                "--per_device_train_batch_size", str(self.pretrain_batch_size), "--gradient_accumulation_steps", "1",
+                "--max_seq_length", str(self.max_seq_length), "--tokenizer_vocab_size", str(self.tokenizer_vocab_size),
+                "--validation_documents", str(self.validation_documents),
+                *(["--max_documents", str(self.max_documents)] if self.max_documents else []),
+                *(["--bf16", "true"] if self.bf16 else [])]
+
+    def cnn_flags(self) -> list[str]:
+        return ["--model", "bertac_cnn", "--model_size", self.cnn_size, "--max_steps", str(self.cnn_steps),
+                "--per_device_train_batch_size", str(self.cnn_batch_size), "--validation_documents", "0",
+                *(["--max_documents", str(self.cnn_documents)] if self.cnn_documents else [])]
+
+    def finetune_flags(self) -> list[str]:
+        return ["--num_train_epochs", str(self.finetune_epochs), "--per_device_train_batch_size",
+                str(self.finetune_batch_size), "--max_seq_length", str(self.finetune_max_seq_length),
+                *(["--max_train_samples", str(self.max_train_samples)] if self.max_train_samples else []),
+                *(["--max_eval_samples", str(self.max_eval_samples)] if self.max_eval_samples else []),
+                *(["--bf16", "true"] if self.bf16 else [])]
+
+
+ALL_TASKS = ("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "wiki_cloze_v2", "heldout_mlm")
+
+BUDGETS = {
+    "smoke": Budget(
+        name="smoke", description="plumbing only: tiny models, 10 pretraining steps, 32 fine-tuning examples; "
+        "its numbers mean nothing", model_size="tiny", pretrain_steps=10, pretrain_batch_size=4, max_seq_length=64,
+        max_documents=120, validation_documents=10, tokenizer_vocab_size=1000, cnn_size="tiny", cnn_steps=6,
+        cnn_documents=6, cnn_batch_size=16, finetune_seeds=(1, 2), pretrain_seeds=(1,), finetune_epochs=1,
+        finetune_batch_size=8, finetune_max_seq_length=48, max_train_samples=32, max_eval_samples=32,
+        tasks=("rotten_tomatoes", "heldout_mlm")),
+    "cpu": Budget(
+        name="cpu", description="about 2 hours per experiment on 2 CPU cores (an estimate, not yet measured): tiny "
+        "models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia documents, 3 fine-tuning seeds",
+        model_size="tiny", pretrain_steps=2000, pretrain_batch_size=16, max_seq_length=128, max_documents=3000,
+        validation_documents=100, tokenizer_vocab_size=8000, cnn_size="tiny", cnn_steps=400, cnn_documents=60,
+        cnn_batch_size=64, finetune_seeds=(1, 2, 3), pretrain_seeds=(1,), finetune_epochs=2, finetune_batch_size=32,
+        finetune_max_seq_length=128, max_train_samples=2000, max_eval_samples=500,
+        tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "heldout_mlm")),
+    "gpu": Budget(
+        name="gpu", description="about 1 hour per experiment on one H100 in bf16 (an estimate, not yet measured): "
+        "small models, 10,000 pretraining steps of 128 x 128 tokens on the 10k embedded Wikipedia documents, 5 "
+        "fine-tuning seeds, 2 pretraining seeds", model_size="small", pretrain_steps=10_000, pretrain_batch_size=128,
+        max_seq_length=128, max_documents=None, validation_documents=200, tokenizer_vocab_size=16000,
+        cnn_size="w123-f100", cnn_steps=2000, cnn_documents=None, cnn_batch_size=4000, finetune_seeds=(1, 2, 3, 4, 5),
+        pretrain_seeds=(1, 2), finetune_epochs=3, finetune_batch_size=32, finetune_max_seq_length=128,
+        max_train_samples=None, max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
+}

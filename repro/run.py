@@ -1,0 +1,464 @@
+"""Reproduce one paper's key comparison at a declared budget: pretrain every arm on the same data and budget,
+fine-tune each with several seeds, and write a report with bootstrap intervals and a verdict per claim.
+
+    python repro/run.py spanbert --budget smoke|cpu|gpu [--dataset PATH_OR_HUB_ID] [--output_dir runs/repro]
+
+Experiments: spanbert, teams, cloze, hire, bertac. Every model is trained by the project's own entry points
+(training/pretrain.py, glue/init_hire.py, glue/init_bertac.py, glue/run_glue.py, qa/run_qa.py), run as
+subprocesses with their logs in OUTPUT_DIR/cache/. Work is cached: a pretraining export is keyed by a hash of its
+flags and data and reused across seeds, experiments and reruns; each fine-tuning result is a JSON. A killed sweep
+continues where it stopped (a killed pretraining resumes from its last checkpoint). A failed run is reported as
+failed with its log, and the other arms still finish. Reports: OUTPUT_DIR/<experiment>/<budget>/report.md,
+results.json, plot.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from repro.budgets import BUDGETS, Budget
+from repro.experiments import EXPERIMENTS, GLUE_TASKS, METRICS, QA_TASKS, Arm, Experiment
+
+REPO = Path(__file__).resolve().parent.parent
+PRETRAIN = REPO / "training" / "pretrain.py"
+RUN_GLUE = REPO / "glue" / "run_glue.py"
+RUN_QA = REPO / "qa" / "run_qa.py"
+INIT = {"hire": REPO / "glue" / "init_hire.py", "bertac": REPO / "glue" / "init_bertac.py"}
+
+
+def digest(payload) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def dataset_fingerprint(dataset: str | None):
+    """A local dataset is keyed by its files' names, sizes and modification times; a Hub id by its name."""
+    if not dataset:
+        return None
+    path = Path(dataset)
+    if not path.exists():
+        return dataset
+    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+    return [dataset, [(str(p.relative_to(path) if path.is_dir() else p.name), p.stat().st_size, p.stat().st_mtime_ns)
+                      for p in files]]
+
+
+@dataclass
+class Job:
+    """One subprocess of the sweep. `done` tells whether its outputs are already cached."""
+
+    kind: str  # pretrain, init, finetune
+    arm: str
+    name: str
+    folder: Path
+    command: list[str]
+    outputs: list[Path]
+    needs: list["Job"] = field(default_factory=list)
+    seeds: tuple[int, ...] = ()  # fine-tuning seeds this job produces (run_glue takes several)
+    status: str = "pending"
+
+    def done(self) -> bool:
+        return all(p.exists() for p in self.outputs)
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "log.txt"
+
+
+class Sweep:
+    """The jobs of one experiment at one budget, in order, and their cached results."""
+
+    def __init__(self, experiment: Experiment, budget: Budget, output_dir: Path, dataset: str | None,
+                 tasks: list[str] | None = None):
+        self.experiment, self.budget, self.dataset = experiment, budget, dataset
+        self.cache = output_dir / "cache"
+        self.tasks = [t for t in experiment.tasks if t in (tasks or budget.tasks)]
+        self.jobs: list[Job] = []
+        self.results: dict = {}  # (arm, task) -> {(pretrain_seed, finetune_seed): (value, source json)}
+        self.sources: dict = {}  # (arm, task, pretrain_seed) -> (job producing the number, how to read it)
+        for arm in experiment.arms:
+            for pretrain_seed in self.pretrain_seeds(arm):
+                self.add_arm(arm, pretrain_seed)
+
+    def pretrain_seeds(self, arm: Arm):
+        return self.budget.pretrain_seeds if arm.pretrain or arm.cnn is not None else (None,)
+
+    # --------------------------------------------------------------------------------------------- building jobs
+    def pretrain_job(self, arm: Arm, flags: list[str], seed: int, label: str) -> Job:
+        key = {"flags": flags, "seed": seed, "data": dataset_fingerprint(self.dataset) if label == "pretrain" else None}
+        model = flags[flags.index("--model") + 1]
+        folder = self.cache / "pretrain" / f"{model}-{digest(key)}"
+        for job in self.jobs:  # the same recipe and data in another arm: one run
+            if job.folder == folder:
+                return job
+        command = [sys.executable, str(PRETRAIN), *flags, "--seed", str(seed), "--output_dir", str(folder),
+                   "--save_steps", str(self.save_steps(flags)), "--dataloader_num_workers", "0",
+                   "--logging_steps", str(max(1, self.steps(flags) // 20)), "--disable_tqdm", "true"]
+        job = Job("pretrain", arm.name, f"{label} {arm.name} ({model}) seed {seed}", folder, command,
+                  [folder / "export" / "model.safetensors"])
+        (folder / "key.json").parent.mkdir(parents=True, exist_ok=True)
+        (folder / "key.json").write_text(json.dumps(key, indent=1))
+        self.jobs.append(job)
+        return job
+
+    @staticmethod
+    def steps(flags: list[str]) -> int:
+        return int(flags[flags.index("--max_steps") + 1])
+
+    def save_steps(self, flags: list[str]) -> int:
+        """Four checkpoints a run, so a killed sweep loses at most a quarter of a pretraining; short runs save once."""
+        steps = self.steps(flags)
+        return steps // 4 if steps >= 200 else steps
+
+    def add_arm(self, arm: Arm, pretrain_seed: int | None) -> None:
+        budget = self.budget
+        needs: list[Job] = []
+        if arm.pretrain:
+            flags = [*arm.pretrain, *budget.pretrain_flags(), *(["--dataset", self.dataset] if self.dataset else [])]
+            job = self.pretrain_job(arm, flags, pretrain_seed, "pretrain")
+            needs, model = [job], str(job.folder / "export")
+            if "heldout_mlm" in self.tasks:
+                self.sources[(arm.name, "heldout_mlm", pretrain_seed)] = (job, job.folder / "trainer_state.json")
+        cnn_job = None
+        if arm.cnn is not None:
+            cnn_job = self.pretrain_job(arm, [*budget.cnn_flags(), *arm.cnn], pretrain_seed, "cnn")
+            needs = [cnn_job]
+        for task in self.tasks:
+            if task == "heldout_mlm":
+                continue
+            if arm.init:
+                if task in QA_TASKS and arm.init != "bertac":
+                    continue
+                model_job = self.init_job(arm, task, cnn_job)
+                needs_task, model = [*needs, model_job], str(model_job.folder / "model")
+            elif arm.pretrain:
+                needs_task = needs
+            else:
+                from training.resources import minilm_path
+
+                needs_task, model = needs, minilm_path()
+            self.finetune_jobs(arm, task, model, needs_task, pretrain_seed)
+
+    def init_job(self, arm: Arm, task: str, cnn_job: Job | None) -> Job:
+        head = ["--head", "question_answering"] if task in QA_TASKS else \
+            ["--num_labels", "1" if task == "movie_sentiment_regression" else "2"]
+        flags = [*arm.init_flags, *(head if arm.init == "bertac" else head[-2:] if task not in QA_TASKS else [])]
+        key = {"init": arm.init, "flags": flags, "cnn": str(cnn_job.folder) if cnn_job else None}
+        folder = self.cache / "init" / f"{arm.init}-{digest(key)}"
+        for job in self.jobs:
+            if job.folder == folder:
+                return job
+        command = [sys.executable, str(INIT[arm.init]), *flags, "--output_dir", str(folder / "model")]
+        if cnn_job is not None:
+            command += ["--cnn", str(cnn_job.folder / "export")]
+        job = Job("init", arm.name, f"{arm.init} init {' '.join(flags)}", folder, command,
+                  [folder / "model" / "config.json"], needs=[cnn_job] if cnn_job else [])
+        self.jobs.append(job)
+        return job
+
+    def finetune_jobs(self, arm: Arm, task: str, model: str, needs: list[Job], pretrain_seed) -> None:
+        budget = self.budget
+        remote = ["--trust_remote_code"]
+        if arm.init:
+            remote.append("--ignore_mismatched_sizes")
+        if task in GLUE_TASKS:
+            preset = ["--preset", self.experiment.glue_preset] if self.experiment.glue_preset else []
+            flags = [*remote, *preset, "--task_name", task, *budget.finetune_flags(), "--report_to", "none",
+                     "--save_strategy", "no", "--disable_tqdm", "true"]
+            key = {"model": model, "flags": flags, "seeds": budget.finetune_seeds}
+            folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
+            outputs = [folder / f"seed-{s}.json" for s in budget.finetune_seeds]
+            command = [sys.executable, str(RUN_GLUE), "--model_name_or_path", model, *flags, "--seeds",
+                       *map(str, budget.finetune_seeds), "--output_dir", str(folder / "run")]
+            self.jobs.append(Job("finetune", arm.name, f"{task} {arm.name} seeds {list(budget.finetune_seeds)}",
+                                 folder, command, outputs, needs=needs, seeds=budget.finetune_seeds))
+        else:
+            length = max(budget.finetune_max_seq_length, 96)
+            flags = [*remote, "--dataset", task, *budget.finetune_flags(), "--max_seq_length", str(length),
+                     "--doc_stride", str(length // 4), "--max_question_length", str(length // 3),
+                     "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
+            for seed in budget.finetune_seeds:
+                key = {"model": model, "flags": flags, "seed": seed}
+                folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
+                command = [sys.executable, str(RUN_QA), "--model_name_or_path", model, *flags, "--seed", str(seed),
+                           "--output_dir", str(folder / "run")]
+                self.jobs.append(Job("finetune", arm.name, f"{task} {arm.name} seed {seed}", folder, command,
+                                     [folder / f"seed-{seed}.json"], needs=needs, seeds=(seed,)))
+        for job in self.jobs[-1 if task in GLUE_TASKS else -len(budget.finetune_seeds):]:
+            for seed in job.seeds:
+                self.sources[(arm.name, task, pretrain_seed, seed)] = (job, job.folder / f"seed-{seed}.json")
+
+    # --------------------------------------------------------------------------------------------------- running
+    def run(self, log_path: Path) -> None:
+        from tqdm.auto import tqdm
+
+        cached = [job for job in self.jobs if job.done()]
+        for job in cached:
+            job.status = "cached"
+        bar = tqdm(total=len(self.jobs), initial=len(cached), desc=f"{self.experiment.name}/{self.budget.name}",
+                   unit="run", dynamic_ncols=True)
+        for job in self.jobs:
+            if job.status == "cached":
+                continue
+            failed = [n for n in job.needs if n.status == "failed" or n.status.startswith("skipped")]
+            if failed:
+                job.status = f"skipped: {failed[0].name} failed (log: {failed[0].log})"
+                bar.update(1)
+                continue
+            bar.set_postfix_str(job.name)
+            start = time.time()
+            job.status = self.execute(job)
+            with open(log_path, "a") as handle:
+                handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "kind": job.kind, "arm": job.arm,
+                                         "job": job.name, "folder": str(job.folder), "status": job.status,
+                                         "seconds": round(time.time() - start, 1)}) + "\n")
+            if job.status == "failed":
+                tqdm.write(f"FAILED: {job.name} (log: {job.log})")
+            bar.update(1)
+        bar.close()
+
+    def execute(self, job: Job) -> str:
+        job.folder.mkdir(parents=True, exist_ok=True)
+        command = list(job.command)
+        if job.kind == "pretrain" and any(job.folder.glob("checkpoint-*")):
+            command += ["--resume_from_checkpoint", "true"]  # the entry point's own exact resume
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               "TOKENIZERS_PARALLELISM": "false"}
+        with open(job.log, "a") as log:
+            log.write(f"\n$ {shlex.join(command)}\n")
+            log.flush()
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env).returncode
+        if code != 0:
+            return "failed"
+        if job.kind == "finetune":
+            self.collect(job)
+        return "done" if job.done() else "failed"
+
+    @staticmethod
+    def collect(job: Job) -> None:
+        """Split the entry point's result file into one cached JSON per seed."""
+        run = job.folder / "run"
+        if (run / "glue_results.json").exists():
+            result = json.loads((run / "glue_results.json").read_text())
+            for entry in next(iter(result["tasks"].values()))["runs"]:
+                (job.folder / f"seed-{entry['seed']}.json").write_text(json.dumps(entry["metrics"], indent=1))
+        elif (run / "qa_results.json").exists():
+            metrics = json.loads((run / "qa_results.json").read_text())["eval"]
+            (job.folder / f"seed-{job.seeds[0]}.json").write_text(json.dumps(metrics, indent=1))
+
+    # --------------------------------------------------------------------------------------------------- results
+    def values(self, arm: str, task: str) -> dict:
+        metric = METRICS[task]
+        out = {}
+        for key, (job, path) in self.sources.items():
+            if key[0] != arm or key[1] != task or not path.exists():
+                continue
+            if task == "heldout_mlm":
+                history = json.loads(path.read_text())["log_history"]
+                evals = [e[metric.key] for e in history if metric.key in e]
+                if evals:
+                    out[f"pretrain-{key[2]}"] = float(evals[-1])
+            else:
+                value = json.loads(path.read_text()).get(metric.key)
+                if value is not None:
+                    out[f"pretrain-{key[2]}/finetune-{key[3]}"] = float(value)
+        return out
+
+    def failures(self, arm: str) -> list[dict]:
+        return [{"run": j.name, "status": j.status, "log": str(j.log)} for j in self.jobs
+                if j.arm == arm and (j.status == "failed" or j.status.startswith("skipped"))]
+
+
+# ------------------------------------------------------------------------------------------------------- report
+def aligned(arm: dict, baseline: dict) -> tuple[dict, dict]:
+    """Pair runs by (pretraining seed, fine-tuning seed); an arm without pretraining (a fixed backbone) pairs by
+    fine-tuning seed with each pretraining seed of the other."""
+    def unpretrained(runs):
+        return all(k.startswith("pretrain-None/") for k in runs)
+
+    def finetune_key(key):
+        return "pretrain-None/" + key.split("/", 1)[1]
+
+    if unpretrained(baseline) and not unpretrained(arm):
+        baseline = {k: baseline[finetune_key(k)] for k in arm if finetune_key(k) in baseline}
+    elif unpretrained(arm) and not unpretrained(baseline):
+        arm = {k: arm[finetune_key(k)] for k in baseline if finetune_key(k) in arm}
+    return arm, baseline
+
+
+def analyse(sweep: Sweep, seed: int) -> dict:
+    from repro.stats import median_ci, paired_difference_ci, verdict
+
+    experiment = sweep.experiment
+    arms = {}
+    for arm in experiment.arms:
+        per_task = {}
+        for task in sweep.tasks:
+            values = sweep.values(arm.name, task)
+            if values:
+                median, low, high = median_ci(list(values.values()), seed=seed)
+                per_task[task] = {"metric": METRICS[task].key, "runs": values, "n": len(values), "median": median,
+                                  "low": low, "high": high}
+        arms[arm.name] = {"description": arm.description, "tasks": per_task, "failed": sweep.failures(arm.name)}
+    claims = []
+    for claim in experiment.claims:
+        for task in sweep.tasks:
+            a, b = arms[claim.arm]["tasks"].get(task), arms[claim.baseline]["tasks"].get(task)
+            if task == "heldout_mlm":
+                continue  # no paper claims a pretraining-loss difference
+            if a is None or b is None:
+                missing = claim.arm if a is None else claim.baseline
+                claims.append({**asdict(claim), "task": task, "verdict": f"unavailable ({missing} has no results)"})
+                continue
+            difference = paired_difference_ci(*aligned(a["runs"], b["runs"]), seed=seed)
+            claims.append({**asdict(claim), "task": task, "metric": METRICS[task].key, "difference": difference,
+                           "verdict": verdict(difference, claim.direction, METRICS[task].higher_is_better)})
+    return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
+            "bootstrap_seed": seed, "arms": arms, "claims": claims}
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    description = f"{cpu}, {os.cpu_count()} logical cores"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            description += f"; GPU: {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return description
+
+
+def git_commit() -> str:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    return commit + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4g}"
+
+
+def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> None:
+    experiment = sweep.experiment
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {**results, "command": shlex.join([sys.executable, "repro/run.py", *argv]), "commit": git_commit(),
+               "machine": machine(), "commands": [{"run": j.name, "status": j.status, "command": shlex.join(j.command),
+                                                   "log": str(j.log)} for j in sweep.jobs]}
+    (folder / "results.json").write_text(json.dumps(results, indent=2))
+    plot(results, sweep, folder / "plot.png")
+    lines = [f"# {experiment.name} at the `{sweep.budget.name}` budget", "",
+             f"**Paper:** {experiment.paper}. **Budget:** {sweep.budget.description}.", "",
+             "## The paper's numbers", "", "```", experiment.paper_table, "```", "",
+             "## Ours: median and 95% bootstrap interval (n runs)", "",
+             "| arm | " + " | ".join(METRICS[t].label for t in sweep.tasks) + " |",
+             "| --- |" + " --- |" * len(sweep.tasks)]
+    for name, arm in results["arms"].items():
+        cells = []
+        for task in sweep.tasks:
+            r = arm["tasks"].get(task)
+            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] (n={r['n']})" if r else "failed"
+                         if arm["failed"] else "—")
+        lines.append(f"| {name}{' (baseline)' if name == experiment.baseline else ''} | " + " | ".join(cells) + " |")
+    lines += ["", "![plot](plot.png)", "", "## Verdicts", "",
+              "Difference = arm − baseline, mean over runs paired by (pretraining seed, fine-tuning seed), 95% "
+              "percentile-bootstrap interval.", "",
+              "| claim | task | difference [95% CI] (pairs) | verdict |", "| --- | --- | --- | --- |"]
+    for claim in results["claims"]:
+        d = claim.get("difference")
+        cell = f"{fmt(d['mean'])} [{fmt(d['low'])}, {fmt(d['high'])}] ({d['pairs']})" if d else "—"
+        what = f"{claim['arm']} {'>' if claim['direction'] == 'better' else '≤'} {claim['baseline']} ({claim['source']})"
+        lines.append(f"| {what} | {METRICS[claim['task']].label} | {cell} | **{claim['verdict']}** |")
+    failed = [f for arm in results["arms"].values() for f in arm["failed"]]
+    if failed:
+        lines += ["", "## Failed runs", ""] + [f"- {f['run']}: {f['status']} — log `{f['log']}`" for f in failed]
+    lines += ["", "## Notes", "", experiment.notes or "—", "",
+              "## How this was run", "", f"- Command: `{results['command']}`", f"- Commit: `{results['commit']}`",
+              f"- Machine: {results['machine']}", f"- Budget preset: `{json.dumps(results['budget'])}`", "",
+              "Every subprocess (cached ones included):", "", "```"]
+    lines += [c["command"] for c in results["commands"]] + ["```", ""]
+    (folder / "report.md").write_text("\n".join(lines))
+
+
+def plot(results: dict, sweep: Sweep, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sweep.tasks
+    figure, axes = plt.subplots(1, len(tasks), figsize=(max(6, 4 * len(tasks)), 3.8), squeeze=False)
+    names = list(results["arms"])
+    for ax, task in zip(axes[0], tasks):
+        for i, name in enumerate(names):
+            r = results["arms"][name]["tasks"].get(task)
+            if r:
+                ax.errorbar([i], [r["median"]], yerr=[[r["median"] - r["low"]], [r["high"] - r["median"]]], fmt="o",
+                            capsize=4)
+                ax.scatter([i] * r["n"], list(r["runs"].values()), s=8, alpha=0.4, color="gray")
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.5, len(names) - 0.5)
+        ax.set_title(METRICS[task].label, fontsize=9)
+    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: median, 95% bootstrap CI, runs (gray)",
+                    fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
+                        help="smoke: plumbing in minutes; cpu: about 2 h on 2 cores; gpu: about 1 h on one H100.")
+    parser.add_argument("--dataset", help="Pretraining corpus (pretrain.py --dataset); default: the embedded "
+                                          "Wikipedia text. BERTAC's CNN keeps its enwiki excerpt.")
+    parser.add_argument("--output_dir", default="runs/repro", help="Cache and reports (default: runs/repro).")
+    parser.add_argument("--tasks", nargs="+", help="Restrict the evaluation tasks (default: the budget's).")
+    parser.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds (default: the budget's).")
+    parser.add_argument("--bootstrap_seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    unknown = set(args.tasks or []) - set(METRICS)
+    if unknown:
+        parser.error(f"unknown task(s) {sorted(unknown)}: choose from {sorted(METRICS)}")
+    return args
+
+
+def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    budget = BUDGETS[args.budget]
+    if args.seeds:
+        import dataclasses
+
+        budget = dataclasses.replace(budget, finetune_seeds=tuple(args.seeds))
+    output_dir = Path(args.output_dir).resolve()
+    sweep = Sweep(EXPERIMENTS[args.experiment], budget, output_dir, args.dataset, args.tasks)
+    sweep.run(output_dir / "cache" / "runs.jsonl")
+    results = analyse(sweep, args.bootstrap_seed)
+    folder = output_dir / args.experiment / budget.name
+    write_report(results, sweep, folder, argv)
+    print(f"Report: {folder / 'report.md'}")
+    for claim in results["claims"]:
+        print(f"  {claim['arm']} vs {claim['baseline']} on {claim['task']}: {claim['verdict']}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""`repro/`: the statistics on synthetic results with known answers, and every experiment's `smoke` budget end to end
+through the real entry points (report structure, verdict logic, cache reuse, resume after a killed sweep)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from repro.experiments import EXPERIMENTS, METRICS
+from repro.stats import NO_VERDICT, NOT_REPRODUCED, OPPOSITE, REPRODUCED, median_ci, paired_difference_ci, verdict
+
+REPO = Path(__file__).resolve().parent.parent
+VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, NO_VERDICT}
+
+
+def env():
+    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def paired(values):
+    return {f"seed-{i}": float(v) for i, v in enumerate(values)}
+
+
+# ---------------------------------------------------------------------------------------------------- statistics
+def test_median_ci_is_seeded_and_brackets_the_median():
+    values = [0.61, 0.64, 0.58, 0.66, 0.63]
+    median, low, high = median_ci(values, seed=3)
+    assert median == pytest.approx(0.63)
+    assert low <= median <= high and min(values) <= low and high <= max(values)
+    assert median_ci(values, seed=3) == (median, low, high)
+    assert median_ci([0.5] * 4) == (0.5, 0.5, 0.5)
+
+
+@pytest.mark.parametrize("shift, expected", [(0.05, REPRODUCED), (0.0, NOT_REPRODUCED), (-0.05, OPPOSITE)])
+def test_verdict_on_a_clear_win_a_tie_and_a_loss(shift, expected):
+    rng = np.random.default_rng(0)
+    baseline = 0.70 + rng.normal(0, 0.01, 5)
+    arm = baseline + shift + rng.normal(0, 0.005, 5)  # paired by seed: shared seed noise cancels
+    difference = paired_difference_ci(paired(arm), paired(baseline), seed=0)
+    assert difference["pairs"] == 5 and difference["low"] <= difference["mean"] <= difference["high"]
+    assert verdict(difference, "better") == expected
+    # a loss (lower is better): the same numbers read the other way round
+    assert verdict(difference, "better", higher_is_better=False) == {
+        REPRODUCED: OPPOSITE, OPPOSITE: REPRODUCED, NOT_REPRODUCED: NOT_REPRODUCED}[expected]
+    # "no better than the baseline" holds unless the arm is shown better
+    assert verdict(difference, "not_better") == (OPPOSITE if expected == REPRODUCED else REPRODUCED)
+
+
+def test_pairing_is_by_key_and_needs_two_pairs():
+    arm, baseline = {"a": 1.0, "b": 2.0, "c": 9.0}, {"a": 0.5, "b": 1.5, "z": 0.0}
+    difference = paired_difference_ci(arm, baseline)
+    assert difference["pairs"] == 2 and difference["mean"] == pytest.approx(0.5)
+    assert verdict(paired_difference_ci({"a": 1.0}, {"a": 0.0}), "better") == NO_VERDICT
+    with pytest.raises(ValueError, match="direction"):
+        verdict(difference, "worse")
+
+
+def test_a_fixed_backbone_pairs_by_finetuning_seed():
+    from repro.run import aligned
+
+    arm = {"pretrain-1/finetune-1": 0.8, "pretrain-1/finetune-2": 0.7, "pretrain-2/finetune-1": 0.9}
+    backbone = {"pretrain-None/finetune-1": 0.5, "pretrain-None/finetune-2": 0.6}
+    a, b = aligned(arm, backbone)
+    assert b == {"pretrain-1/finetune-1": 0.5, "pretrain-1/finetune-2": 0.6, "pretrain-2/finetune-1": 0.5}
+    assert paired_difference_ci(a, b)["pairs"] == 3 and aligned(backbone, backbone) == (backbone, backbone)
+
+
+def test_unpaired_seed_noise_blurs_a_small_win():
+    """Paired differences see a win that the per-arm spread hides: the reason runs are paired by seed."""
+    seeds = np.array([0.0, 0.03, -0.02, 0.05, -0.04])
+    difference = paired_difference_ci(paired(0.7 + seeds + 0.01), paired(0.7 + seeds))
+    assert verdict(difference, "better") == REPRODUCED
+    _, arm_low, _ = median_ci(0.7 + seeds + 0.01)
+    _, _, base_high = median_ci(0.7 + seeds)
+    assert arm_low < base_high  # the arms' own intervals overlap
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+def sweep(experiment, out, *extra, check=True):
+    result = subprocess.run([sys.executable, "repro/run.py", experiment, "--budget", "smoke", "--output_dir", str(out),
+                             *extra], cwd=REPO, env=env(), capture_output=True, text=True, timeout=1800)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def run_log(out):
+    path = Path(out) / "cache" / "runs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def check_report(out, name):
+    from repro.budgets import BUDGETS
+
+    experiment, budget = EXPERIMENTS[name], BUDGETS["smoke"]
+    folder = Path(out) / name / "smoke"
+    results = json.loads((folder / "results.json").read_text())
+    report = (folder / "report.md").read_text()
+    assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    for heading in ("## The paper's numbers", "## Ours", "## Verdicts", "## How this was run", "Commit:", "Machine:"):
+        assert heading in report
+    assert experiment.paper_table.splitlines()[0] in report
+    tasks = [t for t in experiment.tasks if t in budget.tasks]
+    assert set(results["arms"]) == {arm.name for arm in experiment.arms}
+    for arm in experiment.arms:
+        entry = results["arms"][arm.name]
+        assert entry["failed"] == [], entry["failed"]
+        for task in tasks:
+            if task == "heldout_mlm" and not arm.pretrain:
+                continue
+            r = entry["tasks"][task]
+            expected_runs = len(budget.pretrain_seeds) * (1 if task == "heldout_mlm" else len(budget.finetune_seeds))
+            assert r["n"] == expected_runs and r["low"] <= r["median"] <= r["high"]
+            assert all(np.isfinite(list(r["runs"].values())))
+    claims = results["claims"]
+    assert {(c["arm"], c["baseline"]) for c in claims} == {(c.arm, c.baseline) for c in experiment.claims}
+    for claim in claims:  # the verdict follows from the interval, as stats.verdict says
+        assert claim["verdict"] in VERDICTS - {NO_VERDICT}
+        assert claim["difference"]["pairs"] == len(budget.pretrain_seeds) * len(budget.finetune_seeds)
+        assert claim["verdict"] == verdict(claim["difference"], claim["direction"],
+                                           METRICS[claim["task"]].higher_is_better)
+        assert f"**{claim['verdict']}**" in report
+    scripts = {Path(shlex.split(c["command"])[1]).name for c in results["commands"]}
+    assert scripts <= {"pretrain.py", "run_glue.py", "run_qa.py", "init_hire.py", "init_bertac.py"}
+    assert all(c["status"] in ("done", "cached") for c in results["commands"])
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["spanbert", "cloze", "hire", "bertac"])
+def test_smoke_budget_end_to_end(name, tmp_path):
+    sweep(name, tmp_path)
+    check_report(tmp_path, name)
+    assert all(entry["status"] == "done" for entry in run_log(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
+    """teams at smoke: SIGKILL the sweep once the first arm is finished, rerun (only the second arm trains), then
+    rerun again (nothing trains, same numbers)."""
+    process = subprocess.Popen([sys.executable, "repro/run.py", "teams", "--budget", "smoke", "--output_dir",
+                                str(tmp_path)], cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 900
+    while not any(e["arm"] == "teams" and e["kind"] == "finetune" for e in run_log(tmp_path)):
+        assert process.poll() is None and time.time() < deadline, "the sweep ended before its first arm finished"
+        time.sleep(1)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    first = run_log(tmp_path)
+    assert {e["arm"] for e in first} == {"teams"}
+    sweep("teams", tmp_path)
+    second = run_log(tmp_path)[len(first):]
+    assert second and all(e["arm"] == "electra" and e["status"] == "done" for e in second)  # teams reused
+    results = check_report(tmp_path, "teams")
+    sweep("teams", tmp_path)
+    assert len(run_log(tmp_path)) == len(first) + len(second)  # nothing trained the third time
+    assert json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())["arms"] == results["arms"]
+
+
+def test_a_failed_arm_is_reported_with_its_log(tmp_path):
+    """A pretraining that fails (a missing corpus) marks its arm failed, its fine-tuning skipped, and the report names
+    the log; the sweep still exits 0 and writes its report."""
+    result = sweep("teams", tmp_path, "--dataset", str(tmp_path / "missing.txt"), "--tasks", "rotten_tomatoes")
+    results = json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())
+    for arm in ("teams", "electra"):
+        failed = results["arms"][arm]["failed"]
+        assert failed[0]["status"] == "failed" and Path(failed[0]["log"]).is_file()
+        assert failed[1]["status"].startswith("skipped")
+    assert "## Failed runs" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
+    assert "unavailable" in result.stdout
