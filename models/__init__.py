@@ -56,3 +56,22 @@ def get_class(family: str, auto_name: str) -> type:
     if auto_name not in REGISTRY[family]:
         raise KeyError(f"Family {family!r} has no class for {auto_name}; it has {', '.join(REGISTRY[family])}")
     return REGISTRY[family][auto_name]
+
+
+# LoRA's default `target_modules` per model type: the attention query and value projections, as PEFT's own defaults
+# for BERT/ELECTRA/RoBERTa. PEFT keys its defaults by built-in model types, so pass these (README: "Works with").
+PEFT_TARGET_MODULES: dict[str, list[str]] = {
+    "spanbert": ["query", "value"],
+    "teams": ["query", "value"],
+    "cloze": ["q_proj", "v_proj"],
+    "bertac": ["query", "value"],  # the encoder's and the TIER layers' attention
+    "hire": ["query", "value"],  # a BERT/RoBERTa backbone; other backbones name theirs differently
+}
+
+
+def register_peft_target_modules() -> None:
+    """Let `LoraConfig()` without `target_modules` work for the zoo's model types (needs `peft`)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    for model_type, modules in PEFT_TARGET_MODULES.items():
+        TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, modules)

@@ -12,6 +12,7 @@ import models  # noqa: F401  (registers the families)
 from models.cloze.configuration_cloze import AUTO_MAP, TwoTowerClozeConfig
 from models.cloze.modeling_cloze import (
     TwoTowerCloze,
+    TwoTowerClozeForMaskedLM,
     TwoTowerClozeForQuestionAnswering,
     TwoTowerClozeForSequenceClassification,
     TwoTowerClozeForTokenClassification,
@@ -352,6 +353,42 @@ def test_attention_implementations_agree():
 def test_unknown_choices_raise_naming_the_options(field, value, options):
     with pytest.raises(ValueError, match=f"{field}='{value}'.*{options}"):
         tester.config(**{field: value})
+
+
+def test_masked_lm_view_gives_every_positions_cloze_logits_and_training_keeps_the_sparse_ones():
+    pretraining, masked_lm = model_with_seed(TwoTowerCloze), model_with_seed(TwoTowerClozeForMaskedLM)
+    inputs = tester.inputs()
+    real = inputs["attention_mask"].bool()
+    full = masked_lm(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    assert full.shape == (tester.batch_size, tester.seq_length, tester.vocab_size)
+    sparse = pretraining(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    torch.testing.assert_close(full[real], sparse)
+    trained = masked_lm(**inputs)
+    assert trained.logits.shape == (int((inputs["labels"] != -100).sum()), tester.vocab_size)
+    torch.testing.assert_close(trained.loss, pretraining(**inputs).loss)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    def gradients(checkpointing):
+        model = model_with_seed(TwoTowerCloze, hidden_dropout_prob=0.1).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        torch.manual_seed(1)
+        model(**tester.inputs()).loss.backward()
+        return [p.grad for p in model.parameters()]
+
+    for plain, checkpointed in zip(gradients(False), gradients(True)):
+        torch.testing.assert_close(plain, checkpointed)
+
+
+def test_unsupported_attention_outputs_and_flex_attention_are_refused_clearly():
+    model = model_with_seed(TwoTowerClozeModel)
+    with pytest.raises(ValueError, match="does not return attentions"):
+        model(torch.ones(1, 5, dtype=torch.long), output_attentions=True)
+    with pytest.raises(ValueError, match="does not return attentions"):
+        model_with_seed(TwoTowerCloze)(torch.ones(1, 5, dtype=torch.long), output_attentions=True)
+    with pytest.raises(ValueError, match="flex_attention.*'sdpa'"):
+        TwoTowerClozeModel._from_config(tester.config(), attn_implementation="flex_attention")
 
 
 def test_bad_inputs_get_clear_errors():

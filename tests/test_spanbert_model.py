@@ -157,6 +157,28 @@ def test_decoders_are_tied_to_input_embeddings_with_their_own_biases():
     assert model.sbo.bias is not model.cls.predictions.bias
 
 
+@pytest.mark.parametrize("head", [SpanBertForPreTraining, SpanBertForMaskedLM])
+def test_resize_token_embeddings_grows_every_decoder_and_bias_and_keeps_the_old_logits(head):
+    torch.manual_seed(0)
+    model = head(tester.config()).eval()
+    inputs = tester.inputs()
+    if head is SpanBertForMaskedLM:
+        inputs = {k: v for k, v in inputs.items() if not k.startswith("span_")}
+    before = model(**inputs)
+    model.resize_token_embeddings(tester.vocab_size + 5)
+    after = model(**inputs)
+    embeddings = model.spanbert.embeddings.word_embeddings.weight
+    for name in ("prediction_logits", "sbo_logits", "logits"):
+        if before.get(name) is not None:
+            assert after[name].shape[-1] == tester.vocab_size + 5
+            torch.testing.assert_close(after[name][..., : tester.vocab_size], before[name])
+    for decoder in [model.cls.predictions.decoder, *([model.sbo.decoder] if head is SpanBertForPreTraining else [])]:
+        assert decoder.weight is embeddings and decoder.bias.shape == (tester.vocab_size + 5,)
+    if head is SpanBertForPreTraining:
+        assert model.sbo.decoder.bias is model.sbo.bias
+    assert torch.isfinite(after.loss)
+
+
 def test_bert_baseline_has_no_sbo_head_and_same_encoder():
     model = SpanBertForPreTraining(tester.config(use_span_boundary_objective=False)).eval()
     assert model.sbo is None

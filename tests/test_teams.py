@@ -11,6 +11,7 @@ from torch.nn import functional as F
 import models  # noqa: F401  (registers the Auto classes)
 from models.teams.configuration_teams import TeamsConfig
 from models.teams.modeling_teams import (
+    TeamsForMaskedLM,
     TeamsForPreTraining,
     sample_replacements,
     TeamsForQuestionAnswering,
@@ -527,3 +528,50 @@ def test_a_teams_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path)
     from transformers import AutoModelForQuestionAnswering
 
     assert type(AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa", trust_remote_code=True)).__name__ == "TeamsForQuestionAnswering"
+
+
+ELECTRA_CONFIG = dict(pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none", generator_hidden_size=16,
+                      generator_intermediate_size=32, generator_num_attention_heads=1)
+
+
+@pytest.mark.parametrize("overrides", [{}, ELECTRA_CONFIG], ids=["teams", "electra"])
+def test_resize_token_embeddings_grows_the_generator_output_and_its_bias(overrides):
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config(**overrides))
+    batch, _ = masked_batch()
+    model.resize_token_embeddings(VOCAB + 6)
+    assert model.generator.bias.shape == (VOCAB + 6,) and model.generator.decoder.bias is model.generator.bias
+    assert model.generator.decoder.weight is model.teams.embeddings.word_embeddings.weight
+    output = model(**batch)
+    assert output.mlm_logits.shape[-1] == VOCAB + 6 and torch.isfinite(output.loss)
+
+
+@pytest.mark.parametrize("overrides", [{}, ELECTRA_CONFIG], ids=["teams", "electra"])
+def test_inference_without_labels_scores_the_input_and_the_generator_is_a_masked_lm(overrides, tmp_path):
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config(**overrides)).eval()
+    batch, original = masked_batch()
+    with torch.no_grad():
+        scored = model(original, attention_mask=batch["attention_mask"])
+        assert scored.loss is None and scored.rtd_logits is not None and scored.rtd_logits.shape == original.shape
+        # The discriminator's inference is its training pass on an uncorrupted input.
+        trained = model(**batch)
+        by_hand = model.discriminate(trained.corrupted_input_ids, batch["attention_mask"], None, None, None)
+        torch.testing.assert_close(by_hand.rtd_logits, trained.rtd_logits)
+        if model.mws_head is not None:
+            candidates = torch.randint(5, VOCAB, (*original.shape, 3))
+            candidates[..., 0] = original
+            scores = model(original, attention_mask=batch["attention_mask"], candidate_ids=candidates).mws_logits
+            assert scores.shape == candidates.shape
+        else:
+            with pytest.raises(ValueError, match="MWS head"):
+                model(original, candidate_ids=torch.zeros(*original.shape, 2, dtype=torch.long))
+    model.save_pretrained(tmp_path)
+    masked_lm = TeamsForMaskedLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        full = masked_lm(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        sparse = masked_lm(**batch)
+    assert full.shape == (*original.shape, VOCAB)
+    targets = batch["labels"] != -100
+    torch.testing.assert_close(sparse.logits, full[targets], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(sparse.logits, trained.mlm_logits, rtol=1e-4, atol=1e-5)

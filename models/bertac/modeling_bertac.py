@@ -756,6 +756,13 @@ class BertacPreTrainedModel(PreTrainedModel):
         if cnn is not None:
             cnn.requires_grad_(self.config.cnn_trainable)
 
+    def resize_token_embeddings(self, *args, **kwargs):
+        """Resizes the encoder's embeddings and keeps `backbone_config.vocab_size` in step, so the checkpoint reloads.
+        New tokens get the word-boundary flags of the table's last row (the lookup clamps ids to its table)."""
+        embeddings = self._bertac.backbone.resize_token_embeddings(*args, **kwargs)
+        self.config.backbone_config.vocab_size = embeddings.num_embeddings
+        return embeddings
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         loaded = super().from_pretrained(*args, **kwargs)

@@ -9,6 +9,7 @@ AUTO_MAP = {
     "AutoConfig": "configuration_cloze.TwoTowerClozeConfig",
     "AutoModel": "modeling_cloze.TwoTowerClozeModel",
     "AutoModelForPreTraining": "modeling_cloze.TwoTowerCloze",
+    "AutoModelForMaskedLM": "modeling_cloze.TwoTowerClozeForMaskedLM",
     "AutoModelForSequenceClassification": "modeling_cloze.TwoTowerClozeForSequenceClassification",
     "AutoModelForTokenClassification": "modeling_cloze.TwoTowerClozeForTokenClassification",
     "AutoModelForQuestionAnswering": "modeling_cloze.TwoTowerClozeForQuestionAnswering",

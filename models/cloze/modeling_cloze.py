@@ -13,7 +13,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import MaskedLMOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import eager_attention_forward
 from transformers.utils import ModelOutput
@@ -247,7 +248,7 @@ class TwoTowerClozeFeedForward(nn.Module):
         return hidden + self.dropout(update)
 
 
-class TwoTowerClozeBlock(nn.Module):
+class TwoTowerClozeBlock(GradientCheckpointingLayer):
     """A tower block: pre-LN masked self-attention and FFN, each with a residual (Section 3.1)."""
 
     def __init__(self, config: TwoTowerClozeConfig):
@@ -327,7 +328,14 @@ class TwoTowerClozePreTrainedModel(PreTrainedModel):
     base_model_prefix = "cloze"
     # Arbitrary (non-causal, two-tower) masks: SDPA and eager only.
     _supports_sdpa = True
+    supports_gradient_checkpointing = True
     _no_split_modules = ["TwoTowerClozeBlock", "TwoTowerClozeCombination"]
+
+    def _flex_attn_can_dispatch(self, is_init_check: bool = False) -> bool:
+        raise ValueError(
+            "The two-tower cloze model does not support attn_implementation='flex_attention' (its keys start with a "
+            "zero state under arbitrary two-tower masks); load it with 'sdpa' (the default) or 'eager'."
+        )
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -390,8 +398,15 @@ class TwoTowerClozeModel(TwoTowerClozePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
     ) -> TowerStates:
         """Embeddings and both towers: forward state i sees tokens <= i, backward state i sees tokens >= i."""
+        if output_attentions or (output_attentions is None and self.config.output_attentions):
+            raise ValueError(
+                "The two-tower cloze model does not return attentions (each tower and the combination layer attend "
+                "over a prepended zero state); drop output_attentions, or read them with a forward hook on "
+                "TwoTowerClozeAttention under attn_implementation='eager'."
+            )
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         batch, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
@@ -431,6 +446,7 @@ class TwoTowerClozeModel(TwoTowerClozePreTrainedModel):
         combination_mask: str | None = None,
         output_tower_states: bool | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         **kwargs,
     ) -> TwoTowerClozeModelOutput:
         r"""
@@ -438,7 +454,7 @@ class TwoTowerClozeModel(TwoTowerClozePreTrainedModel):
         combination_mask: "none", "curr" or "cloze" (default `config.finetune_combination_mask`).
         output_tower_states: also return each tower's final states.
         """
-        towers = self.run_towers(input_ids, attention_mask, inputs_embeds, output_hidden_states)
+        towers = self.run_towers(input_ids, attention_mask, inputs_embeds, output_hidden_states, output_attentions)
         hidden = self.combination(
             towers.forward_states,
             towers.backward_states,
@@ -513,6 +529,7 @@ class TwoTowerCloze(TwoTowerClozePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         **kwargs,
     ) -> TwoTowerClozeOutput:
         r"""
@@ -520,7 +537,9 @@ class TwoTowerCloze(TwoTowerClozePreTrainedModel):
             labels every non-padding position is predicted and no loss is computed.
         """
         loss_type = self.config.loss_type
-        towers = self.cloze.run_towers(input_ids, attention_mask, inputs_embeds, output_hidden_states)
+        towers = self.cloze.run_towers(
+            input_ids, attention_mask, inputs_embeds, output_hidden_states, output_attentions
+        )
         output = TwoTowerClozeOutput(hidden_states=towers.hidden_states)
         targets_present = labels != -100 if labels is not None else towers.attention_mask
         rows, cols = targets_present.nonzero(as_tuple=True)
@@ -557,6 +576,40 @@ class TwoTowerCloze(TwoTowerClozePreTrainedModel):
             else:
                 output.loss = output.cloze_loss + self.config.bilm_loss_weight * output.bilm_loss
         return output
+
+
+class TwoTowerClozeForMaskedLM(TwoTowerCloze):
+    """The pretrained cloze model as a masked LM (`pipeline("fill-mask")`): the same weights as `TwoTowerCloze`.
+
+    Without labels, `logits` are `(B, T, vocab_size)`: the cloze prediction of every position from the words around
+    it (the token itself, e.g. a mask token, is never seen). With labels it is `TwoTowerCloze`: the loss, and logits
+    only at the labelled positions.
+    """
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | TwoTowerClozeOutput:
+        if labels is not None:
+            return super().forward(
+                input_ids, attention_mask, token_type_ids, inputs_embeds, labels, output_hidden_states,
+                output_attentions, **kwargs,
+            )
+        towers = self.cloze.run_towers(
+            input_ids, attention_mask, inputs_embeds, output_hidden_states, output_attentions
+        )
+        hidden = self.cloze.combination(towers.forward_states, towers.backward_states, towers.attention_mask, "cloze")
+        batch, length, size = hidden.shape
+        logits, _ = self._predict(hidden.reshape(batch * length, size), None)
+        return MaskedLMOutput(logits=logits.view(batch, length, -1), hidden_states=towers.hidden_states)
 
 
 def boundary_positions(
@@ -700,6 +753,7 @@ __all__ = [
     "TwoTowerClozePreTrainedModel",
     "TwoTowerClozeModel",
     "TwoTowerCloze",
+    "TwoTowerClozeForMaskedLM",
     "TwoTowerClozeForSequenceClassification",
     "TwoTowerClozeForTokenClassification",
     "TwoTowerClozeForQuestionAnswering",

@@ -119,5 +119,12 @@ class HireConfig(PreTrainedConfig):
     def gru_dim(self) -> int:
         return self.gru_hidden_size or self.backbone_config.hidden_size
 
+    @property
+    def hidden_size(self) -> int:
+        """The width of `HireModel`'s `last_hidden_state` (what sentence-transformers and other clients read)."""
+        if not self.use_fusion:
+            return self.model_dim
+        return 2 * self.gru_dim if self.fusion_layers > 0 else 4 * self.model_dim
+
 
 __all__ = ["HireConfig", "AUTO_MAP"]

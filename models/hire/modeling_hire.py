@@ -260,9 +260,7 @@ class HireModel(HirePreTrainedModel):
 
     @property
     def output_dim(self) -> int:
-        if not self.config.use_fusion:
-            return self.config.model_dim
-        return 2 * self.config.gru_dim if self.fusion is not None else 4 * self.config.model_dim
+        return self.config.hidden_size
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,

@@ -210,7 +210,8 @@ class SpanBoundaryHead(nn.Module):
             ACT2FN[config.hidden_act],
             nn.LayerNorm(hidden, eps=config.layer_norm_eps),
         )
-        self.decoder = nn.Linear(hidden, config.vocab_size, bias=False)
+        # decoder.bias is tied to `bias` (BertLMPredictionHead's convention), so resize_token_embeddings pads it.
+        self.decoder = nn.Linear(hidden, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, left: torch.Tensor, right: torch.Tensor, relative_position: torch.Tensor) -> torch.Tensor:
@@ -244,7 +245,11 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
             self.cls.predictions = BertLMPredictionHead(config)
         self.sbo = SpanBoundaryHead(config) if config.use_span_boundary_objective else None
         if self.sbo is not None:  # the BERT baseline has no SBO decoder to tie
-            self._tied_weights_keys = {**self._tied_weights_keys, "sbo.decoder.weight": "spanbert.embeddings.word_embeddings.weight"}
+            self._tied_weights_keys = {
+                **self._tied_weights_keys,
+                "sbo.decoder.weight": "spanbert.embeddings.word_embeddings.weight",
+                "sbo.decoder.bias": "sbo.bias",
+            }
         self.post_init()
 
     def get_output_embeddings(self):

@@ -12,6 +12,7 @@ AUTO_MAP = {
     "AutoConfig": "configuration_teams.TeamsConfig",
     "AutoModel": "modeling_teams.TeamsModel",
     "AutoModelForPreTraining": "modeling_teams.TeamsForPreTraining",
+    "AutoModelForMaskedLM": "modeling_teams.TeamsForMaskedLM",
     "AutoModelForSequenceClassification": "modeling_teams.TeamsForSequenceClassification",
     "AutoModelForQuestionAnswering": "modeling_teams.TeamsForQuestionAnswering",
     "AutoModelForTokenClassification": "modeling_teams.TeamsForTokenClassification",

@@ -26,7 +26,7 @@ from transformers.masking_utils import (
     find_packed_sequence_indices,
     packed_sequence_mask_function,
 )
-from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.modeling_outputs import MaskedLMOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.models.electra.modeling_electra import (
     ElectraClassificationHead,
     ElectraDiscriminatorPredictions,
@@ -140,6 +140,8 @@ class TeamsForPreTrainingOutput(ModelOutput):
     mlm_logits: `(num_masked, vocab_size)`, generator logits only at masked positions (row-major order).
     rtd_logits: `(B, T)` "replaced" logits. rtd_labels: `(B, T)` 1.0 where the corrupted token differs from the original.
     mws_logits: `(num_masked, K+1)` candidate scores; the original is candidate 0.
+    Without labels (inference) only the discriminator runs on `input_ids` as given: `rtd_logits` `(B, T)`, and
+    with `candidate_ids` `(B, T, K)` the MWS scores `mws_logits` `(B, T, K)`.
     corrupted_input_ids: `(B, T)` the discriminator's input. candidate_ids: `(num_masked, K+1)`.
     """
 
@@ -300,6 +302,45 @@ class TeamsGenerator(nn.Module):
         )
         self.predictions = ElectraGeneratorPredictions(generator_config)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        # Weight tied to the word embeddings and bias to `bias` (BertLMPredictionHead's convention), so
+        # resize_token_embeddings resizes both.
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+
+
+class TeamsGeneratorMixin:
+    """The generator's forward pass, shared by `TeamsForPreTraining` and `TeamsForMaskedLM` (same weight names)."""
+
+    _tied_weights_keys = {
+        "generator.decoder.weight": "teams.embeddings.word_embeddings.weight",
+        "generator.decoder.bias": "generator.bias",
+    }
+
+    def generator_layers(self) -> list[nn.Module]:
+        """The generator's layers bottom-up: the shared discriminator layers first (the same module objects)."""
+        return [*self.teams.layer[: self.config.num_shared_generator_layers], *self.generator.layer]
+
+    def generator_embeddings_project(self) -> nn.Module | None:
+        if self.config.generator_hidden_size == self.config.hidden_size:
+            return self.teams.embeddings_project
+        return self.generator.embeddings_project
+
+    def generator_below_top(self, input_ids, attention_mask, token_type_ids, position_ids, **kwargs):
+        """The generator up to (not including) its top layer: its hidden states, the attention mask, the layer
+        kwargs, and the top layer (run at every position or only at the targets by the caller)."""
+        hidden = self.teams.embed(input_ids, token_type_ids, position_ids, project=False)
+        project = self.generator_embeddings_project()
+        hidden = project(hidden) if project is not None else hidden
+        mask, kwargs = self.teams.mask_and_layer_kwargs(hidden, attention_mask, position_ids, **kwargs)
+        *lower, top_layer = self.generator_layers()
+        for layer in lower:
+            hidden = layer(hidden, mask, **kwargs)
+        return hidden, mask, kwargs, top_layer
+
+    def get_output_embeddings(self):
+        return self.generator.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.generator.decoder = new_embeddings
 
 
 class TeamsMultiWordSelectionHead(nn.Module):
@@ -317,7 +358,7 @@ class TeamsMultiWordSelectionHead(nn.Module):
         return torch.einsum("ne,nke->nk", query, candidate_embeddings)
 
 
-class TeamsForPreTraining(TeamsPreTrainedModel):
+class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
     """Generator (MLM) + discriminator (RTD and/or MWS). With `pretraining_tasks="rtd"`, `task_head_type="ffn"`,
     `layer_tying="none"` and a narrower generator it is ELECTRA on the same code path (`--model electra`)."""
 
@@ -334,15 +375,6 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         self.mws_head = TeamsMultiWordSelectionHead(config) if config.trains_mws else None
         self.post_init()
 
-    def generator_layers(self) -> list[nn.Module]:
-        """The generator's layers bottom-up: the shared discriminator layers first (the same module objects)."""
-        return [*self.teams.layer[: self.config.num_shared_generator_layers], *self.generator.layer]
-
-    def generator_embeddings_project(self) -> nn.Module | None:
-        if self.config.generator_hidden_size == self.config.hidden_size:
-            return self.teams.embeddings_project
-        return self.generator.embeddings_project
-
     @can_return_tuple
     def forward(
         self,
@@ -351,16 +383,20 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        candidate_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> TeamsForPreTrainingOutput:
         r"""
-        input_ids: `(B, T)` the masked input x^M (from a masked-LM collator).
-        labels: `(B, T)` original token ids at masked positions, -100 elsewhere.
+        input_ids: `(B, T)` the masked input x^M (from a masked-LM collator); without labels, the text to score.
+        labels: `(B, T)` original token ids at masked positions, -100 elsewhere. Without labels the discriminator
+            scores `input_ids` as given (ElectraForPreTraining's inference): `rtd_logits`, and `mws_logits` for
+            `candidate_ids`.
+        candidate_ids: inference only, `(B, T, K)` candidate token ids to score at every position with the MWS head.
         position_ids: with `attention_mask=None`, positions restarting at 0 mark sequences packed into one row
             (`training.packing.PackedBatchCollator`); RTD then averages over every token of the row.
         """
         if labels is None:
-            raise ValueError("TeamsForPreTraining needs `labels` (original ids at masked positions, -100 elsewhere).")
+            return self.discriminate(input_ids, attention_mask, token_type_ids, position_ids, candidate_ids, **kwargs)
         config = self.config
         word_embeddings = self.teams.embeddings.word_embeddings.weight
         # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
@@ -369,17 +405,13 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
         originals = labels[rows, cols]
         output = TeamsForPreTrainingOutput()
 
-        # Generator: MLM on the masked input, logits only at masked positions.
-        hidden = self.teams.embed(input_ids, token_type_ids, position_ids, project=False)
-        project = self.generator_embeddings_project()
-        hidden = project(hidden) if project is not None else hidden
-        # Generator and discriminator see the same padding (or packing), so one mask serves both.
-        mask, kwargs = self.teams.mask_and_layer_kwargs(hidden, attention_mask, position_ids, **kwargs)
-        *lower, top_layer = self.generator_layers()
-        for layer in lower:
-            hidden = layer(hidden, mask, **kwargs)
+        # Generator: MLM on the masked input, logits only at masked positions. Generator and discriminator see the
+        # same padding (or packing), so one mask serves both.
+        hidden, mask, kwargs, top_layer = self.generator_below_top(
+            input_ids, attention_mask, token_type_ids, position_ids, **kwargs
+        )
         at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
-        output.mlm_logits = F.linear(self.generator.predictions(at_targets), word_embeddings, self.generator.bias)
+        output.mlm_logits = self.generator.decoder(self.generator.predictions(at_targets))
         mlm_logits = output.mlm_logits.float()  # once: the loss and both samplers work in fp32
         output.mlm_loss = F.cross_entropy(mlm_logits, originals)
         output.mlm_accuracy = (mlm_logits.detach().argmax(-1) == originals).float().mean()
@@ -426,6 +458,66 @@ class TeamsForPreTraining(TeamsPreTrainedModel):
             output.mws_accuracy = (output.mws_logits.detach().argmax(-1) == 0).float().mean()
             output.loss = output.loss + config.mws_loss_weight * output.mws_loss
         return output
+
+    def discriminate(self, input_ids, attention_mask, token_type_ids, position_ids, candidate_ids, **kwargs):
+        """Inference: the discriminator's scores of `input_ids` as given (no generator, no corruption)."""
+        if candidate_ids is not None and self.mws_head is None:
+            raise ValueError("candidate_ids needs the MWS head; this model was pretrained without MWS (rtd only).")
+        config = self.config
+        hidden = self.teams.embed(input_ids, token_type_ids, position_ids)
+        mask, kwargs = self.teams.mask_and_layer_kwargs(hidden, attention_mask, position_ids, **kwargs)
+        task_input = None
+        for index, layer in enumerate(self.teams.layer, start=1):
+            hidden = layer(hidden, mask, **kwargs)
+            if index == config.task_source_layer:
+                task_input = hidden
+        output = TeamsForPreTrainingOutput()
+        if self.rtd_head is not None:
+            rtd_states = self.teams.rtd_layer(task_input, mask, **kwargs) if self.teams.rtd_layer is not None else hidden
+            output.rtd_logits = self.rtd_head(rtd_states)
+        if candidate_ids is not None:
+            mws_states = self.teams.mws_layer(hidden, mask, **kwargs) if self.teams.mws_layer is not None else hidden
+            batch, length, num_candidates = candidate_ids.shape
+            candidates = self.teams.embeddings.word_embeddings(candidate_ids).flatten(0, 1)
+            scores = self.mws_head(mws_states.flatten(0, 1), candidates)
+            output.mws_logits = scores.view(batch, length, num_candidates)
+        return output
+
+
+class TeamsForMaskedLM(TeamsGeneratorMixin, TeamsPreTrainedModel):
+    """The generator as a masked LM (`pipeline("fill-mask")`); loads the `teams.*`/`generator.*` weights of a
+    `TeamsForPreTraining` export. Without labels `logits` are `(B, T, vocab_size)`; with labels, logits only at the
+    labelled positions `(num_labelled, vocab_size)` (row-major) and their mean cross-entropy."""
+
+    # A pretraining export also holds the discriminator's task heads; the generator does not read them.
+    _keys_to_ignore_on_load_unexpected = [r"^rtd_head\.", r"^mws_head\."]
+
+    def __init__(self, config: TeamsConfig):
+        super().__init__(config)
+        self.teams = TeamsModel(config)
+        self.generator = TeamsGenerator(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        hidden, mask, kwargs, top_layer = self.generator_below_top(
+            input_ids, attention_mask, token_type_ids, position_ids, **kwargs
+        )
+        if labels is None:
+            logits = self.generator.decoder(self.generator.predictions(top_layer(hidden, mask, **kwargs)))
+            return MaskedLMOutput(logits=logits)
+        rows, cols = (labels != -100).nonzero(as_tuple=True)
+        at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
+        logits = self.generator.decoder(self.generator.predictions(at_targets))
+        return MaskedLMOutput(loss=F.cross_entropy(logits.float(), labels[rows, cols]), logits=logits)
 
 
 class TeamsForSequenceClassification(TeamsPreTrainedModel):
@@ -554,6 +646,7 @@ __all__ = [
     "TeamsPreTrainedModel",
     "TeamsModel",
     "TeamsForPreTraining",
+    "TeamsForMaskedLM",
     "TeamsForSequenceClassification",
     "TeamsForQuestionAnswering",
     "TeamsForTokenClassification",
