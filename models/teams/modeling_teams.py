@@ -568,6 +568,7 @@ class TeamsForQuestionAnswering(TeamsPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    # Copied from models.spanbert.modeling_spanbert.SpanBertForQuestionAnswering.forward with SpanBert->Teams,spanbert->teams
     @can_return_tuple
     def forward(
         self,
@@ -613,6 +614,7 @@ class TeamsForTokenClassification(TeamsPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    # Copied from models.spanbert.modeling_spanbert.SpanBertForTokenClassification.forward with SpanBert->Teams,spanbert->teams
     @can_return_tuple
     def forward(
         self,
