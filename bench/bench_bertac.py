@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import write_result
+from common import fine_tuned_accuracy, write_result
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 import models  # noqa: F401
@@ -98,8 +98,6 @@ def parameter_counts(cnn: str) -> dict:
 
 
 def accuracy(kind, seed, tokenizer, builder, train, validation, cnn, epochs, batch_size, lr) -> float:
-    model = build(kind, seed, cnn).train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
     collate = DataCollatorWithPadding(tokenizer)
 
     def batches(rows):
@@ -108,25 +106,8 @@ def accuracy(kind, seed, tokenizer, builder, train, validation, cnn, epochs, bat
                    else encode(tokenizer, builder, sentences, 64))
         return collate([{k: v[i] for k, v in encoded.items()} for i in range(len(sentences))])
 
-    generator = torch.Generator().manual_seed(seed)
-    total = epochs * (len(train) // batch_size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (0.06 * total)) * max(0.0, (total - s) / total))
-    for _ in range(epochs):
-        order = torch.randperm(len(train), generator=generator).tolist()
-        for begin in range(0, len(order) - batch_size + 1, batch_size):
-            rows = train[order[begin : begin + batch_size]]
-            model(**batches(rows), labels=torch.tensor(rows["label"])).loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for begin in range(0, len(validation), 64):
-            rows = validation[begin : begin + 64]
-            correct += int((model(**batches(rows)).logits.argmax(-1) == torch.tensor(rows["label"])).sum())
-    return correct / len(validation)
+    return fine_tuned_accuracy(build(kind, seed, cnn), batches, train, validation, seed, epochs, batch_size, lr,
+                               warmup_fraction=0.06)
 
 
 def main():

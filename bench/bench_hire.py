@@ -14,7 +14,7 @@ import statistics
 import time
 
 import torch
-from common import write_result
+from common import fine_tuned_accuracy, write_result
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 import models  # noqa: F401
@@ -61,29 +61,10 @@ def step_times(times: dict[str, float]) -> dict[str, float]:
 
 
 def accuracy(kind, seed, tokenizer, train, validation, epochs, batch_size, lr) -> float:
-    model = build(kind, seed).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     collate = DataCollatorWithPadding(tokenizer)
     encode = lambda rows: collate([tokenizer(s, truncation=True, max_length=64) for s in rows["sentence"]])  # noqa: E731
-    generator = torch.Generator().manual_seed(seed)
-    total = epochs * (len(train) // batch_size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (0.1 * total)) * max(0.0, (total - s) / total))
-    for _ in range(epochs):
-        order = torch.randperm(len(train), generator=generator).tolist()
-        for begin in range(0, len(order) - batch_size + 1, batch_size):
-            rows = train[order[begin : begin + batch_size]]
-            model(**encode(rows), labels=torch.tensor(rows["label"])).loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for begin in range(0, len(validation), 64):
-            rows = validation[begin : begin + 64]
-            correct += int((model(**encode(rows)).logits.argmax(-1) == torch.tensor(rows["label"])).sum())
-    return correct / len(validation)
+    return fine_tuned_accuracy(build(kind, seed), encode, train, validation, seed, epochs, batch_size, lr,
+                               warmup_fraction=0.1)
 
 
 def main():

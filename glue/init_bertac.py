@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-import models  # noqa: F401  (registers BERTAC so its code is saved with the checkpoint)
+import models  # registers BERTAC so its code is saved with the checkpoint
 from hub_cards import display_name
 from models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
 from training.loading import check_model_path, damaged_weights
@@ -134,6 +134,7 @@ def write_model_card(model, options, output: Path) -> Path:
                 "initialised from pretrained parts and not fine-tuned yet. Fine-tune it with `glue/run_glue.py` or "
                 "`qa/run_qa.py` (they add the noun-phrase masks the CNN reads).",
         auto_map=dict(config.auto_map),
+        peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
         tags=["bertac", "text-classification", "question-answering"],
         base_model=options.backbone if not Path(options.backbone).expanduser().exists() else None,
         paper=BERTAC_PAPER,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-import models  # noqa: F401  (registers HIRE so its code is saved with the checkpoint)
+import models  # registers HIRE so its code is saved with the checkpoint
 from hub_cards import display_name
 from models.hire.modeling_hire import HireRobertaForSequenceClassification
 from training.loading import check_model_path, damaged_weights
@@ -110,6 +110,7 @@ def write_model_card(model, options, output: Path) -> Path:
                 "2019), initialised from the encoder and not fine-tuned yet. Fine-tune it with `glue/run_glue.py "
                 "--preset hire --ignore_mismatched_sizes`; `glue/hire_importance.py` draws its layer importance.",
         auto_map=dict(config.auto_map or {}),
+        peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
         tags=["hire", "text-classification"],
         base_model=options.backbone if not Path(options.backbone).expanduser().exists() else None,
         paper=HIRE_PAPER,

@@ -48,7 +48,11 @@ The same folder loads through every Auto class listed in its `config.json` `auto
 {% for auto_class, target in meta.auto_map.items() %}
 - `{{ auto_class }}` -> `{{ target }}`
 {%- endfor %}
-
+{% if meta.peft_target_modules %}
+LoRA with PEFT: PEFT keys its default `target_modules` by built-in model types, so name them:
+`LoraConfig(target_modules={{ meta.peft_target_modules }}, task_type="SEQ_CLS")` (the classification head is
+`classifier`, which PEFT then trains).
+{% endif %}
 ## Architecture
 
 | hyperparameter | value |
@@ -132,6 +136,7 @@ class CardMetadata:
     datasets: list[str] = field(default_factory=list)
     pipeline_tag: str | None = None
     base_model: str | None = None
+    peft_target_modules: list[str] | None = None  # LoRA's attention projections (PEFT has no default for them)
     paper: Any = None
     architecture: dict[str, Any] = field(default_factory=dict)
     training_data: str = ""

@@ -431,6 +431,7 @@ def test_init_bertac_writes_a_card_and_every_needed_file(bertac_init):
             "README.md"} <= files
     card = Path(bertac_init, "README.md").read_text()
     assert "TIER layers | 3 x width 32" in card and "@inproceedings{oh2021bertac" in card and "/tmp" not in card
+    assert "LoraConfig(target_modules=['query', 'value']" in card
 
 
 def test_glue_fine_tunes_bertac_on_single_sentences_and_pairs(bertac_init, tmp_path):

@@ -393,7 +393,8 @@ def test_saved_config_has_no_local_path_and_the_encoders_special_tokens(tmp_path
     card = ModelCard.load(tmp_path / "init" / "README.md")
     assert card.data.library_name == "transformers" and "hire" in card.data.tags and "custom_code" in card.data.tags
     for needle in ("HireRobertaForSequenceClassification", "layer weighting dynamic", "2-layer bidirectional GRU",
-                   "@article{yang2019deepening", 'from_pretrained("<your-username>/init"'):
+                   "@article{yang2019deepening", 'from_pretrained("<your-username>/init"',
+                   "LoraConfig(target_modules=['query', 'value']"):
         assert needle in card.text, needle
     assert local_paths_in(tmp_path / "init", tmp_path) == []
     model = HireRobertaForSequenceClassification.from_pretrained(init)

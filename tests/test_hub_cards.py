@@ -31,6 +31,7 @@ def make_card(tmp_path):
         optimisation_source="SpanBERT Sec. 4 (base model)",
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name,
+        peft_target_modules=["query", "value"],
         limitations=["Tiny."],
     )
     return write_card(meta, tmp_path)
@@ -46,6 +47,7 @@ def test_card_has_front_matter_and_every_section(tmp_path):
                    "| hidden_size | 128 |", "| steps | 40 |",
                    "| setting | this run | paper |", "| peak learning rate | 0.0003 | 0.0001 |",
                    "(SpanBERT Sec. 4 (base model))", "The paper's other settings", "| dropout | 0.1 on all layers", "![Training and validation loss](loss_curve.png)",
+                   """LoraConfig(target_modules=['query', 'value'], task_type="SEQ_CLS")""",
                    "## Evaluation results", "## Intended use and limitations", "- Tiny.", "@article{joshi2020spanbert"):
         assert needle in text, needle
     assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

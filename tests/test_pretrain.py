@@ -53,6 +53,7 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     assert front["library_name"] == "transformers" and front["license"] == "apache-2.0"
     assert "spanbert" in front["tags"] and front["pipeline_tag"] == "feature-extraction"
     assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training and validation loss](loss_curve.png)" in card
+    assert "LoraConfig(target_modules=['query', 'value']" in card  # PEFT has no default for custom model types
     # Nothing local goes to the Hub: the snippet loads a placeholder id (no --hub_model_id), no file names this machine.
     assert 'AutoModel.from_pretrained("<your-username>/spanbert-' in card and local_paths_in(export, tmp_path) == []
     assert "| training loss, mean over the run |" in card and "| training loss, last logged (step 12) |" in card

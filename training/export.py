@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import models
 from hub_cards import CardMetadata, plot_loss_curve, write_card
 
 from .recipes import Recipe, TrainingDefaults, describe_optimizer, describe_schedule, describe_warmup
@@ -60,6 +61,7 @@ def export_pretrained(
         summary=f"{recipe.summary} Size preset `{model_size}`, pretrained with this project's "
         f"`training/pretrain.py --model {recipe.name}`.",
         auto_map=dict(getattr(config, "auto_map", {}) or {}),
+        peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
         tags=[recipe.family, recipe.name, "fill-mask" if "AutoModelForMaskedLM" in (config.auto_map or {}) else "feature-extraction"],
         datasets=datasets,
         pipeline_tag="feature-extraction",
