@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,10 +112,11 @@ def check(root: Path = REPO / "models", fix: bool = False) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fix", action="store_true", help="Rewrite each drifted copy from its original.")
-    drifted = check(fix=parser.parse_args().fix)
+    fix = parser.parse_args().fix
+    drifted = check(fix=fix)
     for entry in drifted:
-        print(f"{'fixed' if '--fix' in sys.argv else 'differs from its original'}: {entry}")
-    if drifted and "--fix" not in sys.argv:
+        print(f"{'fixed' if fix else 'differs from its original'}: {entry}")
+    if drifted and not fix:
         raise SystemExit(1)
 
 
