@@ -105,9 +105,18 @@ def device_and_dtype(options):
 
 def fine_tuned_accuracy(model, encode, train, validation, seed: int, epochs: int, batch_size: int, lr: float,
                         warmup_fraction: float) -> float:
-    """Validation accuracy of `model` (a sequence classifier) after fine-tuning on `train` (rows with "label"):
-    AdamW (weight decay 0.01) over its trainable parameters, linear warmup then decay, clipping at 1, seeded order;
-    `encode(rows)` turns a slice of rows into model inputs. The same loop for every arm of a comparison."""
+    """Validation accuracy of `model` after `fine_tuned_logits`' fine-tuning."""
+    import torch
+
+    logits = fine_tuned_logits(model, encode, train, validation, seed, epochs, batch_size, lr, warmup_fraction)
+    return float((logits.argmax(-1) == torch.tensor(validation["label"])).float().mean())
+
+
+def fine_tuned_logits(model, encode, train, validation, seed: int, epochs: int, batch_size: int, lr: float,
+                      warmup_fraction: float):
+    """Validation logits `(N, labels)` of `model` (a sequence classifier) after fine-tuning on `train` (rows with
+    "label"): AdamW (weight decay 0.01) over its trainable parameters, linear warmup then decay, clipping at 1, seeded
+    order; `encode(rows)` turns a slice of rows into model inputs. The same loop for every arm of a comparison."""
     import torch
 
     model.train()
@@ -126,9 +135,6 @@ def fine_tuned_accuracy(model, encode, train, validation, seed: int, epochs: int
             scheduler.step()
             optimizer.zero_grad()
     model.eval()
-    correct = 0
     with torch.no_grad():
-        for begin in range(0, len(validation), 64):
-            rows = validation[begin : begin + 64]
-            correct += int((model(**encode(rows)).logits.argmax(-1) == torch.tensor(rows["label"])).sum())
-    return correct / len(validation)
+        return torch.cat([model(**encode(validation[begin : begin + 64])).logits.float()
+                          for begin in range(0, len(validation), 64)])
