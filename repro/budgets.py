@@ -66,7 +66,8 @@ BUDGETS = {
         tasks=("rotten_tomatoes", "heldout_mlm")),
     "cpu": Budget(
         name="cpu", description="about 15-18 minutes per pretrained arm on 2 CPU cores (measured for teams: 2 arms, "
-        "33 minutes): tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia documents, 3 fine-tuning seeds",
+        "33 minutes): tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia documents, 3 "
+        "fine-tuning seeds",
         model_size="tiny", pretrain_steps=2000, pretrain_batch_size=16, max_seq_length=128, max_documents=3000,
         validation_documents=100, tokenizer_vocab_size=8000, cnn_size="tiny", cnn_steps=400, cnn_documents=60,
         cnn_batch_size=64, finetune_seeds=(1, 2, 3), pretrain_seeds=(1,), finetune_epochs=2, finetune_batch_size=32,

@@ -426,7 +426,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
-                        help="smoke: plumbing in minutes; cpu: about 15-18 min per pretrained arm on 2 cores; gpu: about 1 h on one H100 (estimate).")
+                        help="smoke: plumbing in minutes; cpu: about 15-18 min per pretrained arm on 2 cores; "
+                        "gpu: about 1 h on one H100 (estimate).")
     parser.add_argument("--dataset", help="Pretraining corpus (pretrain.py --dataset); default: the embedded "
                                           "Wikipedia text. BERTAC's CNN keeps its enwiki excerpt.")
     parser.add_argument("--output_dir", default="runs/repro", help="Cache and reports (default: runs/repro).")
