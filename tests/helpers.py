@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(REPO, "training", "pretrain.py")
 # Blocking these makes `import models` etc. fail inside the child, as on a machine without this repository.
 PROJECT_PACKAGES = ("models", "training", "glue", "qa", "hub_cards", "bench")
+
+
+def free_port() -> int:
+    """A TCP port no process listens on now. Multi-process tests running side by side (pytest-xdist) must not both
+    rendezvous on the default 29500: the second fails with EADDRINUSE."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def two_process_launcher(*options: str) -> tuple[str, ...]:
+    """`accelerate launch` of two processes on a free port: on a CPU-only machine Trainer runs them as DDP over gloo."""
+    return ("accelerate", "launch", *options, "--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port()))
 
 
 def run_isolated(code: str, cwd: str | None = None, timeout: int = 300) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_isolated, terminate_when
+from helpers import run_isolated, terminate_when, two_process_launcher
 from safetensors.torch import load_file
 from test_pretrain import PRETRAIN, env, pretrain
 from torch.nn import functional as F
@@ -323,7 +323,7 @@ def test_two_processes_train_like_one_process_with_the_global_batch(reference_ru
     out = tmp_path / "ddp"
     pretrain(*TINY, "--per_device_train_batch_size", "8", "--output_dir", str(out), "--max_steps", "10",
              "--logging_steps", "1", "--save_steps", "10", "--validation_documents", "2", "--word_vectors", str(vectors),
-             launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
+             launcher=two_process_launcher())
     assert "| batch (sequences per update) | 16 | 4000 |" in (out / "export" / "README.md").read_text()
     two, one = load_file(out / "checkpoint-10" / "model.safetensors"), load_file(reference_run / "checkpoint-10" / "model.safetensors")
     for name in one:

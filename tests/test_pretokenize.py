@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, pretrain, pretrain_env
+from helpers import REPO, pretrain, pretrain_env, two_process_launcher
 
 PRETOKENIZE = [sys.executable, f"{REPO}/training/pretokenize.py"]
 RUN = ["--model_size", "tiny", "--max_seq_length", "64", "--per_device_train_batch_size", "8",
@@ -64,7 +64,7 @@ def test_a_run_on_pretokenized_data_trains_as_a_run_that_tokenizes_itself(blocks
 def test_two_processes_share_one_pretokenized_folder(blocks, tmp_path):
     out = tmp_path / "run"
     pretrain("--model", "teams", *RUN, "--pretokenized", str(blocks), "--output_dir", str(out),
-             launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
+             launcher=two_process_launcher())
     assert "| batch (sequences per update) | 16 |" in (out / "export" / "README.md").read_text()
     assert json.loads((out / "checkpoint-5" / "trainer_state.json").read_text())["global_step"] == 5
 

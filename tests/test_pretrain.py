@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import PRETRAIN, local_paths_in, pretrain, run_isolated
+from helpers import PRETRAIN, local_paths_in, pretrain, run_isolated, two_process_launcher
 from helpers import pretrain_env as env
 
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "300", "--tokenizer_vocab_size", "2000",
@@ -137,7 +137,7 @@ def test_two_process_cpu_run(tmp_path):
     # as CPU DDP over gloo (see README).
     out = tmp_path / "run"
     pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "6", "--logging_steps", "3",
-             "--save_steps", "6", launcher=("accelerate", "launch", "--multi_gpu", "--num_processes", "2"))
+             "--save_steps", "6", launcher=two_process_launcher())
     card = (out / "export" / "README.md").read_text()
     assert "| batch (sequences per update) | 16 | 256 |" in card  # 8 per process x 2 processes; the paper's 256
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import REPO, pretrain, pretrain_env, run_isolated
+from helpers import REPO, free_port, pretrain, pretrain_env, run_isolated
 from safetensors.torch import load_file
 
 CONFIGS = os.path.join(REPO, "training", "accelerate_configs")
@@ -27,7 +27,8 @@ TEAMS = ["--model", "teams", "--model_size", "tiny", "--max_seq_length", "64", "
 
 
 def launch(config: str, *script, processes: int = 2):
-    return ("accelerate", "launch", "--config_file", os.path.join(CONFIGS, config), "--num_processes", str(processes), *script)
+    return ("accelerate", "launch", "--config_file", os.path.join(CONFIGS, config), "--num_processes", str(processes),
+            "--main_process_port", str(free_port()), *script)
 
 
 def step_losses(out, step=4):
@@ -156,7 +157,8 @@ def test_teams_shared_layers_stay_one_parameter_under_fsdp(tmp_path):
     those of the unsharded model trained on the same batches."""
     script = tmp_path / "shared.py"
     script.write_text(textwrap.dedent(SHARED_LAYERS_UNDER_FSDP))
-    result = subprocess.run(["torchrun", "--nproc_per_node", "2", str(script)], capture_output=True, text=True,
+    command = ["torchrun", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]
+    result = subprocess.run(command, capture_output=True, text=True,
                             env={**pretrain_env(), "PYTHONPATH": REPO}, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> Path:
     trainer.save_state()
     stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
     if trainer.state.global_step < trainer.state.max_steps and stopper.requested:
-        leave_process_group(trainer)
+        leave_process_group()
         saved = output_dir / f"checkpoint-{trainer.state.global_step}"
         raise TrainingStopped(stopper.signum, trainer.state.global_step, str(saved) if saved.is_dir() else None)
 
@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> Path:
             if not training_args.hub_model_id:
                 raise ValueError("--push_to_hub needs --hub_model_id NAMESPACE/NAME.")
             logger.info("Uploaded: %s", push_export(export_dir, training_args.hub_model_id, training_args.hub_token))
-    leave_process_group(trainer)
+    leave_process_group()
     return export_dir
 
 
@@ -539,14 +539,27 @@ def validation_results(metrics: dict) -> dict:
     return rows
 
 
-def leave_process_group(trainer) -> None:
+# The last barrier's Work, held until the process ends. See `leave_process_group`.
+_FINAL_BARRIER = []
+
+
+def leave_process_group() -> None:
     """Every rank waits for the others, then leaves the process group: a rank that exits while others still use
-    gloo aborts ("terminate called without an active exception")."""
-    trainer.accelerator.wait_for_everyone()
+    gloo aborts ("terminate called without an active exception").
+
+    The barrier's Work stays referenced from Python. Otherwise a gloo worker thread may drop the last reference to
+    it, and freeing it also frees the collective before it and its Python-owned tensors, which needs the GIL. If the
+    main thread is meanwhile freeing DDP's Reducer, it holds the GIL and waits for that thread in
+    ProcessGroupGloo's destructor: a deadlock. A two-process CPU run hung at exit that way, 2 times in 8 on a loaded
+    machine."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    barrier = dist.barrier(async_op=True)
+    barrier.wait()
+    _FINAL_BARRIER.append(barrier)
+    dist.destroy_process_group()
 
 
 def load_tokenizer(name: str):
