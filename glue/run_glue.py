@@ -173,17 +173,13 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                               Trainer, set_seed)
 
-    from glue.tasks import load_task
+    from glue.tasks import first_samples, load_task, majority_class_accuracy
     from training.loading import load_pretrained
     from training.task_inputs import extra_inputs_for
 
     task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
                           validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
-    if args.max_train_samples:
-        raw["train"] = raw["train"].select(range(min(args.max_train_samples, len(raw["train"]))))
-    if args.max_eval_samples:
-        for split in task.validation_splits:
-            raw[split] = raw[split].select(range(min(args.max_eval_samples, len(raw[split]))))
+    raw = first_samples(raw, task, args.max_train_samples, args.max_eval_samples)
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=args.trust_remote_code))
 
@@ -238,8 +234,13 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         runs.append({"seed": seed, "metrics": metrics})
         logger.info("%s seed %d: %s", task.name, seed, metrics)
     median = {key: statistics.median(run["metrics"][key] for run in runs) for key in runs[0]["metrics"]}
-    return {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
-            "validation_splits": list(task.validation_splits)}
+    result = {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
+              "validation_splits": list(task.validation_splits)}
+    if "accuracy" in task.metrics:  # the score of a classifier that learned nothing, to read the runs against
+        result["majority_class"] = {
+            f"accuracy_{split.removeprefix('validation_')}" if split != "validation" else "accuracy":
+                majority_class_accuracy(raw[split]["label"]) for split in task.validation_splits}
+    return result
 
 
 def markdown_table(results: dict) -> str:
@@ -248,6 +249,8 @@ def markdown_table(results: dict) -> str:
         for key, value in result["median"].items():
             runs = ", ".join(f"{run['metrics'][key] * 100:.1f}" for run in result["runs"])
             lines.append(f"| {task} | {key} | {value * 100:.2f} | {runs} |")
+        for key, value in result.get("majority_class", {}).items():
+            lines.append(f"| {task} | {key} of always predicting its most frequent label | {value * 100:.2f} | |")
     if results.get("glue_average") is not None:
         lines.append(f"| GLUE average | {'with' if results['include_wnli'] else 'without'} WNLI | {results['glue_average'] * 100:.2f} | |")
     return "\n".join(lines)

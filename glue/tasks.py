@@ -247,3 +247,23 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
     if task.is_regression:
         raw = raw.cast_column("label", datasets.Value("float32"))
     return task, raw
+
+
+def first_samples(raw: datasets.DatasetDict, task: TaskSpec, max_train: int | None, max_eval: int | None) -> datasets.DatasetDict:
+    """The first `max_train` training and `max_eval` validation rows of each split (None: all): what
+    --max_train_samples/--max_eval_samples train and score on."""
+    raw = datasets.DatasetDict(raw)
+    if max_train:
+        raw["train"] = raw["train"].select(range(min(max_train, len(raw["train"]))))
+    if max_eval:
+        for split in task.validation_splits:
+            raw[split] = raw[split].select(range(min(max_eval, len(raw[split]))))
+    return raw
+
+
+def majority_class_accuracy(labels) -> float:
+    """Accuracy of always predicting the label most frequent among `labels`: the best a classifier that learned
+    nothing from the text (one constant answer) can score on those rows."""
+    from collections import Counter
+
+    return Counter(labels).most_common(1)[0][1] / len(labels)

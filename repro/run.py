@@ -294,10 +294,26 @@ def aligned(arm: dict, baseline: dict) -> tuple[dict, dict]:
     return arm, baseline
 
 
+def chance_level(task: str, budget: Budget) -> float | None:
+    """What a model that learned nothing scores on `task` at `budget`: the accuracy of one constant answer, the most
+    frequent label of the scored rows (classification); no correlation (regression); None where no such level is
+    defined (QA F1)."""
+    if task == "movie_sentiment_regression":
+        return 0.0
+    if task == "rotten_tomatoes":
+        from glue.tasks import first_samples, load_task, majority_class_accuracy
+
+        spec, raw = load_task(task)
+        raw = first_samples(raw, spec, budget.max_train_samples, budget.max_eval_samples)
+        return majority_class_accuracy(raw[spec.validation_splits[0]]["label"])
+    return None
+
+
 def analyse(sweep: Sweep, seed: int) -> dict:
-    from repro.stats import median_ci, paired_difference_ci, verdict
+    from repro.stats import above_chance, median_ci, paired_difference_ci, verdict
 
     experiment = sweep.experiment
+    chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
     arms = {}
     for arm in experiment.arms:
         per_task = {}
@@ -306,7 +322,8 @@ def analyse(sweep: Sweep, seed: int) -> dict:
             if values:
                 median, low, high = median_ci(list(values.values()), seed=seed)
                 per_task[task] = {"metric": METRICS[task].key, "runs": values, "n": len(values), "median": median,
-                                  "low": low, "high": high}
+                                  "low": low, "high": high,
+                                  "above_chance": above_chance(low, high, chance[task], METRICS[task].higher_is_better)}
         arms[arm.name] = {"description": arm.description, "tasks": per_task, "failed": sweep.failures(arm.name)}
     claims = []
     for claim in experiment.claims:
@@ -319,10 +336,12 @@ def analyse(sweep: Sweep, seed: int) -> dict:
                 claims.append({**asdict(claim), "task": task, "verdict": f"unavailable ({missing} has no results)"})
                 continue
             difference = paired_difference_ci(*aligned(a["runs"], b["runs"]), seed=seed)
+            learned = chance[task] is None or a["above_chance"] or b["above_chance"]
             claims.append({**asdict(claim), "task": task, "metric": METRICS[task].key, "difference": difference,
-                           "verdict": verdict(difference, claim.direction, METRICS[task].higher_is_better)})
+                           "learned": learned,
+                           "verdict": verdict(difference, claim.direction, METRICS[task].higher_is_better, learned)})
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
-            "bootstrap_seed": seed, "arms": arms, "claims": claims}
+            "bootstrap_seed": seed, "chance": chance, "arms": arms, "claims": claims}
 
 
 def machine() -> str:
@@ -376,9 +395,13 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
             cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] (n={r['n']})" if r else "failed"
                          if arm["failed"] else "—")
         lines.append(f"| {name}{' (baseline)' if name == experiment.baseline else ''} | " + " | ".join(cells) + " |")
+    lines.append("| chance (a model that learned nothing) | " + " | ".join(
+        "—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}" for t in sweep.tasks) + " |")
     lines += ["", "![plot](plot.png)", "", "## Verdicts", "",
               "Difference = arm − baseline, mean over runs paired by (pretraining seed, fine-tuning seed), 95% "
-              "percentile-bootstrap interval.", "",
+              "percentile-bootstrap interval. Where a task has a chance level (always the most frequent label of the scored rows; a "
+              "Pearson of 0) and neither arm's interval lies above it, the verdict is *no signal*: two models that "
+              "learned nothing differ by noise, whatever the interval says.", "",
               "| claim | task | difference [95% CI] (pairs) | verdict |", "| --- | --- | --- | --- |"]
     for claim in results["claims"]:
         d = claim.get("difference")
@@ -414,8 +437,12 @@ def plot(results: dict, sweep: Sweep, path: Path) -> None:
                 ax.scatter([i] * r["n"], list(r["runs"].values()), s=8, alpha=0.4, color="gray")
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
         ax.set_xlim(-0.5, len(names) - 0.5)
+        if results["chance"].get(task) is not None:
+            ax.axhline(results["chance"][task], color="red", linestyle=":", linewidth=1, label="chance")
+            ax.legend(fontsize=7, loc="best")
         ax.set_title(METRICS[task].label, fontsize=9)
-    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: median, 95% bootstrap CI, runs (gray)",
+    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: median, 95% bootstrap CI, runs (gray), "
+                    "chance (red)",
                     fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

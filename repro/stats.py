@@ -8,6 +8,7 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced at this scale"
 OPPOSITE = "opposite"
 NO_VERDICT = "no verdict (fewer than 2 paired runs)"
+NO_SIGNAL = "no signal at this scale (neither arm above chance)"
 RESAMPLES = 10_000
 
 
@@ -34,18 +35,29 @@ def paired_difference_ci(arm: dict, baseline: dict, seed: int = 0, confidence: f
             "high": float(np.percentile(means, 100 - tail))}
 
 
-def verdict(difference: dict, direction: str, higher_is_better: bool = True) -> str:
+def above_chance(low: float, high: float, chance: float | None, higher_is_better: bool = True) -> bool | None:
+    """Whether an arm's interval (of its median) lies wholly on the better side of `chance`, the score of a model
+    that learned nothing; None when the task has no such level."""
+    if chance is None:
+        return None
+    return low > chance if higher_is_better else high < chance
+
+
+def verdict(difference: dict, direction: str, higher_is_better: bool = True, learned: bool = True) -> str:
     """direction "better": the paper says arm beats baseline; "not_better": the paper says arm is no better.
 
     "better": reproduced when the interval of the difference excludes 0 on the better side, opposite when it excludes
     0 on the worse side, otherwise not reproduced at this scale. "not_better": reproduced unless the interval shows
-    the arm better (then opposite)."""
+    the arm better (then opposite). `learned=False` (neither arm above chance, see `above_chance`): no verdict,
+    since a difference between two models that learned nothing says nothing about the paper's claim."""
+    if direction not in ("better", "not_better"):
+        raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
     if difference["pairs"] < 2:
         return NO_VERDICT
+    if not learned:
+        return NO_SIGNAL
     sign = 1 if higher_is_better else -1
     low, high = sorted((sign * difference["low"], sign * difference["high"]))  # in "better is positive" units
     if direction == "better":
         return REPRODUCED if low > 0 else OPPOSITE if high < 0 else NOT_REPRODUCED
-    if direction == "not_better":
-        return OPPOSITE if low > 0 else REPRODUCED
-    raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
+    return OPPOSITE if low > 0 else REPRODUCED

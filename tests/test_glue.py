@@ -128,6 +128,11 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
     saved = json.loads((tmp_path / "out" / "glue_results.json").read_text())
     assert saved["tasks"]["mnli"]["median"] == mnli["median"]
     assert "| mnli | accuracy_mismatched |" in (tmp_path / "out" / "glue_results.md").read_text()
+    # The floor to read the runs against, one constant answer: 2 of the 6 matched rows share a label (2 each), 2 of
+    # the 5 mismatched rows (entailment, neutral, contradiction, entailment, neutral).
+    assert mnli["majority_class"] == pytest.approx({"accuracy_matched": 2 / 6, "accuracy_mismatched": 2 / 5})
+    assert "| mnli | accuracy_mismatched of always predicting its most frequent label | 40.00 |" in (
+        tmp_path / "out" / "glue_results.md").read_text()
     card = (tmp_path / "out" / "mnli" / "seed-1" / "README.md").read_text()
     index = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]
     assert index["dataset"]["type"] == "nyu-mll/glue" and {m["type"] for m in index["metrics"]} == {"accuracy_matched", "accuracy_mismatched"}

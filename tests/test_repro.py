@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 
 from repro.experiments import EXPERIMENTS, METRICS
-from repro.stats import NO_VERDICT, NOT_REPRODUCED, OPPOSITE, REPRODUCED, median_ci, paired_difference_ci, verdict
+from repro.stats import (
+    NO_SIGNAL, NO_VERDICT, NOT_REPRODUCED, OPPOSITE, REPRODUCED, above_chance, median_ci, paired_difference_ci, verdict,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, NO_VERDICT}
+VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, NO_VERDICT, NO_SIGNAL}
 
 
 def env():
@@ -62,6 +64,38 @@ def test_pairing_is_by_key_and_needs_two_pairs():
     assert verdict(paired_difference_ci({"a": 1.0}, {"a": 0.0}), "better") == NO_VERDICT
     with pytest.raises(ValueError, match="direction"):
         verdict(difference, "worse")
+
+
+def test_two_arms_at_chance_get_no_verdict_however_they_differ():
+    """The teams cpu report's case: both classifiers at the majority-class accuracy, or Pearsons around 0. A
+    steady gap between two models that learned nothing is not the paper's effect."""
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0, 0.01, 5)
+    baseline, arm = -0.06 + noise, -0.015 + noise  # Pearsons: the arm is "better" on every seed
+    difference = paired_difference_ci(paired(arm), paired(baseline))
+    assert verdict(difference, "better") == REPRODUCED
+    learned = [above_chance(*median_ci(values)[1:], chance=0.0) for values in (arm, baseline)]
+    assert learned == [False, False]
+    assert verdict(difference, "better", learned=any(learned)) == NO_SIGNAL
+    # One arm above chance is a real comparison again; below chance is better for a loss.
+    assert above_chance(0.60, 0.64, chance=0.572) and not above_chance(0.55, 0.60, chance=0.572)
+    assert above_chance(2.0, 2.5, chance=3.0, higher_is_better=False) and above_chance(0.1, 0.2, chance=None) is None
+    assert verdict(difference, "better", learned=True) == REPRODUCED
+    assert verdict(paired_difference_ci({"a": 1.0}, {"a": 0.0}), "better", learned=False) == NO_VERDICT
+
+
+def test_chance_is_one_constant_answer_on_the_scored_rows():
+    from glue.tasks import first_samples, load_task, majority_class_accuracy
+    from repro.budgets import BUDGETS
+    from repro.run import chance_level
+
+    assert majority_class_accuracy([1, 0, 0, 0]) == 0.75 and majority_class_accuracy([2, 1]) == 0.5
+    budget = BUDGETS["cpu"]
+    spec, raw = load_task("rotten_tomatoes")
+    scored = first_samples(raw, spec, budget.max_train_samples, budget.max_eval_samples)["validation"]["label"]
+    chance = chance_level("rotten_tomatoes", budget)
+    assert chance == max(np.mean(scored), 1 - np.mean(scored)) and len(scored) == budget.max_eval_samples
+    assert chance_level("movie_sentiment_regression", budget) == 0.0 and chance_level("wiki_cloze", budget) is None
 
 
 def test_a_fixed_backbone_pairs_by_finetuning_seed():
@@ -109,6 +143,7 @@ def check_report(out, name):
     for heading in ("## The paper's numbers", "## Ours", "## Verdicts", "## How this was run", "Commit:", "Machine:"):
         assert heading in report
     assert experiment.paper_table.splitlines()[0] in report
+    assert "| chance (a model that learned nothing) |" in report
     tasks = [t for t in experiment.tasks if t in budget.tasks]
     assert set(results["arms"]) == {arm.name for arm in experiment.arms}
     for arm in experiment.arms:
@@ -126,8 +161,10 @@ def check_report(out, name):
     for claim in claims:  # the verdict follows from the interval, as stats.verdict says
         assert claim["verdict"] in VERDICTS - {NO_VERDICT}
         assert claim["difference"]["pairs"] == len(budget.pretrain_seeds) * len(budget.finetune_seeds)
+        arm, baseline = (results["arms"][claim[side]]["tasks"][claim["task"]] for side in ("arm", "baseline"))
+        assert claim["learned"] == (results["chance"][claim["task"]] is None or arm["above_chance"] or baseline["above_chance"])
         assert claim["verdict"] == verdict(claim["difference"], claim["direction"],
-                                           METRICS[claim["task"]].higher_is_better)
+                                           METRICS[claim["task"]].higher_is_better, claim["learned"])
         assert f"**{claim['verdict']}**" in report
     scripts = {Path(shlex.split(c["command"])[1]).name for c in results["commands"]}
     assert scripts <= {"pretrain.py", "run_glue.py", "run_qa.py", "init_hire.py", "init_bertac.py"}
