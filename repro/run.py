@@ -166,12 +166,13 @@ class Sweep:
 
     def finetune_jobs(self, arm: Arm, task: str, model: str, needs: list[Job], pretrain_seed) -> None:
         budget = self.budget
+        budget_flags = budget.finetune_flags(over_minilm=arm.pretrain is None)
         remote = ["--trust_remote_code"]
         if arm.init:
             remote.append("--ignore_mismatched_sizes")
         if task in GLUE_TASKS:
             preset = ["--preset", self.experiment.glue_preset] if self.experiment.glue_preset else []
-            flags = [*remote, *preset, "--task_name", task, *budget.finetune_flags(), "--report_to", "none",
+            flags = [*remote, *preset, "--task_name", task, *budget_flags, "--report_to", "none",
                      "--save_strategy", "no", "--disable_tqdm", "true"]
             key = {"model": model, "flags": flags, "seeds": budget.finetune_seeds}
             folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
@@ -182,7 +183,7 @@ class Sweep:
                                  folder, command, outputs, needs=needs, seeds=budget.finetune_seeds))
         else:
             length = max(budget.finetune_max_seq_length, 96)
-            flags = [*remote, "--dataset", task, *budget.finetune_flags(), "--max_seq_length", str(length),
+            flags = [*remote, "--dataset", task, *budget_flags, "--max_seq_length", str(length),
                      "--doc_stride", str(length // 4), "--max_question_length", str(length // 3),
                      "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
             for seed in budget.finetune_seeds:
@@ -399,9 +400,9 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
         "—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}" for t in sweep.tasks) + " |")
     lines += ["", "![plot](plot.png)", "", "## Verdicts", "",
               "Difference = arm − baseline, mean over runs paired by (pretraining seed, fine-tuning seed), 95% "
-              "percentile-bootstrap interval. Where a task has a chance level (always the most frequent label of the scored rows; a "
-              "Pearson of 0) and neither arm's interval lies above it, the verdict is *no signal*: two models that "
-              "learned nothing differ by noise, whatever the interval says.", "",
+              "percentile-bootstrap interval. Where a task has a chance level (always the most frequent label of the "
+              "scored rows; a Pearson of 0) and neither arm's interval lies above it, the verdict is *no signal*: two "
+              "models that learned nothing differ by noise, whatever the interval says.", "",
               "| claim | task | difference [95% CI] (pairs) | verdict |", "| --- | --- | --- | --- |"]
     for claim in results["claims"]:
         d = claim.get("difference")
