@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
 from transformers import AutoTokenizer
 
 import models  # registers HIRE so its code is saved with the checkpoint
@@ -58,6 +59,7 @@ def main(argv=None):
     parser.add_argument("--num_selected_layers", type=int, default=6)
     parser.add_argument("--gru_hidden_size", type=int, default=None, help="Default: the encoder's hidden size.")
     parser.add_argument("--gru_dropout", type=float, default=0.1, help="Dropout between stacked GRU layers (paper: 0.1).")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the new layers' random initialisation.")
     parser.add_argument("--trust_remote_code", action="store_true", help="Allow a backbone whose code is in its folder.")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into an --output_dir that holds files.")
     options = parser.parse_args(argv)
@@ -68,6 +70,7 @@ def main(argv=None):
 
         options.backbone = minilm_path()
     check_model_path(options.backbone, "--backbone")
+    torch.manual_seed(options.seed)
     try:
         model = HireRobertaForSequenceClassification.from_backbone_pretrained(
             options.backbone, num_labels=options.num_labels, use_hire=not options.without_hire,

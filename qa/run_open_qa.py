@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
     import evaluate
     import numpy as np
     from transformers import (AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
-                              AutoTokenizer, DataCollatorWithPadding, Trainer)
+                              AutoTokenizer, DataCollatorWithPadding, Trainer, set_seed)
 
     from qa.open_data import load_open_qa, passage_pairs
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
@@ -165,6 +165,7 @@ def main(argv=None) -> dict:
                             "selector_positive_windows": int(np.sum(selector_features["labels"])),
                             "reader_windows": len(reader_features)}
         if selector_path is None:
+            set_seed(training_args.seed)  # the new classification head: the same for the same --seed
             selector = load_pretrained(AutoModelForSequenceClassification, args.model_name_or_path, num_labels=2,
                                        ignore_mismatched_sizes=True, trust_remote_code=remote)
             trainer = Trainer(model=selector, args=run_args("selector"), train_dataset=selector_features,
@@ -173,6 +174,7 @@ def main(argv=None) -> dict:
             trainer.save_model()
             selector_path = str(output / "selector")
         if reader_path is None:
+            set_seed(training_args.seed)  # the new QA head: the same for the same --seed
             reader = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=remote)
             trainer = Trainer(model=reader, args=run_args("reader"), train_dataset=reader_features,
                               processing_class=tokenizer, data_collator=collator)

@@ -57,7 +57,7 @@ class QAArguments:
 
 def main(argv=None) -> dict:
     import evaluate
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding, Trainer
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding, Trainer, set_seed
 
     from qa.data import EMBEDDED, load_qa, validate
     from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
@@ -98,6 +98,7 @@ def main(argv=None) -> dict:
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("QA windows need a fast tokenizer (offset mappings).")
+    set_seed(training_args.seed)  # a checkpoint without a QA head gets a new one: the same for the same --seed
     model = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(model.config)
     max_length = min(args.max_seq_length, tokenizer.model_max_length)

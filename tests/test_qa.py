@@ -294,6 +294,34 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"
 
 
+def test_a_new_qa_head_is_the_same_for_the_same_seed(tmp_path, wiki):
+    """A pretraining export has no QA head: run_qa makes one. Two runs with one --seed in one process (the global RNG
+    moved on between them) train the same weights and score the same; another seed does not."""
+    import torch
+    from safetensors.torch import load_file
+
+    pretrained = save_tiny_spanbert(tmp_path / "pretrained", "SpanBertForPreTraining")
+    records = [{"id": r["id"], "question": r["question"], "context": r["context"],
+                "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["train"].select(range(24))]
+    train = squad_file(tmp_path / "train.json", records[:16])
+    valid = squad_file(tmp_path / "valid.json", records[16:])
+
+    def run(name, seed):
+        torch.rand(7)  # whatever the process drew before
+        results = main(["--model_name_or_path", pretrained, "--trust_remote_code", "--train_file", train,
+                        "--validation_file", valid, "--output_dir", str(tmp_path / name), "--max_seq_length", "128",
+                        "--doc_stride", "32", "--max_question_length", "48", "--num_train_epochs", "1",
+                        "--per_device_train_batch_size", "8", "--seed", str(seed)])
+        return results["train"]["train_loss"], load_file(tmp_path / name / "model.safetensors")
+
+    (loss, weights), (again, same) = run("first", 3), run("second", 3)
+    assert loss == again and weights.keys() == same.keys()
+    for name in weights:
+        torch.testing.assert_close(weights[name], same[name], rtol=0, atol=0)
+    other, _ = run("other", 4)
+    assert other != loss
+
+
 def test_validation_file_alone_is_detected_as_squad_v2(tmp_path, wiki, tiny_zoo_qa):
     """Evaluation-only runs on a local SQuAD 2.0 file score with v2 rules: a correct "no answer" counts."""
     records = [{"id": r["id"], "question": r["question"], "context": r["context"],

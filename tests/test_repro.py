@@ -98,6 +98,23 @@ def test_chance_is_one_constant_answer_on_the_scored_rows():
     assert chance_level("movie_sentiment_regression", budget) == 0.0 and chance_level("wiki_cloze", budget) is None
 
 
+def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
+    """The sweep's own tiny pretrained models fine-tune for their preset's epochs (TEAMS Table 6: 5; at 2 the tiny
+    TEAMS model stayed at the label prior); arms over the offline MiniLM for the budget's 2."""
+    from glue.run_glue import parse_args
+    from repro.budgets import BUDGETS
+    from repro.run import Sweep
+
+    def glue_epochs(experiment, arm):
+        job = next(j for j in Sweep(EXPERIMENTS[experiment], BUDGETS["cpu"], tmp_path, None).jobs
+                   if j.kind == "finetune" and j.arm == arm and "run_glue.py" in j.command[1])
+        return parse_args(job.command[2:])[1].num_train_epochs
+
+    assert glue_epochs("teams", "electra") == glue_epochs("teams", "teams") == 5
+    assert glue_epochs("spanbert", "bert") == 10
+    assert glue_epochs("hire", "hire") == glue_epochs("hire", "backbone") == glue_epochs("bertac", "gan_cnn") == 2
+
+
 def test_a_fixed_backbone_pairs_by_finetuning_seed():
     from repro.run import aligned
 
