@@ -69,8 +69,8 @@ BUDGETS = {
         minilm_finetune_epochs=1, finetune_batch_size=8, finetune_max_seq_length=48, max_train_samples=32,
         max_eval_samples=32, tasks=("rotten_tomatoes", "heldout_mlm")),
     "cpu": Budget(
-        name="cpu", description="about 15-18 minutes per pretrained arm on 2 CPU cores (measured for teams: 2 arms, "
-        "33 minutes): tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia documents, 3 "
+        name="cpu", description="about 17-20 minutes per pretrained arm on 2 CPU cores (measured for teams: 2 arms, "
+        "37 minutes): tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia documents, 3 "
         "fine-tuning seeds",
         model_size="tiny", pretrain_steps=2000, pretrain_batch_size=16, max_seq_length=128, max_documents=3000,
         validation_documents=100, tokenizer_vocab_size=8000, cnn_size="tiny", cnn_steps=400, cnn_documents=60,

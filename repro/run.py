@@ -454,7 +454,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
-                        help="smoke: plumbing in minutes; cpu: about 15-18 min per pretrained arm on 2 cores; "
+                        help="smoke: plumbing in minutes; cpu: about 17-20 min per pretrained arm on 2 cores; "
                         "gpu: about 1 h on one H100 (estimate).")
     parser.add_argument("--dataset", help="Pretraining corpus (pretrain.py --dataset); default: the embedded "
                                           "Wikipedia text. BERTAC's CNN keeps its enwiki excerpt.")
