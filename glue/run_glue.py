@@ -226,10 +226,9 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         trainer.train()
         metrics = {}
         for split in task.validation_splits:
-            name = split.removeprefix("validation_") if split != "validation" else ""
             result = trainer.evaluate(encoded[split], metric_key_prefix="eval")
             for key in task.metrics:
-                metrics[f"{key}_{name}" if name else key] = result[f"eval_{key}"]
+                metrics[split_metric(key, split)] = result[f"eval_{key}"]
         trainer.save_model()
         runs.append({"seed": seed, "metrics": metrics})
         logger.info("%s seed %d: %s", task.name, seed, metrics)
@@ -237,10 +236,15 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     result = {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
               "validation_splits": list(task.validation_splits)}
     if "accuracy" in task.metrics:  # the score of a classifier that learned nothing, to read the runs against
-        result["majority_class"] = {
-            f"accuracy_{split.removeprefix('validation_')}" if split != "validation" else "accuracy":
-                majority_class_accuracy(raw[split]["label"]) for split in task.validation_splits}
+        result["majority_class"] = {split_metric("accuracy", split): majority_class_accuracy(raw[split]["label"])
+                                    for split in task.validation_splits}
     return result
+
+
+def split_metric(key: str, split: str) -> str:
+    """A metric's name for one validation split: `accuracy` on "validation", `accuracy_matched` on MNLI's
+    "validation_matched"."""
+    return key if split == "validation" else f"{key}_{split.removeprefix('validation_')}"
 
 
 def markdown_table(results: dict) -> str:

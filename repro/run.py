@@ -296,18 +296,21 @@ def aligned(arm: dict, baseline: dict) -> tuple[dict, dict]:
 
 
 def chance_level(task: str, budget: Budget) -> float | None:
-    """What a model that learned nothing scores on `task` at `budget`: the accuracy of one constant answer, the most
-    frequent label of the scored rows (classification); no correlation (regression); None where no such level is
-    defined (QA F1)."""
-    if task == "movie_sentiment_regression":
-        return 0.0
-    if task == "rotten_tomatoes":
-        from glue.tasks import first_samples, load_task, majority_class_accuracy
+    """What a model that learned nothing scores on `task` at `budget`: no correlation (regression); the accuracy of
+    one constant answer, the most frequent label of the scored rows (classification scored by accuracy); None where
+    no such level is defined (QA F1)."""
+    if task not in GLUE_TASKS:
+        return None
+    from glue.tasks import first_samples, get_task, load_task, majority_class_accuracy
 
-        spec, raw = load_task(task)
-        raw = first_samples(raw, spec, budget.max_train_samples, budget.max_eval_samples)
-        return majority_class_accuracy(raw[spec.validation_splits[0]]["label"])
-    return None
+    spec = get_task(task)
+    if spec.is_regression:
+        return 0.0
+    if METRICS[task].key != "accuracy":
+        return None
+    _, raw = load_task(task)
+    raw = first_samples(raw, spec, budget.max_train_samples, budget.max_eval_samples)
+    return majority_class_accuracy(raw[spec.validation_splits[0]]["label"])
 
 
 def analyse(sweep: Sweep, seed: int) -> dict:

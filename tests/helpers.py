@@ -22,9 +22,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def two_process_launcher(*options: str) -> tuple[str, ...]:
+def two_process_launcher() -> tuple[str, ...]:
     """`accelerate launch` of two processes on a free port: on a CPU-only machine Trainer runs them as DDP over gloo."""
-    return ("accelerate", "launch", *options, "--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port()))
+    return ("accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port()))
 
 
 def run_isolated(code: str, cwd: str | None = None, timeout: int = 300) -> str:
