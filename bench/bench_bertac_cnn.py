@@ -2,7 +2,7 @@
 (pairs per second), on the embedded real enwiki excerpt (106 articles).
 
 - Pair building: the articles stream out of the XML dump into a Dataset, their wikitext is parsed into sentences with
-  link spans, and one mention per sentence is replaced by [EM] (`training/bertac_data.py`), computed afresh (no
+  link spans, and one mention per sentence is replaced by [EM] (`training/data/bertac_pairs.py`), computed afresh (no
   `datasets` cache) once per `--num_proc` value, so the parallel map is compared side by side with one process.
 - GAN step: Algorithm 1 on batches of those real pairs, as `GanTrainer` runs it: D and R's forward, backward and
   RMSProp update, then F's against the updated D. The frozen word table is the model's random init (speed does not
@@ -25,7 +25,7 @@ from common import write_result  # noqa: E402
 def pair_building(num_procs: list[int]) -> tuple[dict, object]:
     import datasets
 
-    from training import bertac_data
+    from encoder_zoo.training.data import bertac_pairs as bertac_data
 
     datasets.disable_caching()
     datasets.disable_progress_bars()
@@ -51,11 +51,11 @@ def pair_building(num_procs: list[int]) -> tuple[dict, object]:
 def gan_steps(pairs, size: str, batch_size: int, steps: int) -> dict:
     import torch
 
-    import models  # noqa: F401
-    from models.bertac.configuration_bertac import BertacCnnConfig
-    from models.bertac.modeling_bertac import BertacCnnForPreTraining
-    from training import bertac_data
-    from training.recipes_bertac import BERTAC_CNN_SIZES
+    from encoder_zoo import models  # noqa: F401
+    from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig
+    from encoder_zoo.models.bertac.modeling_bertac import BertacCnnForPreTraining
+    from encoder_zoo.training.data import bertac_pairs as bertac_data
+    from encoder_zoo.training.recipes.bertac import BERTAC_CNN_SIZES
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = bertac_data.train_word_tokenizer(pairs["sentence"], vocab_size=200_000)

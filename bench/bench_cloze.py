@@ -21,10 +21,10 @@ KINDS = ("cloze", "hf_bert_mlm")
 def build(kind, size):
     from transformers import BertConfig, BertForMaskedLM
 
-    import models  # noqa: F401
-    from models.cloze.configuration_cloze import TwoTowerClozeConfig
-    from models.cloze.modeling_cloze import TwoTowerCloze
-    from training.recipes_cloze import CLOZE_SIZES
+    from encoder_zoo import models  # noqa: F401
+    from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from encoder_zoo.models.cloze.modeling_cloze import TwoTowerCloze
+    from encoder_zoo.training.recipes.cloze import CLOZE_SIZES
 
     dims = CLOZE_SIZES[size]
     torch.manual_seed(0)

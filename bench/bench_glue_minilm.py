@@ -12,8 +12,8 @@ import time
 
 from common import write_result
 
-from glue.run_glue import main as run_glue
-from training.resources import minilm_path
+from encoder_zoo.glue.run_glue import main as run_glue
+from encoder_zoo.training.data.resources import minilm_path
 
 
 def main():

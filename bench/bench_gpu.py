@@ -66,8 +66,9 @@ def blocks(seq_length: int, documents: int, seed: int = 0):
     import datasets
     from transformers import AutoTokenizer
 
-    from training.data import add_example_index, load_corpus, pack_blocks
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
+    from encoder_zoo.training.data.corpus import load_corpus
+    from encoder_zoo.training.data.resources import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     texts = list(load_corpus(max_documents=documents)["text"])
@@ -77,7 +78,7 @@ def blocks(seq_length: int, documents: int, seed: int = 0):
 
 def batches(seq_length: int, batch_size: int, count: int, scheme: str, documents: int, seed: int = 0) -> list[dict]:
     """`count` masked, right-padded batches of `batch_size` blocks (see `blocks`)."""
-    from training.masking import SpanMaskingCollator
+    from encoder_zoo.training.masking.spans import SpanMaskingCollator
 
     tokenizer, examples = blocks(seq_length, documents, seed)
     collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", seed=seed,
@@ -90,7 +91,7 @@ def batches(seq_length: int, batch_size: int, count: int, scheme: str, documents
 
 def step_inputs(kind: str, batch: dict, packing: bool) -> dict:
     """What `kind`'s forward reads from a masked batch (packed into one row for our packable models)."""
-    from training.packing import pack_batch
+    from encoder_zoo.training.data.packing import pack_batch
 
     if kind == "cloze":  # reads the text unmasked and predicts every real token but the leading marker
         original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
@@ -108,17 +109,17 @@ def build(kind: str, size: str, attn: str | None):
     """A freshly initialised model of `kind` at `size` (`attn`: our models' attention implementation)."""
     from transformers import BertConfig, BertForMaskedLM, ElectraConfig
 
-    import models  # noqa: F401
+    from encoder_zoo import models  # noqa: F401
     from bench_teams import HfElectraStep
-    from models.cloze.configuration_cloze import TwoTowerClozeConfig
-    from models.cloze.modeling_cloze import TwoTowerCloze
-    from models.spanbert.configuration_spanbert import SpanBertConfig
-    from models.spanbert.modeling_spanbert import SpanBertForPreTraining
-    from models.teams.configuration_teams import TeamsConfig
-    from models.teams.modeling_teams import TeamsForPreTraining
-    from training.recipes_cloze import CLOZE_SIZES
-    from training.recipes_spanbert import BERT_SIZES, RECIPES as SPANBERT_RECIPES
-    from training.recipes_teams import RECIPES as TEAMS_RECIPES
+    from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from encoder_zoo.models.cloze.modeling_cloze import TwoTowerCloze
+    from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
+    from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForPreTraining
+    from encoder_zoo.models.teams.configuration_teams import TeamsConfig
+    from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
+    from encoder_zoo.training.recipes.cloze import CLOZE_SIZES
+    from encoder_zoo.training.recipes.spanbert import BERT_SIZES, RECIPES as SPANBERT_RECIPES
+    from encoder_zoo.training.recipes.teams import RECIPES as TEAMS_RECIPES
 
     torch.manual_seed(0)
     shared = dict(vocab_size=VOCAB, max_position_embeddings=512)
@@ -334,7 +335,7 @@ def parse(argv=None):
     if options.attn_implementation is None:
         options.attn_implementation = "flash_attention_2" if varlen_attention_available() else "sdpa"
     if options.packing is None:
-        from training.packing import VARLEN_ATTENTION
+        from encoder_zoo.training.data.packing import VARLEN_ATTENTION
 
         options.packing = options.attn_implementation in VARLEN_ATTENTION or options.smoke
     options.compile = options.compile or ("ours" if cuda and not options.smoke else "none")

@@ -17,10 +17,10 @@ import torch
 from common import fine_tuned_accuracy, write_result
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-import models  # noqa: F401
-from glue.tasks import load_rotten_tomatoes
-from models.hire.modeling_hire import HireRobertaForSequenceClassification
-from training.resources import minilm_path
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.glue.tasks import load_rotten_tomatoes
+from encoder_zoo.models.hire.modeling_hire import HireRobertaForSequenceClassification
+from encoder_zoo.training.data.resources import minilm_path
 
 
 def build(kind: str, seed: int):

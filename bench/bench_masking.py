@@ -12,9 +12,9 @@ import time
 from common import write_result
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-from training.data import load_corpus
-from training.masking import SpanMaskingCollator
-from training.resources import minilm_path
+from encoder_zoo.training.data.corpus import load_corpus
+from encoder_zoo.training.masking.spans import SpanMaskingCollator
+from encoder_zoo.training.data.resources import minilm_path
 
 
 def throughput(collator, examples, batch_size, repeats):

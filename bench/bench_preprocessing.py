@@ -25,9 +25,10 @@ import datasets
 from common import write_result
 from transformers import AutoTokenizer
 
-from training.data import block_packer, load_corpus, pack_blocks, stream_corpus
-from training.resources import minilm_path
-from training.streaming import StreamedExamples, StreamSettings
+from encoder_zoo.training.data.blocks import block_packer, pack_blocks
+from encoder_zoo.training.data.corpus import load_corpus, stream_corpus
+from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.data.streaming import StreamedExamples, StreamSettings
 
 
 def run_mlm_way(corpus, tokenizer, block_size: int, num_proc: int | None):

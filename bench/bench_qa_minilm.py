@@ -12,8 +12,8 @@ import time
 
 from common import write_result
 
-from qa.run_qa import main as run_qa
-from training.resources import minilm_path
+from encoder_zoo.qa.run_qa import main as run_qa
+from encoder_zoo.training.data.resources import minilm_path
 
 
 def main():

@@ -26,9 +26,10 @@ def batches(seq_length, batch_size, count, seed=0, scheme="span"):
     """Masked batches of full-length blocks of real Wikipedia text (MiniLM's BERT WordPiece vocabulary)."""
     from transformers import AutoTokenizer
 
-    from training.data import add_example_index, load_corpus, pack_blocks
-    from training.masking import SpanMaskingCollator
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
+    from encoder_zoo.training.data.corpus import load_corpus
+    from encoder_zoo.training.masking.spans import SpanMaskingCollator
+    from encoder_zoo.training.data.resources import minilm_path
 
     import datasets
 
@@ -46,10 +47,10 @@ def batches(seq_length, batch_size, count, seed=0, scheme="span"):
 def build(kind, size):
     from transformers import BertConfig, BertForMaskedLM
 
-    import models  # noqa: F401
-    from models.spanbert.configuration_spanbert import SpanBertConfig
-    from models.spanbert.modeling_spanbert import SpanBertForPreTraining
-    from training.recipes_spanbert import BERT_SIZES
+    from encoder_zoo import models  # noqa: F401
+    from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
+    from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForPreTraining
+    from encoder_zoo.training.recipes.spanbert import BERT_SIZES
 
     dims = dict(BERT_SIZES[size], vocab_size=VOCAB, max_position_embeddings=512)
     torch.manual_seed(0)

@@ -53,10 +53,10 @@ class HfElectraStep(torch.nn.Module):
 def build(kind, size):
     from transformers import ElectraConfig
 
-    import models  # noqa: F401
-    from models.teams.configuration_teams import TeamsConfig
-    from models.teams.modeling_teams import TeamsForPreTraining
-    from training.recipes_teams import RECIPES
+    from encoder_zoo import models  # noqa: F401
+    from encoder_zoo.models.teams.configuration_teams import TeamsConfig
+    from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
+    from encoder_zoo.training.recipes.teams import RECIPES
 
     torch.manual_seed(0)
     recipe = RECIPES["electra" if kind in ("electra", "hf_electra_narrow") else "teams"]

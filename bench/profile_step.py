@@ -36,7 +36,7 @@ def label_modules(model: torch.nn.Module, depth: int = 3) -> None:
 
 def label_samplers() -> None:
     """Profiler ranges around TEAMS's candidate and replacement sampling."""
-    from models.teams import modeling_teams
+    from encoder_zoo.models.teams import modeling_teams
 
     for name in ("sample_replacements", "sample_candidates"):
         original = getattr(modeling_teams, name)

@@ -1,31 +1,38 @@
 """Per-layer importance heatmap of HIRE models across tasks (the paper's Figure 2).
 
     python glue/hire_importance.py --run rotten_tomatoes=runs/glue/rotten_tomatoes/seed-1 \
-        --run movie_sentiment_regression=runs/glue/movie_sentiment_regression/seed-1 --output importance.png
+        --run movie_sentiment_regression=runs/glue/movie_sentiment_regression/seed-1 --output importance.png \
+        --trust_remote_code
 
 Each --run TASK=MODEL_DIR averages the importance scores s of a fine-tuned HIRE classifier over the task's
 validation examples; rows are tasks, columns layers (0 = embeddings). Cells carry their values; the colour scale is
-centred on the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L.
+centred on the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L. A HIRE checkpoint carries its
+code, which runs only with --trust_remote_code (as in run_glue.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
 
-def mean_importance(model_dir: str, task_name: str, max_examples: int = 256, batch_size: int = 32) -> np.ndarray:
+def mean_importance(model_dir: str, task_name: str, max_examples: int = 256, batch_size: int = 32,
+                    trust_remote_code: bool = False) -> np.ndarray:
+    """The importance scores s of the HIRE classifier in `model_dir`, averaged over the task's validation examples.
+    Its code (in the folder) runs only with `trust_remote_code`, or where this process registered HIRE's classes."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from glue.tasks import load_task
+    from encoder_zoo.glue.tasks import load_task
+    from encoder_zoo.training.run import load_pretrained
 
     task, data = load_task(task_name)
     split = data[task.validation_splits[0]].select(range(min(max_examples, len(data[task.validation_splits[0]]))))
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, trust_remote_code=True).eval()
+    tokenizer = load_pretrained(AutoTokenizer, model_dir, "--run", trust_remote_code=trust_remote_code)
+    model = load_pretrained(AutoModelForSequenceClassification, model_dir, "--run", trust_remote_code=trust_remote_code).eval()
     scores = []
     with torch.no_grad():
         for start in range(0, len(split), batch_size):
@@ -87,15 +94,25 @@ def main(argv=None):
     parser.add_argument("--run", action="append", required=True, metavar="TASK=MODEL_DIR")
     parser.add_argument("--output", default="hire_importance.png")
     parser.add_argument("--max_examples", type=int, default=256)
+    parser.add_argument("--trust_remote_code", action="store_true",
+                        help="Run the model code saved in each MODEL_DIR (a HIRE checkpoint carries HIRE's).")
     options = parser.parse_args(argv)
     scores = {}
     for run in options.run:
         task, _, model_dir = run.partition("=")
         if not model_dir:
             parser.error(f"--run {run!r} is not TASK=MODEL_DIR")
-        scores[task] = mean_importance(model_dir, task, options.max_examples)
+        scores[task] = mean_importance(model_dir, task, options.max_examples, trust_remote_code=options.trust_remote_code)
     print(plot_importance(scores, options.output))
 
 
+def cli() -> None:
+    try:
+        main()
+    except (ValueError, OSError) as error:
+        print(f"hire_importance.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoTokenizer
 
-import models  # registers BERTAC so its code is saved with the checkpoint
-from hub_cards import display_name
-from models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
-from training.loading import check_model_path, damaged_weights
-from training.run_dir import check_new_output_dir
+from encoder_zoo import models  # registers BERTAC so its code is saved with the checkpoint
+from encoder_zoo.hub_cards import display_name
+from encoder_zoo.models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
+from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
 # BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
@@ -60,6 +60,9 @@ def parse_args(argv=None):
     parser.add_argument("--detach_cnn_output", action="store_true",
                         help="As the authors' code: no gradient into the input-update layers.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the new layers' random initialisation.")
+    parser.add_argument("--trust_remote_code", action="store_true",
+                        help="Allow a backbone whose code is in its folder (zoo exports load without it: their classes "
+                        "are registered here).")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into a folder that holds files.")
     return parser.parse_args(argv)
 
@@ -69,7 +72,7 @@ def main(argv=None) -> str:
     output = Path(options.output_dir)
     check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
-        from training.resources import minilm_path
+        from encoder_zoo.training.run import minilm_path
 
         options.backbone = minilm_path()
     if options.cnn is None and not options.without_cnn_and_tier:
@@ -80,15 +83,26 @@ def main(argv=None) -> str:
         check_model_path(options.cnn, "--cnn")
     torch.manual_seed(options.seed)
     try:
+        check_backbone_is_an_encoder(options.backbone)
         model = HEADS[options.head].from_pretrained_parts(
             options.backbone, options.cnn, cnn_weights=options.cnn_weights, num_labels=options.num_labels,
+            trust_remote_code=options.trust_remote_code,
             num_tier_layers=options.num_tier_layers, tier_hidden_size=options.tier_hidden_size,
             tier_intermediate_size=options.tier_intermediate_size,
             tier_num_attention_heads=options.tier_num_attention_heads, update_cnn_input=not options.without_update,
             use_cnn_and_tier=not options.without_cnn_and_tier, detach_cnn_output=options.detach_cnn_output,
         )
-    except (OSError, KeyError, TypeError, AttributeError) as error:
-        reason = damaged_weights(options.backbone) or (options.cnn and damaged_weights(options.cnn)) or str(error).strip().splitlines()[0]
+    except (ValueError, OSError, KeyError, TypeError, AttributeError, SafetensorError) as error:
+        for flag, path in (("--backbone", options.backbone), ("--cnn", options.cnn)):
+            problem = path and damaged_checkpoint(path)
+            if problem:
+                raise ValueError(f"{flag} {path}: {problem}; re-export or re-download the checkpoint.") from None
+        if "trust_remote_code=True" in str(error) and not options.trust_remote_code:
+            raise ValueError(f"--backbone {options.backbone} runs model code saved with it (its .py files): pass "
+                             "--trust_remote_code to allow that, once you trust where it comes from.") from None
+        if isinstance(error, ValueError):  # BERTAC's own checks: they name the flag or the part
+            raise
+        reason = str(error).strip().splitlines()[0]
         raise ValueError(f"Cannot build BERTAC from --backbone {options.backbone} and --cnn {options.cnn} ({reason}).") from None
     model.save_pretrained(output)
     AutoTokenizer.from_pretrained(options.backbone).save_pretrained(output)
@@ -97,9 +111,20 @@ def main(argv=None) -> str:
     return str(output)
 
 
+def check_backbone_is_an_encoder(backbone: str) -> None:
+    """BERTAC's TIER layers read an encoder's token states: a HIRE, BERTAC or BERTAC-CNN checkpoint is not one."""
+    from transformers import PreTrainedConfig
+
+    model_type = PreTrainedConfig.get_config_dict(backbone)[0].get("model_type")
+    if model_type in ("hire", "bertac", "bertac_cnn"):
+        extra = " (pass it as --cnn)" if model_type == "bertac_cnn" else " (pass the encoder it was built on)"
+        raise ValueError(f"--backbone {backbone} is a {model_type!r} checkpoint, not an encoder: BERTAC's TIER layers "
+                         f"read an encoder's token states{extra}.")
+
+
 def write_model_card(model, options, output: Path) -> Path:
-    from hub_cards import CardMetadata, write_card
-    from training.recipes_bertac import BERTAC_PAPER
+    from encoder_zoo.hub_cards import CardMetadata, write_card
+    from encoder_zoo.hub_cards.papers import BERTAC_PAPER
 
     config = model.config
     backbone = display_name(options.backbone)
@@ -144,7 +169,7 @@ def write_model_card(model, options, output: Path) -> Path:
         training={"fine-tuning": "none yet"},
         paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning. Inputs are the encoder tokenizer's plus `entity_spans` (the "
-                     "noun phrase each segment's CNN sees as [EM]; `training/bertac_masking.py` makes them; without "
+                     "noun phrase each segment's CNN sees as [EM]; `training/masking/entity_spans.py` makes them; without "
                      "them the CNN reads the unmasked words, the paper's m = s).",
         limitations=[
             "The CNN reads words rebuilt from the encoder's pieces; words the CNN vocabulary lacks (or, for cased and "

@@ -14,27 +14,17 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoTokenizer
 
-import models  # registers HIRE so its code is saved with the checkpoint
-from hub_cards import display_name
-from models.hire.modeling_hire import HireRobertaForSequenceClassification
-from training.loading import check_model_path, damaged_weights
-from training.recipes import Paper
-from training.run_dir import check_new_output_dir
+from encoder_zoo import models  # registers HIRE so its code is saved with the checkpoint
+from encoder_zoo.hub_cards import display_name
+from encoder_zoo.hub_cards.papers import HIRE_PAPER
+from encoder_zoo.models.hire.modeling_hire import HireRobertaForSequenceClassification
+from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint
 
-HIRE_PAPER = Paper(
-    title="Deepening Hidden Representations from Pre-trained Language Models",
-    authors="Junjie Yang, Hai Zhao",
-    year=2019,
-    url="https://arxiv.org/abs/1911.01940",
-    bibtex="""@article{yang2019deepening,
-  title={Deepening Hidden Representations from Pre-trained Language Models},
-  author={Yang, Junjie and Zhao, Hai},
-  journal={arXiv preprint arXiv:1911.01940},
-  year={2019}
-}""",
-)
+# What loading a --backbone raises when it is damaged or not an encoder HIRE can run on (safetensors has its own type).
+BACKBONE_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError)
 # Appendix (fine-tuning on GLUE); `glue/run_glue.py --preset hire` sets them.
 PAPER_FINE_TUNING = {
     "encoder": "RoBERTa-large (24 layers, width 1024, 16 heads)",
@@ -66,23 +56,25 @@ def main(argv=None):
     output = Path(options.output_dir)
     check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
-        from training.resources import minilm_path
+        from encoder_zoo.training.run import minilm_path
 
         options.backbone = minilm_path()
     check_model_path(options.backbone, "--backbone")
+    hire_options = {  # HireConfig fields, each named like its flag
+        "use_hire": not options.without_hire, "use_fusion": not options.without_fusion,
+        "fusion_layers": options.fusion_layers, "layer_weighting": options.layer_weighting,
+        "layer_selection": options.layer_selection, "num_selected_layers": options.num_selected_layers,
+        "gru_hidden_size": options.gru_hidden_size, "gru_dropout": options.gru_dropout,
+    }
+    check_hire_options(options, hire_options)
     torch.manual_seed(options.seed)
     try:
         model = HireRobertaForSequenceClassification.from_backbone_pretrained(
-            options.backbone, num_labels=options.num_labels, use_hire=not options.without_hire,
-            use_fusion=not options.without_fusion, fusion_layers=options.fusion_layers,
-            layer_weighting=options.layer_weighting, layer_selection=options.layer_selection,
-            num_selected_layers=options.num_selected_layers, gru_hidden_size=options.gru_hidden_size,
-            gru_dropout=options.gru_dropout, trust_remote_code=options.trust_remote_code or None,
+            options.backbone, num_labels=options.num_labels, trust_remote_code=options.trust_remote_code or None,
+            **hire_options,
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        reason = damaged_weights(options.backbone) or str(error).strip().splitlines()[0]
-        raise ValueError(f"--backbone {options.backbone} cannot carry HIRE ({reason}). Pass a BERT/RoBERTa-style "
-                         "encoder checkpoint, e.g. roberta-large.") from None
+    except BACKBONE_ERRORS as error:
+        raise backbone_error(options.backbone, error) from None
     model.save_pretrained(options.output_dir)
     AutoTokenizer.from_pretrained(options.backbone).save_pretrained(options.output_dir)
     write_model_card(model, options, Path(options.output_dir))
@@ -90,8 +82,41 @@ def main(argv=None):
     return options.output_dir
 
 
+def backbone_error(backbone: str, error: Exception) -> ValueError:
+    """Damaged files of --backbone are named as such; anything else is a backbone HIRE cannot run on."""
+    problem = damaged_checkpoint(backbone)
+    if problem:
+        return ValueError(f"--backbone {backbone}: {problem}; re-export or re-download the checkpoint.")
+    if "trust_remote_code=True" in str(error):
+        return ValueError(f"--backbone {backbone} runs model code saved with it (its .py files): pass "
+                          "--trust_remote_code to allow that, once you trust where it comes from.")
+    return ValueError(f"--backbone {backbone} cannot carry HIRE ({str(error).strip().splitlines()[0]}). Pass a "
+                      "BERT/RoBERTa-style encoder checkpoint, e.g. roberta-large.")
+
+
+def check_hire_options(options, hire_options: dict) -> None:
+    """HIRE's settings against the backbone's config, before any weights load: a bad flag is named as such, not
+    blamed on the backbone."""
+    from transformers import AutoConfig
+
+    from encoder_zoo.models.hire.configuration_hire import HireConfig
+
+    try:
+        backbone_config = AutoConfig.from_pretrained(options.backbone, trust_remote_code=options.trust_remote_code or None)
+    except BACKBONE_ERRORS as error:
+        raise backbone_error(options.backbone, error) from None
+    try:
+        HireConfig(backbone_config=backbone_config, num_labels=options.num_labels, **hire_options)
+    except BACKBONE_ERRORS as error:
+        message = str(error).strip().splitlines()[0]
+        flags = [f"--{name}" for name in hire_options if name in message]
+        if not flags:  # not one of HIRE's settings: the encoder's config
+            raise backbone_error(options.backbone, error) from None
+        raise ValueError(f"{', '.join(flags)}: {message}") from None
+
+
 def write_model_card(model, options, output: Path) -> Path:
-    from hub_cards import CardMetadata, display_name, write_card
+    from encoder_zoo.hub_cards import CardMetadata, display_name, write_card
 
     config = model.config
     backbone = display_name(options.backbone)

@@ -17,12 +17,16 @@ import argparse
 import dataclasses
 import json
 import logging
+import shutil
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from transformers import HfArgumentParser, TrainingArguments
+
+from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
 
 logger = logging.getLogger("run_glue")
 
@@ -54,12 +58,17 @@ PRESETS: dict[str, list[str]] = {
     "cloze": ["--learning_rate", "5e-5", "--per_device_train_batch_size", "16", "--num_train_epochs", "3",
               "--warmup_steps", "0.1", "--lr_scheduler_type", "cosine_with_min_lr",
               "--lr_scheduler_kwargs", '{"min_lr": 1e-6}', "--weight_decay", "0.0"],
-    # HIRE App. A.2: Adam (beta2 0.98, eps 1e-6), lr {1e-5, 2e-5}, warmup 6%, weight decay 0.1, gradient norm
+    # HIRE App. A.2: Adam (beta2 0.98, eps 1e-6), lr {1e-5, 2e-5}, warmup 6%, "L2 weight decay" 0.1, gradient norm
     # clipped at 1, batch {16, 32, 48}, 3 to 27 epochs with early stopping, max length 128. We take 1e-5, batch 32 and
-    # 10 epochs (RoBERTa-large's usual GLUE setting, the encoder HIRE extends); decay is linear, as RoBERTa's.
+    # at most 10 epochs (RoBERTa-large's usual GLUE setting, the encoder HIRE extends), evaluate every epoch, stop
+    # after 3 epochs without a better development score (the paper gives no patience) and keep the best checkpoint;
+    # decay is linear, as RoBERTa's. The 0.1 is AdamW's decoupled decay, as in the Transformers GLUE example the
+    # authors built on and in RoBERTa's recipe: L2 at 0.1 through Adam (--weight_decay_type l2, the text read
+    # literally) pulls every weight towards 0 by up to lr per step (docs/models/hire.md gives the measured sizes).
     "hire": ["--learning_rate", "1e-5", "--adam_beta1", "0.9", "--adam_beta2", "0.98", "--adam_epsilon", "1e-6",
              "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
-             "--per_device_train_batch_size", "32", "--num_train_epochs", "10", "--max_seq_length", "128"],
+             "--per_device_train_batch_size", "32", "--num_train_epochs", "10", "--max_seq_length", "128",
+             "--early_stopping_patience", "3"],
     # BERTAC Sec. 5.1.1 / Table 9: lr grid {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128,
     # batch 16 (128 for MNLI and QQP: pass --per_device_train_batch_size), epochs 6-10 (1-5 for MNLI, QQP, QNLI). The
     # authors' run_glue.py: AdamW, eps 1e-8, weight decay 0.01, clipping 1.0. We take 1e-5 and 8 (3) epochs.
@@ -94,7 +103,10 @@ class GlueArguments:
     label_column: str = field(default="label", metadata={"help": "Label column of custom data."})
     max_seq_length: int = field(default=128, metadata={"help": "Longer inputs are truncated."})
     seeds: list[int] | None = field(default=None, metadata={"help": "Run each task once per seed; report each and the median."})
-    preset: str | None = field(default=None, metadata={"help": f"Paper hyperparameters: {', '.join(PRESETS)}."})
+    preset: str | None = field(default=None, metadata={
+        "help": f"Paper hyperparameters: {', '.join(PRESETS)}. hire: at most 10 epochs with --early_stopping_patience 3 "
+        "and the best epoch kept (the paper: 3-27 epochs with early stopping); its weight decay 0.1 is AdamW's decoupled "
+        "decay (--weight_decay_type l2 reads the paper's 'L2 weight decay' literally; docs/models/hire.md)."})
     config_overrides: str | None = field(
         default=None,
         metadata={"help": "Comma-separated model config fields set when the model is loaded, on top of the preset's, "
@@ -109,6 +121,21 @@ class GlueArguments:
                                     "model-index of OUTPUT_DIR/<task>/seed-N/README.md, and the median into --model_card_dir if given. "
                                     "Runs cut down with --max_train_samples/--max_eval_samples are left out."})
     model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results (e.g. the pretrained export)."})
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={"help": "Stop a run after this many evaluations without a better development score (Trainer's "
+                  "EarlyStoppingCallback) and load its best checkpoint. Implies --load_best_model_at_end: evaluates "
+                  "and saves every epoch unless --eval_strategy/--save_strategy say otherwise, selects on the task's "
+                  "score (the mean of its metrics, `eval_score`) unless --metric_for_best_model says otherwise, and "
+                  "removes the checkpoints it made once the best model is saved (pass --save_strategy to keep them)."},
+    )
+    max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
+    weight_decay_type: Literal["decoupled", "l2"] = field(
+        default="decoupled",
+        metadata={"help": "decoupled: --weight_decay is AdamW's decoupled decay (--optim). l2: --weight_decay is an L2 "
+                  "penalty added to the gradient before Adam normalises it (torch.optim.Adam with --adam_beta1/2 and "
+                  "--adam_epsilon; biases and LayerNorm still exempt)."},
+    )
 
 
 def task_score(metrics: dict[str, float]) -> float:
@@ -118,7 +145,7 @@ def task_score(metrics: dict[str, float]) -> float:
 
 def glue_average(per_task: dict[str, dict[str, float]], include_wnli: bool = False) -> float | None:
     """The GLUE average over the GLUE tasks that were run, WNLI excluded unless asked (as the papers do)."""
-    from glue.tasks import GLUE_TASKS
+    from encoder_zoo.glue.tasks import GLUE_TASKS
 
     scores = [task_score(m) for t, m in per_task.items() if t in GLUE_TASKS and (include_wnli or t != "wnli")]
     return statistics.mean(scores) if scores else None
@@ -145,7 +172,7 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
             raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
     defaults = GLUE_DEFAULTS + PRESETS.get(preset, [])
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
-    from training.loading import pin_memory_only_with_an_accelerator
+    from encoder_zoo.training.run import pin_memory_only_with_an_accelerator
 
     pin_memory_only_with_an_accelerator(training_args)
     return args, training_args, argv
@@ -155,7 +182,7 @@ def model_config_overrides(args: GlueArguments) -> dict:
     """The preset's config values and the user's --config_overrides, checked against the model's config."""
     from transformers import AutoConfig
 
-    from training.pretrain import parse_overrides
+    from encoder_zoo.training.run import parse_overrides
 
     overrides = {**PRESET_CONFIG.get(args.preset, {}), **parse_overrides(args.config_overrides)}
     if overrides:
@@ -170,12 +197,18 @@ def model_config_overrides(args: GlueArguments) -> dict:
 def run_task(task_name: str, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str]) -> dict:
     import evaluate
     import numpy as np
-    from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              Trainer, set_seed)
+    from transformers import (
+        AutoConfig,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        EarlyStoppingCallback,
+        set_seed,
+    )
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    from glue.tasks import first_samples, load_task, majority_class_accuracy
-    from training.loading import load_pretrained
-    from training.task_inputs import extra_inputs_for
+    from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
+    from encoder_zoo.training.run import FineTuningTrainer, extra_inputs_for, load_pretrained
 
     task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
                           validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
@@ -187,7 +220,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         texts = [batch[column] for column in task.text_columns]
         encoded = tokenizer(*texts, truncation=True, max_length=args.max_seq_length,
                             return_offsets_mapping=extra_inputs is not None)
-        if extra_inputs is not None:  # inputs a model needs beyond the tokenizer's (training/task_inputs.py)
+        if extra_inputs is not None:  # inputs a model needs beyond the tokenizer's (training/run/task_inputs.py)
             encoded.update(extra_inputs(encoded, texts))
             encoded.pop("offset_mapping")
         return encoded
@@ -199,7 +232,9 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     def compute_metrics(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
         predicted = np.squeeze(logits, -1) if task.is_regression else np.argmax(logits, axis=-1)
-        return metric.compute(predictions=predicted, references=prediction.label_ids)
+        result = metric.compute(predictions=predicted, references=prediction.label_ids)
+        result["score"] = task_score({key: result[key] for key in task.metrics})  # what checkpoint selection reads
+        return result
 
     label_kwargs = {} if task.is_regression else {
         "id2label": dict(enumerate(task.label_names or range(task.num_labels))),
@@ -207,11 +242,13 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     }
     config_overrides = model_config_overrides(args)
     epochs_override = PRESET_EPOCHS_OVERRIDE.get((args.preset, task.name))
+    selection = selection_arguments(args, training_args, user_flags, PRESETS.get(args.preset, []))
     runs = []
     for seed in args.seeds or [training_args.seed]:
         run_args = dataclasses.replace(
             training_args, seed=seed, output_dir=str(Path(training_args.output_dir) / task.name / f"seed-{seed}"),
             **({"num_train_epochs": float(epochs_override)} if epochs_override and "--num_train_epochs" not in user_flags else {}),
+            **selection,
         )
         set_seed(seed)
         model = load_pretrained(
@@ -220,9 +257,13 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
             problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs,
             **config_overrides,
         )
-        trainer = Trainer(model=model, args=run_args, train_dataset=encoded["train"],
-                          eval_dataset=encoded[task.validation_splits[0]], processing_class=tokenizer,
-                          data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)
+        trainer = FineTuningTrainer(model=model, args=run_args, train_dataset=encoded["train"],
+                                    eval_dataset=encoded[task.validation_splits[0]], processing_class=tokenizer,
+                                    data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
+                                    callbacks=[EarlyStoppingCallback(args.early_stopping_patience)]
+                                    if selection and args.early_stopping_patience is not None else None,
+                                    optimizer_cls_and_kwargs=l2_adam(run_args) if args.weight_decay_type == "l2" else None,
+                                    max_nonfinite_steps=args.max_nonfinite_steps)
         trainer.train()
         metrics = {}
         for split in task.validation_splits:
@@ -230,7 +271,13 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
             for key in task.metrics:
                 metrics[split_metric(key, split)] = result[f"eval_{key}"]
         trainer.save_model()
-        runs.append({"seed": seed, "metrics": metrics})
+        run = {"seed": seed, "metrics": metrics}
+        if selection:  # the best checkpoint was loaded: which one, and where training stopped
+            run.update(best_step=trainer.state.best_global_step, trained_steps=trainer.state.global_step)
+            if selection.get("save_strategy") and trainer.is_world_process_zero():
+                for checkpoint in Path(run_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+                    shutil.rmtree(checkpoint, ignore_errors=True)
+        runs.append(run)
         logger.info("%s seed %d: %s", task.name, seed, metrics)
     median = {key: statistics.median(run["metrics"][key] for run in runs) for key in runs[0]["metrics"]}
     result = {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
@@ -239,6 +286,55 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         result["majority_class"] = {split_metric("accuracy", split): majority_class_accuracy(raw[split]["label"])
                                     for split in task.validation_splits}
     return result
+
+
+def selection_arguments(args: GlueArguments, training_args: TrainingArguments, user_flags: list[str],
+                        preset_flags: list[str] = ()) -> dict:
+    """TrainingArguments that keep the best checkpoint on the development set, as papers that report the best epoch
+    do (`--early_stopping_patience` or `--load_best_model_at_end`); empty otherwise. The user's and the preset's
+    flags win over these defaults; the user's `--eval_strategy no` or `--save_strategy no` turns a preset's selection
+    off (the run then reports its last epoch)."""
+    if args.early_stopping_patience is None and not training_args.load_best_model_at_end:
+        return {}
+    if args.early_stopping_patience is not None and args.early_stopping_patience < 1:
+        raise ValueError(f"--early_stopping_patience {args.early_stopping_patience}: pass at least 1 evaluation.")
+    switched_off = [f"{flag} no" for flag, value in (("--eval_strategy", training_args.eval_strategy),
+                                                      ("--save_strategy", training_args.save_strategy))
+                    if flag in user_flags and value == "no"]
+    if switched_off:
+        if {"--early_stopping_patience", "--load_best_model_at_end"} & set(user_flags):
+            raise ValueError(f"--early_stopping_patience/--load_best_model_at_end keep the best checkpoint on the "
+                             f"development set, which {' and '.join(switched_off)} rules out: drop one or the other.")
+        logger.warning("%s: no checkpoint selection; each run reports its last epoch (--preset %s would keep the best).",
+                       " and ".join(switched_off), args.preset)
+        return {}
+    given = set(user_flags + list(preset_flags)).__contains__
+    selection = {"load_best_model_at_end": True}
+    # Evaluation and saving must match: either one the user set decides both, else once per epoch.
+    if given("--eval_strategy"):
+        strategy, steps = training_args.eval_strategy, training_args.eval_steps
+    elif given("--save_strategy"):
+        strategy, steps = training_args.save_strategy, training_args.save_steps
+    else:
+        strategy, steps = "epoch", None
+    if not given("--eval_strategy"):
+        selection.update(eval_strategy=strategy, eval_steps=steps)
+    if not given("--save_strategy"):
+        selection.update(save_strategy=strategy, save_steps=steps or training_args.save_steps)
+        if not given("--save_total_limit"):
+            selection["save_total_limit"] = 1  # the best checkpoint is always kept as well
+    if not given("--metric_for_best_model"):
+        selection.update(metric_for_best_model="score", greater_is_better=True)
+    return selection
+
+
+def l2_adam(training_args: TrainingArguments) -> tuple:
+    """torch.optim.Adam, whose `weight_decay` (Trainer sets it per parameter group from --weight_decay, biases and
+    LayerNorm exempt) adds `weight_decay x w` to the gradient before Adam's normalisation: L2 through Adam."""
+    import torch
+
+    return torch.optim.Adam, {"lr": training_args.learning_rate, "eps": training_args.adam_epsilon,
+                              "betas": (training_args.adam_beta1, training_args.adam_beta2)}
 
 
 def split_metric(key: str, split: str) -> str:
@@ -263,8 +359,8 @@ def markdown_table(results: dict) -> str:
 def main(argv=None) -> dict:
     args, training_args, user_flags = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    from glue.tasks import CUSTOM, TASKS
-    from training.loading import check_model_path
+    from encoder_zoo.glue.tasks import CUSTOM, TASKS
+    from encoder_zoo.training.run import check_model_path, hold_run_folder, release
 
     check_model_path(args.model_name_or_path)
     for name in args.task_name:
@@ -274,6 +370,7 @@ def main(argv=None) -> dict:
         raise ValueError("--train_file/--validation_file go with a single --task_name.")
     if args.train_file and args.task_name == ["rotten_tomatoes"] and "--task_name" not in user_flags:
         args.task_name = [CUSTOM]
+    hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
 
     results = {"model": args.model_name_or_path, "tasks": {}}
     for name in args.task_name:
@@ -291,13 +388,14 @@ def main(argv=None) -> dict:
                            "so its scores are not the task's.")
         elif args.add_to_model_card:
             write_model_index(results, output, args.model_card_dir, args.train_file)
+    release(output)
     return results
 
 
 def dataset_identity(task: str, train_file: str | None = None) -> dict[str, str | None]:
     """The model-index's dataset fields. GLUE tasks name the Hub dataset; embedded and local data get an id of their
     own that cannot be mistaken for a Hub id, because huggingface_hub groups (and replaces) results by dataset type."""
-    from glue.tasks import GLUE_TASKS
+    from encoder_zoo.glue.tasks import GLUE_TASKS
 
     if task in GLUE_TASKS:
         return dict(dataset_type="nyu-mll/glue", dataset_name=f"GLUE {task.upper()}", dataset_config=task)
@@ -313,7 +411,7 @@ def percent(metrics: dict[str, float]) -> dict[str, float]:
 
 def write_model_index(results: dict, output: Path, extra_card_dir: str | None, train_file: str | None = None) -> None:
     """Each seed's card gets that seed's scores; --model_card_dir gets the median over the seeds. Percentages."""
-    from hub_cards import add_eval_results
+    from encoder_zoo.hub_cards import add_eval_results
 
     for task, result in results["tasks"].items():
         kwargs = dict(task_type="text-classification", task_name=task, **dataset_identity(task, train_file),
@@ -326,8 +424,13 @@ def write_model_index(results: dict, output: Path, extra_card_dir: str | None, t
 
 
 def cli() -> None:
+    from encoder_zoo.training.run import TrainingDiverged
+
     try:
         main()
+    except TrainingDiverged as error:
+        print(f"run_glue.py: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
     except (ValueError, OSError) as error:
         print(f"run_glue.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import datasets
 
-from training.resources import resource_path
+from encoder_zoo.training.run import resource_path
 
 GLUE_HUB_ID = "nyu-mll/glue"
 

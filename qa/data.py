@@ -16,7 +16,7 @@ from pathlib import Path
 import datasets
 from datasets.utils import tqdm  # honours datasets.disable_progress_bars()
 
-from training.data import EMBEDDED_CORPUS, load_corpus, split_sentences
+from encoder_zoo.training.run import EMBEDDED_CORPUS, load_corpus, split_sentences
 
 HUB_DATASETS = {"squad": ("rajpurkar/squad", None), "squad_v2": ("rajpurkar/squad_v2", None), "mrqa": ("mrqa-workshop/mrqa", None)}
 EMBEDDED = ("wiki_cloze", "wiki_cloze_v2")
@@ -32,19 +32,33 @@ class MalformedRecordError(ValueError):
     """A QA record whose fields are missing or whose answer is not at its offset."""
 
 
-def validate(records: datasets.Dataset, on_malformed: str = "error") -> tuple[datasets.Dataset, int]:
-    """Check every record: required fields present, each answer text found at its `answer_start` in the context.
-    `on_malformed="error"` raises naming the record; `"skip"` drops it and returns how many were dropped."""
+def duplicate_id(question_id, seen: dict) -> str | None:
+    """The problem with a record whose id an earlier record has (`seen`: id -> row): predictions and scores are keyed
+    by question id, so a repeated id would silently merge two questions."""
+    if question_id in seen:
+        return f"its id is already that of row {seen[question_id]} (question ids must be unique: predictions are keyed by them)"
+    return None
+
+
+def validate(records: datasets.Dataset, on_malformed: str = "error", source: str | None = None) -> tuple[datasets.Dataset, int]:
+    """Check every record: required fields present, a question id no other record has, each answer text found at
+    its `answer_start` in the context. `on_malformed="error"` raises naming the record (and `source`, the file or
+    split it comes from); `"skip"` drops it (a repeated id: every record after the first) and returns how many were
+    dropped."""
     required = {"id", "question", "context", "answers"}
     missing = required - set(records.column_names)
     if missing:
         raise MalformedRecordError(f"QA data lacks the fields {sorted(missing)}; it has {records.column_names}.")
     bad = []
+    seen_ids: dict = {}
     for index, record in enumerate(records):
         problem = None
         answers = record["answers"] or {}
         texts, starts = answers.get("text") or [], answers.get("answer_start") or []
-        if not record["question"] or not record["context"]:
+        repeated = duplicate_id(record["id"], seen_ids)
+        if repeated:
+            problem = repeated
+        elif not record["question"] or not record["context"]:
             problem = "empty question or context"
         elif len(texts) != len(starts):
             problem = f"{len(texts)} answer texts but {len(starts)} offsets"
@@ -55,8 +69,11 @@ def validate(records: datasets.Dataset, on_malformed: str = "error") -> tuple[da
                     break
         if problem:
             if on_malformed == "error":
-                raise MalformedRecordError(f"Record {record['id']!r} (row {index}): {problem}. Fix it, or pass --on_malformed skip.")
+                where = f"{source}: record" if source else "Record"
+                raise MalformedRecordError(f"{where} {record['id']!r} (row {index}): {problem}. Fix it, or pass --on_malformed skip.")
             bad.append(index)
+        else:
+            seen_ids[record["id"]] = index
     if bad:
         records = records.select([i for i in range(len(records)) if i not in set(bad)])
     return records, len(bad)

@@ -22,7 +22,7 @@ from pathlib import Path
 import datasets
 from tqdm.auto import tqdm
 
-from training.data import split_sentences
+from encoder_zoo.training.run import split_sentences
 
 EMBEDDED_OPEN = ("wiki_open",)
 HUB_OPEN = {"search_qa": ("kyunghyuncho/search_qa", "train_test_val")}
@@ -107,7 +107,7 @@ def load_open_qa(dataset: str | None, train_file: str | None = None, validation_
         return datasets.DatasetDict({split: load_open_file(path) for split, path in
                                      (("train", train_file), ("validation", validation_file)) if path})
     if dataset in EMBEDDED_OPEN:
-        from qa.data import build_wiki_cloze
+        from encoder_zoo.qa.data import build_wiki_cloze
 
         return build_wiki_open(build_wiki_cloze(articles=wiki_articles, cache_dir=cache_dir), num_passages=num_passages)
     if dataset not in HUB_OPEN:
@@ -125,6 +125,19 @@ def load_open_qa(dataset: str | None, train_file: str | None = None, validation_
     return datasets.DatasetDict({split: raw[split].map(convert, with_indices=True, remove_columns=raw[split].column_names,
                                                        desc=f"Converting {dataset} {split}")
                                  for split in ("train", "validation") if split in raw})
+
+
+def check_unique_ids(questions: datasets.Dataset, source: str) -> None:
+    """Refuse a repeated question id as `run_qa.py` does (`qa.data.validate`): the selector's and the reader's
+    scores are combined per question id, so two questions with one id would silently merge."""
+    from encoder_zoo.qa.data import MalformedRecordError, duplicate_id
+
+    seen: dict = {}
+    for index, question_id in enumerate(questions["id"]):
+        problem = duplicate_id(question_id, seen)
+        if problem:
+            raise MalformedRecordError(f"{source}: record {question_id!r} (row {index}): {problem}. Fix it.")
+        seen[question_id] = index
 
 
 def passage_pairs(questions: datasets.Dataset) -> datasets.Dataset:

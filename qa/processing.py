@@ -16,7 +16,7 @@ def truncate_questions(questions, tokenizer, max_question_length: int) -> list[s
 
 def encode_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int,
                    extra_inputs=None):
-    """`extra_inputs`: inputs a model needs beyond the tokenizer's (training/task_inputs.py), added per window."""
+    """`extra_inputs`: inputs a model needs beyond the tokenizer's (training/run/task_inputs.py), added per window."""
     pad_right = tokenizer.padding_side == "right"
     questions = truncate_questions(examples["question"], tokenizer, max_question_length)
     texts = (questions, examples["context"]) if pad_right else (examples["context"], questions)

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
+
 logger = logging.getLogger("run_open_qa")
 METRIC_MODULE = str(Path(__file__).resolve().parent / "metrics" / "squad_zoo")
 # The paper's open-domain QA recipe (Section 5.2.2): lr 1e-5, 2 epochs, 6% linear warmup then linear decay, windows of
@@ -64,6 +66,7 @@ class OpenQAArguments:
     trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where the wiki_cloze set behind wiki_open is cached."})
     add_to_model_card: bool = field(default=False, metadata={"help": "Write EM/F1 into the reader's model card."})
+    max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
 
 
 def window_has_answer(features, cls_token_id: int) -> list[bool]:
@@ -105,13 +108,26 @@ def combine(pairs, selector_scores: dict[str, float], nbest: dict[str, list], no
 def main(argv=None) -> dict:
     import evaluate
     import numpy as np
-    from transformers import (AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
-                              AutoTokenizer, DataCollatorWithPadding, Trainer, set_seed)
+    from transformers import (
+        AutoConfig,
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        set_seed,
+    )
 
-    from qa.open_data import load_open_qa, passage_pairs
-    from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from training.loading import check_model_path, load_pretrained, pin_memory_only_with_an_accelerator
-    from training.task_inputs import extra_inputs_for
+    from encoder_zoo.qa.open_data import check_unique_ids, load_open_qa, passage_pairs
+    from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
+    from encoder_zoo.training.run import (
+        FineTuningTrainer,
+        check_model_path,
+        extra_inputs_for,
+        hold_run_folder,
+        load_pretrained,
+        pin_memory_only_with_an_accelerator,
+        release,
+    )
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((OpenQAArguments, TrainingArguments), description=__doc__,
@@ -123,9 +139,13 @@ def main(argv=None) -> dict:
     if args.doc_stride >= room:
         raise ValueError(f"--doc_stride {args.doc_stride} leaves no new passage text per window: it must be below "
                          f"--max_seq_length - --max_question_length - 3 = {room}.")
+    hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
     raw = load_open_qa(None if (args.train_file or args.validation_file) else args.dataset, args.train_file,
                        args.validation_file, cache_dir=args.cache_dir, num_passages=args.num_passages,
                        wiki_articles=args.wiki_articles)
+    for split, questions in raw.items():
+        check_unique_ids(questions, {"train": args.train_file, "validation": args.validation_file}.get(split)
+                         or f"{args.dataset} {split}")
     for split, limit in (("train", args.max_train_questions), ("validation", args.max_eval_questions)):
         if limit and split in raw:
             raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
@@ -168,16 +188,18 @@ def main(argv=None) -> dict:
             set_seed(training_args.seed)  # the new classification head: the same for the same --seed
             selector = load_pretrained(AutoModelForSequenceClassification, args.model_name_or_path, num_labels=2,
                                        ignore_mismatched_sizes=True, trust_remote_code=remote)
-            trainer = Trainer(model=selector, args=run_args("selector"), train_dataset=selector_features,
-                              processing_class=tokenizer, data_collator=collator)
+            trainer = FineTuningTrainer(model=selector, args=run_args("selector"), train_dataset=selector_features,
+                                        processing_class=tokenizer, data_collator=collator,
+                                        max_nonfinite_steps=args.max_nonfinite_steps)
             results["selector_train"] = trainer.train().metrics
             trainer.save_model()
             selector_path = str(output / "selector")
         if reader_path is None:
             set_seed(training_args.seed)  # the new QA head: the same for the same --seed
             reader = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=remote)
-            trainer = Trainer(model=reader, args=run_args("reader"), train_dataset=reader_features,
-                              processing_class=tokenizer, data_collator=collator)
+            trainer = FineTuningTrainer(model=reader, args=run_args("reader"), train_dataset=reader_features,
+                                        processing_class=tokenizer, data_collator=collator,
+                                        max_nonfinite_steps=args.max_nonfinite_steps)
             results["reader_train"] = trainer.train().metrics
             trainer.save_model()
             reader_path = str(output / "reader")
@@ -191,8 +213,8 @@ def main(argv=None) -> dict:
                                       remove_columns=validation.column_names, desc="Validation windows")
         model_inputs = features.remove_columns(["example_id", "offset_mapping"])
         selector = load_pretrained(AutoModelForSequenceClassification, selector_path, "--selector_model", trust_remote_code=remote)
-        logits = Trainer(model=selector, args=run_args("selector"), processing_class=tokenizer,
-                         data_collator=collator).predict(model_inputs).predictions
+        logits = FineTuningTrainer(model=selector, args=run_args("selector"), processing_class=tokenizer,
+                                   data_collator=collator).predict(model_inputs).predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
         probabilities = np.exp(logits - logits.max(-1, keepdims=True))
         probabilities = probabilities[:, 1] / probabilities.sum(-1)
@@ -200,8 +222,8 @@ def main(argv=None) -> dict:
         for pair_id, probability in zip(features["example_id"], probabilities.tolist()):
             selector_scores[pair_id] = max(selector_scores[pair_id], probability)  # a passage's best window
         reader = load_pretrained(AutoModelForQuestionAnswering, reader_path, "--reader_model", trust_remote_code=remote)
-        start_logits, end_logits = Trainer(model=reader, args=run_args("reader"), processing_class=tokenizer,
-                                           data_collator=collator).predict(model_inputs).predictions[:2]
+        start_logits, end_logits = FineTuningTrainer(model=reader, args=run_args("reader"), processing_class=tokenizer,
+                                                     data_collator=collator).predict(model_inputs).predictions[:2]
         _, nbest, _ = postprocess_predictions(validation, features, start_logits, end_logits, args.n_best_size,
                                               args.max_answer_length)
         metric = evaluate.load(METRIC_MODULE, "v1")
@@ -224,9 +246,8 @@ def main(argv=None) -> dict:
         (output / "open_qa_results.json").write_text(json.dumps(results, indent=2, default=str))
         logger.info("Open-domain QA results: %s", results.get("eval"))
         if args.add_to_model_card and "eval" in results and reader_path:
-            from hub_cards import add_eval_results
-
-            from qa.open_data import HUB_OPEN
+            from encoder_zoo.hub_cards import add_eval_results
+            from encoder_zoo.qa.open_data import HUB_OPEN
 
             local = args.validation_file or args.train_file
             if local:  # ids of their own (huggingface_hub groups results by dataset type), no local path
@@ -239,12 +260,18 @@ def main(argv=None) -> dict:
             add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA", **identity,
                              dataset_split="validation", seeds=[training_args.seed],
                              metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
+    release(output)
     return results
 
 
 def cli() -> None:
+    from encoder_zoo.training.run import TrainingDiverged
+
     try:
         main()
+    except TrainingDiverged as error:
+        print(f"run_open_qa.py: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
     except (ValueError, OSError) as error:
         print(f"run_open_qa.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments
 
+from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
+
 logger = logging.getLogger("run_qa")
 METRIC_MODULE = str(Path(__file__).resolve().parent / "metrics" / "squad_zoo")
 # v2: a question is answered null when its null odds (null score - best span score) exceed this; the metric's
@@ -53,16 +55,24 @@ class QAArguments:
     add_to_model_card: bool = field(default=False, metadata={"help": "Write the results (percent) into "
                                     "OUTPUT_DIR's model card; runs cut down with --max_train_samples/--max_eval_samples are left out."})
     model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results."})
+    max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
 
 
 def main(argv=None) -> dict:
     import evaluate
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding, Trainer, set_seed
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding, set_seed
 
-    from qa.data import EMBEDDED, load_qa, validate
-    from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from training.loading import check_model_path, load_pretrained, pin_memory_only_with_an_accelerator
-    from training.task_inputs import extra_inputs_for
+    from encoder_zoo.qa.data import EMBEDDED, load_qa, validate
+    from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
+    from encoder_zoo.training.run import (
+        FineTuningTrainer,
+        check_model_path,
+        extra_inputs_for,
+        hold_run_folder,
+        load_pretrained,
+        pin_memory_only_with_an_accelerator,
+        release,
+    )
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser((QAArguments, TrainingArguments), description=__doc__,
@@ -77,12 +87,14 @@ def main(argv=None) -> dict:
     if args.doc_stride >= room:
         raise ValueError(f"--doc_stride {args.doc_stride} leaves no new context per window: it must be below "
                          f"--max_seq_length - --max_question_length - 3 = {room}.")
+    hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
 
     raw = load_qa(None if (args.train_file or args.validation_file) else args.dataset, args.train_file,
                   args.validation_file, cache_dir=args.cache_dir)
     skipped = {}
     for split in list(raw):
-        raw[split], skipped[split] = validate(raw[split], args.on_malformed)
+        source = {"train": args.train_file, "validation": args.validation_file}.get(split) or f"{args.dataset} {split}"
+        raw[split], skipped[split] = validate(raw[split], args.on_malformed, source)
         if skipped[split]:
             logger.warning("Skipped %d malformed %s records.", skipped[split], split)
     if args.max_train_samples and "train" in raw:
@@ -110,8 +122,9 @@ def main(argv=None) -> dict:
             lambda b: prepare_validation_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs),
             batched=True, remove_columns=raw["validation"].column_names, desc="Validation windows") if "validation" in raw else None
 
-    trainer = Trainer(model=model, args=training_args, train_dataset=train_features, processing_class=tokenizer,
-                      data_collator=DataCollatorWithPadding(tokenizer))
+    trainer = FineTuningTrainer(model=model, args=training_args, train_dataset=train_features,
+                                processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+                                max_nonfinite_steps=args.max_nonfinite_steps)
     results = {"model": args.model_name_or_path, "dataset": args.train_file or args.dataset, "version_2": version_2,
                "skipped_malformed": skipped}
     if train_features is not None and (training_args.num_train_epochs > 0 or training_args.max_steps > 0):
@@ -145,8 +158,8 @@ def main(argv=None) -> dict:
             logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
                            "so its scores are not the dataset's.")
         elif args.add_to_model_card and "eval" in results:
-            from hub_cards import add_eval_results
-            from qa.data import HUB_DATASETS
+            from encoder_zoo.hub_cards import add_eval_results
+            from encoder_zoo.qa.data import HUB_DATASETS
 
             keys = ("exact", "f1", "best_exact", "best_f1") if version_2 else ("exact_match", "f1")
             local = args.validation_file or args.train_file
@@ -161,14 +174,19 @@ def main(argv=None) -> dict:
                           metrics={k: results["eval"][k] for k in keys}, seeds=[training_args.seed])
             for folder in filter(None, (output, args.model_card_dir)):
                 add_eval_results(folder, **kwargs)
+    release(output)
     return results
 
 
 def cli() -> None:
-    from qa.data import MalformedRecordError
+    from encoder_zoo.qa.data import MalformedRecordError
+    from encoder_zoo.training.run import TrainingDiverged
 
     try:
         main()
+    except TrainingDiverged as error:
+        print(f"run_qa.py: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
     except (ValueError, OSError, MalformedRecordError) as error:
         print(f"run_qa.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

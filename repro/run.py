@@ -25,14 +25,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from repro.budgets import BUDGETS, Budget
-from repro.experiments import EXPERIMENTS, GLUE_TASKS, METRICS, QA_TASKS, Arm, Experiment
+from encoder_zoo.repro.budgets import BUDGETS, Budget
+from encoder_zoo.repro.experiments import EXPERIMENTS, GLUE_TASKS, METRICS, QA_TASKS, Arm, Experiment
 
 REPO = Path(__file__).resolve().parent.parent
 PRETRAIN = REPO / "training" / "pretrain.py"
 RUN_GLUE = REPO / "glue" / "run_glue.py"
 RUN_QA = REPO / "qa" / "run_qa.py"
 INIT = {"hire": REPO / "glue" / "init_hire.py", "bertac": REPO / "glue" / "init_bertac.py"}
+# Each cache entry (a job's folder) is locked while a sweep checks or runs it: two sweeps sharing a cache never run one
+# job twice, and never read or set aside the half-written outputs of a job the other is running.
+ENTRY_LOCK = ".repro-entry.lock"
 
 
 def digest(payload) -> str:
@@ -51,6 +54,33 @@ def dataset_fingerprint(dataset: str | None):
                       for p in files]]
 
 
+def cached_output(path: Path, folder: Path) -> bool:
+    """Whether a job's output is in the cache. A JSON output that does not parse (a sweep killed while writing it, a
+    damaged disk) is named, moved aside (the file, or the folder under the job's folder that holds it, renamed to
+    `NAME.corrupt-TIME`; nothing is deleted) and reported missing, so its job runs again."""
+    if not path.exists():
+        return False
+    if path.suffix != ".json":
+        return True
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+        return True
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        entry = folder / path.relative_to(folder).parts[0]
+        aside = entry.with_name(f"{entry.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        entry.rename(aside)
+        print(f"repro cache: {path} is not valid JSON ({error}); moved it aside to {aside} and running its job again.",
+              file=sys.stderr)
+        return False
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a staged file renamed into place): a reader never sees half of it."""
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(text, encoding="utf-8")
+    os.replace(staged, path)
+
+
 @dataclass
 class Job:
     """One subprocess of the sweep. `done` tells whether its outputs are already cached."""
@@ -66,7 +96,8 @@ class Job:
     status: str = "pending"
 
     def done(self) -> bool:
-        return all(p.exists() for p in self.outputs)
+        cached = [cached_output(p, self.folder) for p in self.outputs]  # every output checked (and set aside if corrupted)
+        return all(cached)
 
     @property
     def log(self) -> Path:
@@ -142,7 +173,7 @@ class Sweep:
             elif arm.pretrain:
                 needs_task = needs
             else:
-                from training.resources import minilm_path
+                from encoder_zoo.training.run import minilm_path
 
                 needs_task, model = needs, minilm_path()
             self.finetune_jobs(arm, task, model, needs_task, pretrain_seed)
@@ -201,7 +232,9 @@ class Sweep:
     def run(self, log_path: Path) -> None:
         from tqdm.auto import tqdm
 
-        cached = [job for job in self.jobs if job.done()]
+        from encoder_zoo.training.run import release, wait_and_hold
+
+        cached = [job for job in self.jobs if self.cached_now(job)]
         for job in cached:
             job.status = "cached"
         bar = tqdm(total=len(self.jobs), initial=len(cached), desc=f"{self.experiment.name}/{self.budget.name}",
@@ -216,7 +249,16 @@ class Sweep:
                 continue
             bar.set_postfix_str(job.name)
             start = time.time()
-            job.status = self.execute(job)
+            wait_and_hold(job.folder, ENTRY_LOCK, lambda holder, job=job: tqdm.write(
+                f"Waiting for {job.name}: another sweep is running it ({holder}); its result will be reused."))
+            try:
+                if job.done():  # another sweep ran it meanwhile
+                    job.status = "cached"
+                    bar.update(1)
+                    continue
+                job.status = self.execute(job)
+            finally:
+                release(job.folder, ENTRY_LOCK)
             with open(log_path, "a") as handle:
                 handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "kind": job.kind, "arm": job.arm,
                                          "job": job.name, "folder": str(job.folder), "status": job.status,
@@ -225,6 +267,18 @@ class Sweep:
                 tqdm.write(f"FAILED: {job.name} (log: {job.log})")
             bar.update(1)
         bar.close()
+
+    @staticmethod
+    def cached_now(job: Job) -> bool:
+        """Whether `job`'s outputs are cached; False while another sweep holds its entry (it is waited for later)."""
+        from encoder_zoo.training.run import release, try_hold
+
+        if not try_hold(job.folder, ENTRY_LOCK):
+            return False
+        try:
+            return job.done()
+        finally:
+            release(job.folder, ENTRY_LOCK)
 
     def execute(self, job: Job) -> str:
         job.folder.mkdir(parents=True, exist_ok=True)
@@ -250,10 +304,10 @@ class Sweep:
         if (run / "glue_results.json").exists():
             result = json.loads((run / "glue_results.json").read_text())
             for entry in next(iter(result["tasks"].values()))["runs"]:
-                (job.folder / f"seed-{entry['seed']}.json").write_text(json.dumps(entry["metrics"], indent=1))
+                write_whole(job.folder / f"seed-{entry['seed']}.json", json.dumps(entry["metrics"], indent=1))
         elif (run / "qa_results.json").exists():
             metrics = json.loads((run / "qa_results.json").read_text())["eval"]
-            (job.folder / f"seed-{job.seeds[0]}.json").write_text(json.dumps(metrics, indent=1))
+            write_whole(job.folder / f"seed-{job.seeds[0]}.json", json.dumps(metrics, indent=1))
 
     # --------------------------------------------------------------------------------------------------- results
     def values(self, arm: str, task: str) -> dict:
@@ -263,7 +317,13 @@ class Sweep:
             if key[0] != arm or key[1] != task or not path.exists():
                 continue
             if task == "heldout_mlm":
-                history = json.loads(path.read_text())["log_history"]
+                try:
+                    history = json.loads(path.read_text(encoding="utf-8"))["log_history"]
+                except (UnicodeDecodeError, json.JSONDecodeError, KeyError) as error:
+                    # Written by the pretraining itself: recomputing it means pretraining again, so it is left as is.
+                    print(f"repro cache: {path} is not a valid trainer state ({error!r}); its held-out loss is left "
+                          f"out. Move {job.folder} aside to pretrain again.", file=sys.stderr)
+                    continue
                 evals = [e[metric.key] for e in history if metric.key in e]
                 if evals:
                     out[f"pretrain-{key[2]}"] = float(evals[-1])
@@ -301,7 +361,7 @@ def chance_level(task: str, budget: Budget) -> float | None:
     no such level is defined (QA F1)."""
     if task not in GLUE_TASKS:
         return None
-    from glue.tasks import first_samples, get_task, load_task, majority_class_accuracy
+    from encoder_zoo.glue.tasks import first_samples, get_task, load_task, majority_class_accuracy
 
     spec = get_task(task)
     if spec.is_regression:
@@ -314,7 +374,7 @@ def chance_level(task: str, budget: Budget) -> float | None:
 
 
 def analyse(sweep: Sweep, seed: int) -> dict:
-    from repro.stats import above_chance, median_ci, paired_difference_ci, verdict
+    from encoder_zoo.repro.stats import above_chance, median_ci, paired_difference_ci, verdict
 
     experiment = sweep.experiment
     chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}

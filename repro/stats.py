@@ -1,19 +1,78 @@
-"""Seeded percentile-bootstrap statistics and the verdict on a paper's claim (numpy only)."""
+"""Statistics for the reproduction harness: descriptive intervals, and the verdict on a paper's claim (numpy, scipy).
+
+The verdict (`decide`, `decide_family`)
+---------------------------------------
+*Unit of replication.* A claim compares two training procedures, so the independent replicate is one independently
+trained model: a pretraining seed, or, for a fusion over a fixed backbone, an initialisation seed. Fine-tuning seeds
+of one model measure that model more precisely but are not new models: they are averaged to one unit mean and never
+counted as units. Counting them (the old `paired_difference_ci` + `verdict`) treats one lucky pretraining run as
+several, and says "reproduced" for two equal arms 14-35% of the time at the budgets' sizes.
+
+*Test.* A one-sided t-test on unit means: paired by unit seed when the arms share at least 2 unit seeds (the
+difference of each pair's unit means; unshared units are dropped and counted in `dropped_units`), otherwise Welch's
+unequal-variance t-test on all unit means. A unit mean is a model's random offset plus the average of its
+fine-tuning noise; when both are normal the paired test's error rate is exactly `alpha`, and Welch's is at most
+`alpha` (simulated with equal arms: 3.2%, 3.9%, 4.4% at 2, 3, 5 units per arm; `tests/test_repro_stats.py` bounds
+both). Welch stays valid (conservative) if units sharing a seed are positively correlated. Why not something
+distribution-free: an exact sign-flip permutation test on n pairs has smallest one-sided p 2^-n, so with the 2-4
+units the budgets afford it can never reach 5% (1/4, 1/8, 1/16), nor can a two-sample permutation test with 2 + 2
+units (1/6); and a bootstrap of 2-5 units underestimates the spread (variance times (n-1)/n, normal instead of t
+quantiles) and is anti-conservative. With 2 units the t-test has 1 degree of freedom and little power: `mdd` reports
+how large a difference that size could find.
+
+*Directions.* Everything is computed on the better-direction difference (arm - baseline, sign-flipped when lower is
+better); `estimate`, `low`, `high` are reported as arm - baseline in the metric's units.
+- "better" (the paper says the arm beats the baseline): REPRODUCED when the one-sided p in the claimed direction is
+  below `alpha`, OPPOSITE when the one-sided p in the other direction is, else NOT_REPRODUCED.
+- "not_better" (the paper says the arm is no better): a non-inferiority-style test needing a `margin` > 0, the
+  smallest improvement (in the metric's units, toward its better side) that would count as "better", stated by the
+  experiment with its source in the paper. REPRODUCED when the one-sided (1 - alpha) upper bound of the
+  better-direction difference lies below +margin, i.e. the data show the arm is not better by the margin or more.
+  OPPOSITE when the arm is shown better than the baseline (one-sided p < alpha beyond 0); that takes precedence, so
+  a significant improvement is never called "no better" even when it is smaller than the margin. Without a margin a
+  "no better" claim cannot be reproduced (an absent difference is not evidence of no difference): NOT_REPRODUCED with
+  a `reason`.
+- Fewer than 2 units in either arm (after pairing): INSUFFICIENT, never REPRODUCED. `learned=False` (neither arm above
+  chance, see `above_chance`): NO_SIGNAL, since two models that learned nothing differ by noise.
+`low`/`high` are the two-sided (1 - 2 alpha) interval, whose ends are the one-sided (1 - alpha) bounds the verdict uses:
+"better" is reproduced exactly when the interval excludes 0 on the better side, "not_better" needs it wholly below
++margin (on the better side).
+
+*Several claims.* One experiment (one paper) makes several claims, each scored on several tasks; every (claim, task)
+verdict of one experiment's report is one family. `decide_family` runs `decide` on each and replaces the p-values by
+Holm-adjusted ones (`holm`) before the verdicts: reproduction p-values form one family (controls the chance of any
+false REPRODUCED at `alpha`, whatever the dependence between claims sharing a baseline arm), the opposite-direction
+p-values another (any false OPPOSITE). Claims that cannot be tested (INSUFFICIENT, no margin) have no p-value and are
+left out of the family; NO_SIGNAL claims stay in it (conservative). After adjustment, `low`/`high` are the unadjusted
+interval and no longer match the verdict exactly. The held-out MLM loss carries no claim and is no member.
+
+*Minimum detectable difference.* `minimum_detectable_difference` gives, for a unit count and a unit-level SD, the
+true difference a one-sided t-test at `alpha` finds with probability `power` (80%), from the noncentral t
+distribution; `decide` reports it (`mdd`) with the observed unit-level SD so a NOT_REPRODUCED reads as "no
+difference of at least `mdd` at this scale", not as evidence against the paper.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from functools import cache
+
 import numpy as np
+from scipy import optimize, stats
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced at this scale"
 OPPOSITE = "opposite"
-NO_VERDICT = "no verdict (fewer than 2 paired runs)"
+INSUFFICIENT = "insufficient (fewer than 2 units per arm)"
+NO_VERDICT = "no verdict (fewer than 2 paired runs)"  # the old rule's; `decide` says INSUFFICIENT
 NO_SIGNAL = "no signal at this scale (neither arm above chance)"
 RESAMPLES = 10_000
+DIRECTIONS = ("better", "not_better")
 
 
 def median_ci(values, seed: int = 0, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Median and its percentile-bootstrap interval."""
+    """Median and its percentile-bootstrap interval (descriptive: one arm's spread, not a test)."""
     values = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
     medians = np.median(values[rng.integers(0, len(values), (RESAMPLES, len(values)))], axis=1)
@@ -21,9 +80,194 @@ def median_ci(values, seed: int = 0, confidence: float = 0.95) -> tuple[float, f
     return float(np.median(values)), float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
 
 
+def above_chance(low: float, high: float, chance: float | None, higher_is_better: bool = True) -> bool | None:
+    """Whether an arm's interval (of its median) lies wholly on the better side of `chance`, the score of a model
+    that learned nothing; None when the task has no such level."""
+    if chance is None:
+        return None
+    return low > chance if higher_is_better else high < chance
+
+
+# ------------------------------------------------------------------------------------------------------- verdict
+def runs_by_unit(runs: dict[str, float]) -> dict[tuple, float]:
+    """The harness's run keys ("pretrain-<seed>/finetune-<seed>", or "pretrain-<seed>" for a pretraining metric) as
+    the (unit_seed, finetune_seed) keys `decide` takes; a seed "None" (nothing pretrained) becomes None."""
+    def seed(text):
+        return None if text == "None" else int(text) if re.fullmatch(r"-?\d+", text) else text
+
+    out = {}
+    for key, value in runs.items():
+        match = re.fullmatch(r"pretrain-([^/]+)(?:/finetune-(.+))?", key)
+        if match is None:
+            raise ValueError(f"run key {key!r} is not 'pretrain-<seed>[/finetune-<seed>]'")
+        out[(seed(match[1]), None if match[2] is None else seed(match[2]))] = float(value)
+    return out
+
+
+def unit_means(runs: dict[tuple, float]) -> dict:
+    """unit_seed -> mean over that unit's fine-tuning seeds (insertion order of first appearance)."""
+    grouped: dict = {}
+    for key, value in runs.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise TypeError(f"run key {key!r} is not (unit_seed, finetune_seed); see runs_by_unit")
+        grouped.setdefault(key[0], []).append(float(value))
+    return {unit: float(np.mean(values)) for unit, values in grouped.items()}
+
+
+@cache
+def _mdd_factor(n_arm: int, n_baseline: int, alpha: float, power: float, paired: bool) -> float:
+    """MDD per unit of unit-level SD: solve the noncentral t power equation for the noncentrality, scale by the
+    standard error factor."""
+    df = n_arm - 1 if paired else n_arm + n_baseline - 2
+    se_factor = 1 / math.sqrt(n_arm) if paired else math.sqrt(1 / n_arm + 1 / n_baseline)
+    critical = stats.t.ppf(1 - alpha, df)
+    noncentrality = optimize.brentq(lambda nc: stats.nct.sf(critical, df, nc) - power, 0.0, 1e4, xtol=1e-10)
+    return noncentrality * se_factor
+
+
+def minimum_detectable_difference(n_units, unit_sd: float, alpha: float = 0.05, power: float = 0.8,
+                                  paired: bool = True) -> float:
+    """The true difference a one-sided t-test at `alpha` detects with probability `power`, from the noncentral t
+    distribution (exact for the paired test under normal units).
+
+    Paired: `n_units` pairs, `unit_sd` the SD of the paired differences of unit means. Unpaired: `n_units` per arm
+    (an int, or (arm, baseline)), `unit_sd` the SD of one arm's unit means (pooled); the power uses the pooled
+    t-test's n_a + n_b - 2 degrees of freedom, so for Welch (fewer df) the real power at this difference is a little
+    lower. Infinite below 2 units per arm."""
+    n_arm, n_baseline = (n_units, n_units) if np.isscalar(n_units) else n_units
+    if paired and n_arm != n_baseline:
+        raise ValueError(f"a paired design has as many units in each arm, not {n_arm} and {n_baseline}")
+    if min(n_arm, n_baseline) < 2:
+        return math.inf
+    return float(unit_sd) * _mdd_factor(int(n_arm), int(n_baseline), float(alpha), float(power), bool(paired))
+
+
+def _t_test(arm_units: dict, baseline_units: dict, sign: int) -> dict:
+    """The t statistic's pieces on the better-direction difference (sign * (arm - baseline))."""
+    shared = [unit for unit in arm_units if unit in baseline_units]
+    if len(shared) >= 2:
+        differences = sign * np.array([arm_units[u] - baseline_units[u] for u in shared])
+        n = len(differences)
+        sd = float(differences.std(ddof=1))
+        return {"paired": True, "test": "one-sided paired t-test on unit means (paired by unit seed)",
+                "n_arm": n, "n_baseline": n, "estimate": float(differences.mean()), "se": sd / math.sqrt(n),
+                "df": n - 1, "unit_sd": sd,
+                "dropped_units": {"arm": len(arm_units) - n, "baseline": len(baseline_units) - n}}
+    a, b = np.array(list(arm_units.values())), np.array(list(baseline_units.values()))
+    result = {"paired": False, "test": "one-sided Welch t-test on unit means (fewer than 2 shared unit seeds to pair)",
+              "n_arm": len(a), "n_baseline": len(b), "dropped_units": {"arm": 0, "baseline": 0},
+              "estimate": float(sign * (a.mean() - b.mean())) if len(a) and len(b) else None}
+    if min(len(a), len(b)) < 2:
+        return {**result, "se": None, "df": None, "unit_sd": None}
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    pooled = ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2)
+    # Welch-Satterthwaite degrees of freedom; with no spread at all the df do not matter (se is 0)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else len(a) + len(b) - 2
+    return {**result, "se": float(math.sqrt(va + vb)), "df": float(df), "unit_sd": float(math.sqrt(pooled))}
+
+
+def _tails(value: float, se: float, df: float) -> tuple[float, float]:
+    """(P(T >= value / se), P(T <= value / se)); with no spread at all (se 0) the sign decides, and 0/0 (no
+    difference) gives 1/2 each."""
+    if se > 0:
+        return float(stats.t.sf(value / se, df)), float(stats.t.cdf(value / se, df))
+    return (0.0, 1.0) if value > 0 else (1.0, 0.0) if value < 0 else (0.5, 0.5)
+
+
+def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
+    if min(result["units"]["arm"], result["units"]["baseline"]) < 2:
+        return INSUFFICIENT, (f"{result['units']['arm']} unit(s) in the arm and {result['units']['baseline']} in "
+                              "the baseline (fine-tuning seeds are not units)")
+    if not result["learned"]:
+        return NO_SIGNAL, "neither arm is above chance"
+    if result["p_opposite"] < alpha:
+        return OPPOSITE, None
+    if result["p_value"] is None:
+        return NOT_REPRODUCED, ("no margin stated for the 'no better' claim: an absent difference is not evidence "
+                                "of none")
+    return (REPRODUCED, None) if result["p_value"] < alpha else (NOT_REPRODUCED, None)
+
+
+def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = True, margin: float | None = None,
+           alpha: float = 0.05, learned: bool = True) -> dict:
+    """The verdict on one claim ("better" or "not_better", see the module docstring) from `arm` and `baseline`,
+    each {(unit_seed, finetune_seed): score} (`runs_by_unit` converts the harness's run keys).
+
+    Returns verdict, reason (None or why), estimate (mean arm - baseline in the metric's units), low, high (two-sided
+    1 - 2 alpha interval of it = the one-sided bounds), confidence, p_value (one-sided, of the claimed hypothesis:
+    "better": arm not better; "not_better": arm better by margin or more; None without a margin or units), p_opposite
+    (one-sided, arm worse for "better", arm better for "not_better"), test, paired, units {"arm", "baseline"} (units
+    used; pairs in both when paired), dropped_units, runs {"arm", "baseline"}, df, unit_sd (observed SD of the
+    paired differences, or pooled SD of unit means), mdd (minimum detectable difference at 80% power for these units
+    and that SD), direction, margin, higher_is_better, alpha, learned. Undefined numbers are None (JSON-safe)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
+    if margin is not None and not margin > 0:
+        raise ValueError(f"margin must be > 0 (in the metric's units, toward its better side), not {margin!r}")
+    sign = 1 if higher_is_better else -1
+    test = _t_test(unit_means(arm), unit_means(baseline), sign)
+    result = {"verdict": None, "reason": None, "estimate": None, "low": None, "high": None,
+              "confidence": 1 - 2 * alpha, "p_value": None, "p_opposite": None, "test": test["test"],
+              "paired": test["paired"], "units": {"arm": test["n_arm"], "baseline": test["n_baseline"]},
+              "dropped_units": test["dropped_units"], "runs": {"arm": len(arm), "baseline": len(baseline)},
+              "df": test["df"], "unit_sd": test["unit_sd"], "mdd": None, "direction": direction, "margin": margin,
+              "higher_is_better": higher_is_better, "alpha": alpha, "learned": learned}
+    if test["estimate"] is not None:
+        result["estimate"] = sign * test["estimate"]
+    if test["se"] is not None:
+        better, se, df = test["estimate"], test["se"], test["df"]
+        half_width = float(stats.t.ppf(1 - alpha, df)) * se
+        low, high = better - half_width, better + half_width  # better-direction, then back to arm - baseline
+        result["low"], result["high"] = (low, high) if sign > 0 else (-high, -low)
+        shown_better, shown_worse = _tails(better, se, df)
+        if direction == "better":
+            result["p_value"], result["p_opposite"] = shown_better, shown_worse
+        else:
+            result["p_opposite"] = shown_better
+            if margin is not None:  # H0: better by margin or more; rejected when the upper bound is below margin
+                result["p_value"] = _tails(better - margin, se, df)[1]
+        result["mdd"] = minimum_detectable_difference(
+            test["n_arm"] if test["paired"] else (test["n_arm"], test["n_baseline"]), test["unit_sd"], alpha,
+            paired=test["paired"])
+    result["verdict"], result["reason"] = _classify(result, alpha)
+    return result
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: the i-th smallest is multiplied by (m - i + 1), kept
+    monotone and capped at 1. Rejecting adjusted p < alpha controls the family-wise error at alpha under any
+    dependence."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, p[order] * (len(p) - np.arange(len(p))))
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted.tolist()
+
+
+def decide_family(claims: list[dict], alpha: float = 0.05) -> list[dict]:
+    """`decide` on each of a family's claims (dicts of `decide`'s keyword arguments but alpha: arm, baseline,
+    direction, and optionally higher_is_better, margin, learned), with Holm-adjusted p-values and the verdicts they
+    give. Each result keeps its unadjusted p-values as p_value_raw / p_opposite_raw and says family_size (the number
+    of claims with a p-value)."""
+    results = [decide(**claim, alpha=alpha) for claim in claims]
+    for key in ("p_value", "p_opposite"):
+        tested = [i for i, r in enumerate(results) if r[key] is not None]
+        for i, adjusted in zip(tested, holm([results[i][key] for i in tested])):
+            results[i][f"{key}_raw"], results[i][key] = results[i][key], adjusted
+        for r in results:
+            r.setdefault(f"{key}_raw", None)
+    family_size = sum(r["p_value"] is not None for r in results)
+    for r in results:
+        r["family_size"] = family_size
+        r["verdict"], r["reason"] = _classify(r, alpha)
+    return results
+
+
+# ---------------------------------------------------------------------------------- old rule (repro/run.py still)
 def paired_difference_ci(arm: dict, baseline: dict, seed: int = 0, confidence: float = 0.95) -> dict:
-    """Mean of paired differences arm - baseline (pairs: runs sharing a key, e.g. (pretraining seed, fine-tuning
-    seed)) and its percentile-bootstrap interval, resampling pairs."""
+    """Old rule, too lenient (counts fine-tuning seeds as independent pairs; use `decide`). Mean of paired
+    differences arm - baseline (pairs: runs sharing a key) and its percentile-bootstrap interval, resampling pairs."""
     keys = sorted(set(arm) & set(baseline))
     differences = np.array([arm[k] - baseline[k] for k in keys], dtype=float)
     if len(differences) == 0:
@@ -35,22 +279,12 @@ def paired_difference_ci(arm: dict, baseline: dict, seed: int = 0, confidence: f
             "high": float(np.percentile(means, 100 - tail))}
 
 
-def above_chance(low: float, high: float, chance: float | None, higher_is_better: bool = True) -> bool | None:
-    """Whether an arm's interval (of its median) lies wholly on the better side of `chance`, the score of a model
-    that learned nothing; None when the task has no such level."""
-    if chance is None:
-        return None
-    return low > chance if higher_is_better else high < chance
-
-
 def verdict(difference: dict, direction: str, higher_is_better: bool = True, learned: bool = True) -> str:
-    """direction "better": the paper says arm beats baseline; "not_better": the paper says arm is no better.
-
-    "better": reproduced when the interval of the difference excludes 0 on the better side, opposite when it excludes
-    0 on the worse side, otherwise not reproduced at this scale. "not_better": reproduced unless the interval shows
-    the arm better (then opposite). `learned=False` (neither arm above chance, see `above_chance`): no verdict,
-    since a difference between two models that learned nothing says nothing about the paper's claim."""
-    if direction not in ("better", "not_better"):
+    """Old rule, too lenient (see `paired_difference_ci`; use `decide`). direction "better": reproduced when the
+    interval of the difference excludes 0 on the better side, opposite when it excludes 0 on the worse side,
+    otherwise not reproduced at this scale. "not_better": reproduced unless the interval shows the arm better (then
+    opposite). `learned=False`: no signal."""
+    if direction not in DIRECTIONS:
         raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
     if difference["pairs"] < 2:
         return NO_VERDICT

@@ -9,7 +9,7 @@ import math
 import traceback
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, pipeline
+from transformers import AutoConfig, AutoModelForPreTraining, AutoTokenizer, pipeline
 
 import transformers
 
@@ -64,13 +64,35 @@ def _():
 
 @client("pretraining-head inference")
 def _():
-    model = load("AutoModelForPreTraining").eval()
+    """AutoModelForPreTraining without labels, as transformers' BertForPreTraining / ElectraForPreTraining answer:
+    every head whose inputs are given scores the text; no loss; the tuple form starts with the first logits."""
+    path = PRETRAINING_EXPORT  # noqa: F821 (prepended: BERTAC's is its part-1 CNN export)
+    model = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
+    inputs = batch
+    if FAMILY == "bertac":  # noqa: F821
+        words = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+        inputs = words(TEXTS, padding=True, return_tensors="pt")
     with torch.no_grad():
-        output = model(**batch)
-        assert output.rtd_logits.shape == batch["input_ids"].shape and output.loss is None
+        output = model(**inputs)
+        first = model(**inputs, return_dict=False)[0]
+    shape, vocab = tuple(inputs["input_ids"].shape), model.config.vocab_size
+    assert output.get("loss") is None
+    if FAMILY in ("teams", "electra"):  # noqa: F821
+        assert output.rtd_logits.shape == shape and torch.equal(first, output.rtd_logits)
         if getattr(model, "mws_head", None) is not None:
-            candidates = torch.randint(1000, 2000, (*batch["input_ids"].shape, 4))
-            assert model(**batch, candidate_ids=candidates).mws_logits.shape == candidates.shape
+            candidates = torch.randint(1000, 2000, (*shape, 4))
+            assert model(**inputs, candidate_ids=candidates).mws_logits.shape == candidates.shape
+    elif FAMILY == "spanbert":  # noqa: F821
+        assert output.mlm_logits.shape == (*shape, vocab) and torch.equal(first, output.mlm_logits)
+        assert output.sbo_logits is None  # no span boundaries given
+    elif FAMILY == "cloze":  # noqa: F821
+        assert output.logits.shape == (*shape, vocab) and torch.equal(first, output.logits)
+    elif FAMILY == "bertac":  # noqa: F821
+        width = model.config.num_filters * len(model.config.filter_windows)
+        assert output.fake_representation.shape == (shape[0], width) and output.fake_logits.shape == (shape[0],)
+    top = output.get("mlm_logits", output.get("logits"))
+    if top is not None:  # fill the mask: the most likely token at every position is a real vocabulary entry
+        assert 0 <= int(top.argmax(-1).max()) < vocab and torch.isfinite(top).all()
 
 
 def labels_for(auto_name, input_ids):

@@ -11,3 +11,52 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`@pytest.mark.gpu` tests are collected everywhere and skipped where torch sees no CUDA device."""
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (pytest.mark.gpu)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+def pytest_configure(config):
+    # transformers' common tests (tests/test_transformers_common.py) carry transformers' own marks.
+    for mark in ("flash_attn_test", "flash_attn_3_test", "flash_attn_4_test", "torch_compile_test", "torch_export_test",
+                 "training_ci", "generate", "accelerate_tests"):
+        config.addinivalue_line("markers", f"{mark}: a mark of transformers' own test suite")
+
+
+# UPDATE_WORKS_WITH=1: count transformers' common tests per family into tests/common_tests.json (works_with.py's row).
+_common_counts: dict[str, dict[str, int]] = {}
+
+
+def pytest_runtest_logreport(report):
+    if not os.environ.get("UPDATE_WORKS_WITH") or "test_transformers_common.py::" not in report.nodeid:
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller counts every worker's reports
+        return
+    from works_with import COMMON_TEST_FAMILIES
+
+    # As pytest's summary counts: skips and failures of subtests too, passes of whole tests only.
+    whole_test = type(report).__name__ == "TestReport"
+    family = COMMON_TEST_FAMILIES.get(report.nodeid.split("::")[1])
+    outcome = ("skipped" if report.skipped else "failed" if report.failed
+               else "passed" if report.when == "call" and whole_test else None)
+    if family and outcome:
+        counts = _common_counts.setdefault(family, {"passed": 0, "skipped": 0, "failed": 0})
+        counts[outcome] += 1
+
+
+def pytest_sessionfinish(session):
+    if _common_counts:
+        import json
+        from pathlib import Path
+
+        Path(__file__).with_name("common_tests.json").write_text(json.dumps(_common_counts, indent=1, sort_keys=True) + "\n")

@@ -10,8 +10,8 @@ import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(REPO, "training", "pretrain.py")
-# Blocking these makes `import models` etc. fail inside the child, as on a machine without this repository.
-PROJECT_PACKAGES = ("models", "training", "glue", "qa", "hub_cards", "bench")
+# Blocking this makes `import encoder_zoo.models` etc. fail inside the child, as on a machine without this repository.
+PROJECT_PACKAGES = ("encoder_zoo",)
 
 
 def free_port() -> int:
@@ -54,9 +54,9 @@ def save_tiny_spanbert(path, head_class_name: str, max_position_embeddings: int 
     import torch
     from transformers import AutoTokenizer
 
-    import models.spanbert.modeling_spanbert as spanbert
-    from models.spanbert.configuration_spanbert import SpanBertConfig
-    from training.resources import minilm_path
+    import encoder_zoo.models.spanbert.modeling_spanbert as spanbert
+    from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
+    from encoder_zoo.training.data.resources import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)

@@ -15,8 +15,8 @@ from typing import Callable
 import pytest
 from helpers import save_tiny_spanbert
 
-ENTRY_POINTS = {"pretrain.py": "training.pretrain", "run_glue.py": "glue.run_glue", "run_qa.py": "qa.run_qa",
-                "init_hire.py": "glue.init_hire", "init_bertac.py": "glue.init_bertac", "run_open_qa.py": "qa.run_open_qa"}
+ENTRY_POINTS = {"pretrain.py": "encoder_zoo.training.pretrain", "run_glue.py": "encoder_zoo.glue.run_glue", "run_qa.py": "encoder_zoo.qa.run_qa",
+                "init_hire.py": "encoder_zoo.glue.init_hire", "init_bertac.py": "encoder_zoo.glue.init_bertac", "run_open_qa.py": "encoder_zoo.qa.run_open_qa"}
 TINY = ["--model", "spanbert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
         "--tokenizer_vocab_size", "500", "--validation_documents", "0", "--max_steps", "2"]
 
@@ -50,7 +50,7 @@ def user_folder(workspace: Path) -> None:
 
 
 def foreign_tokenizer(workspace: Path) -> None:
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.resources import minilm_path
 
     tokenizer = workspace / "run" / "tokenizer"
     for file in Path(minilm_path()).glob("*"):
@@ -66,6 +66,45 @@ def damaged_model(workspace: Path, cut: int | None = 100) -> None:
     weights.write_bytes(weights.read_bytes()[:cut] if cut else b"")
 
 
+def damaged_config(workspace: Path, folder: str = "model") -> None:
+    save_tiny_spanbert(workspace / folder, "SpanBertForSequenceClassification")
+    (workspace / folder / "model.safetensors").write_bytes(b"")  # damaged too: the config must be named first
+    config = workspace / folder / "config.json"
+    config.write_text(config.read_text()[:60])
+
+
+def missing_code(workspace: Path) -> None:
+    """A remote-code checkpoint without its modeling file. Its model type is one this process has no classes for, as
+    in a fresh `python qa/run_qa.py` (here the SpanBERT classes are registered, and transformers would use them)."""
+    save_tiny_spanbert(workspace / "model", "SpanBertForQuestionAnswering")
+    (workspace / "model" / "modeling_spanbert.py").unlink()
+    config = json.loads((workspace / "model" / "config.json").read_text())
+    write(workspace / "model" / "config.json", json.dumps({**config, "model_type": "spanbert_elsewhere"}))
+    write(workspace / "dev.json", '{"data": []}')
+
+
+def foreign_code(workspace: Path) -> None:
+    """A remote-code checkpoint of a model type this process has no classes for (see `missing_code`)."""
+    save_tiny_spanbert(workspace / "model", "SpanBertForSequenceClassification")
+    config = json.loads((workspace / "model" / "config.json").read_text())
+    write(workspace / "model" / "config.json", json.dumps({**config, "model_type": "spanbert_elsewhere"}))
+
+
+def squad_with_repeated_id(workspace: Path) -> None:
+    data = {"data": [{"title": "t", "paragraphs": [{"context": "Rome is old. Paris is new.", "qas": [
+        {"id": "q-1", "question": "What is old?", "answers": [{"text": "Rome", "answer_start": 0}]},
+        {"id": "q-1", "question": "What is new?", "answers": [{"text": "Paris", "answer_start": 13}]}]}]}]}
+    write(workspace / "dev.json", json.dumps(data))
+
+
+OPEN_QA_REPEATED_ID = ('{"id": "q-1", "question": "Who came?", "answers": ["Ann"], "passages": ["Ann came."]}\n'
+                       '{"id": "q-1", "question": "Who left?", "answers": ["Bob"], "passages": ["Bob left."]}\n')
+# A dump whose second page is cut off mid-tag: well-formed up to there, as a download that broke off.
+BROKEN_DUMP = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">\n<page><title>Rome</title><ns>0</ns>'
+               '<revision><text>[[Rome]] is the capital of [[Italy]].</text></revision></page>\n<page><title>Paris</tit')
+BERTAC_CNN = ["--model", "bertac_cnn", "--model_size", "tiny", "--max_steps", "2", "--max_documents", "12"]
+
+
 def squad_with_string_offset(workspace: Path) -> None:
     data = {"data": [{"title": "t", "paragraphs": [{"context": "Rome is old.", "qas": [
         {"id": "q-7", "question": "What is old?", "answers": [{"text": "Rome", "answer_start": "0"}]}]}]}]}
@@ -73,7 +112,7 @@ def squad_with_string_offset(workspace: Path) -> None:
 
 
 def minilm(_):
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.resources import minilm_path
 
     return minilm_path()
 
@@ -109,6 +148,18 @@ CATALOGUE = [
     Case("pretrain-flash-attention-missing", "pretrain.py",
          lambda w: [*TINY, "--attn_implementation", "flash_attention_2", "--output_dir", str(w / "out")],
          "--attn_implementation flash_attention_2: "),
+    # pretrain.py: BERTAC's CNN data
+    Case("pretrain-damaged-xml-dump", "pretrain.py", lambda w: [*BERTAC_CNN, "--dataset", str(w / "dump.xml"), "--output_dir", str(w / "out")],
+         "dump.xml is damaged after 1 article page, not well-formed MediaWiki XML (ParseError: unclosed token",
+         lambda w: write(w / "dump.xml", BROKEN_DUMP)),
+    Case("pretrain-word-vectors-text-is-not-vectors", "pretrain.py",
+         lambda w: [*BERTAC_CNN, "--word_vectors", str(w / "words.vec"), "--output_dir", str(w / "out")],
+         "words.vec is not a word-vector file: line 1 is not a word followed by numbers",
+         lambda w: write(w / "words.vec", "Rome is the capital of Italy.\n")),
+    Case("pretrain-word-vectors-bin-is-not-fasttext", "pretrain.py",
+         lambda w: [*BERTAC_CNN, "--word_vectors", str(w / "wiki.bin"), "--output_dir", str(w / "out")],
+         "wiki.bin is not a fastText .bin model (no fastText header); pass a fastText .bin model, or a .vec",
+         lambda w: write(w / "wiki.bin", b"PK\x03\x04 a zip file")),
     # pretrain.py: what the user already has
     Case("pretrain-previous-run", "pretrain.py", lambda w: [*TINY, "--output_dir", str(w / "run")],
          "holds a previous run (checkpoint-2, export). Pass --resume_from_checkpoint true", previous_run),
@@ -132,7 +183,20 @@ CATALOGUE = [
     Case("glue-truncated-weights", "run_glue.py",
          lambda w: ["--model_name_or_path", str(w / "model"), "--trust_remote_code", "--output_dir", str(w / "o"), "--max_train_samples", "8"],
          "model.safetensors is truncated or not a safetensors file", damaged_model),
+    Case("glue-config-not-json", "run_glue.py",
+         lambda w: ["--model_name_or_path", str(w / "model"), "--trust_remote_code", "--output_dir", str(w / "o"), "--max_train_samples", "8"],
+         "config.json is not valid JSON (Unterminated string", damaged_config),
+    Case("glue-model-code-without-trust", "run_glue.py",
+         lambda w: ["--model_name_or_path", str(w / "model"), "--output_dir", str(w / "o"), "--max_train_samples", "8"],
+         "model runs model code saved with it (its .py files): pass --trust_remote_code to allow that", foreign_code),
     # run_qa.py
+    Case("qa-missing-code-file", "run_qa.py",
+         lambda w: ["--model_name_or_path", str(w / "model"), "--trust_remote_code", "--validation_file", str(w / "dev.json"),
+                    "--output_dir", str(w / "o")],
+         "modeling_spanbert.py does not exist, but config.json's auto_map names it", missing_code),
+    Case("qa-repeated-question-id", "run_qa.py",
+         lambda w: ["--model_name_or_path", minilm(w), "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
+         "dev.json: record 'q-1' (row 1): its id is already that of row 0 (question ids must be unique", squad_with_repeated_id),
     Case("qa-string-answer-start", "run_qa.py",
          lambda w: ["--model_name_or_path", minilm(w), "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
          "record 'q-7' has answer_start '0' (str); it must be an integer character offset", squad_with_string_offset),
@@ -146,6 +210,10 @@ CATALOGUE = [
     Case("hire-unknown-backbone", "init_hire.py", lambda w: ["--backbone", str(w / "odd"), "--output_dir", str(w / "h")],
          "cannot carry HIRE (The checkpoint you are trying to load has model type `odd`",
          lambda w: write(w / "odd" / "config.json", '{"model_type": "odd"}')),
+    Case("hire-truncated-backbone", "init_hire.py", lambda w: ["--backbone", str(w / "model"), "--output_dir", str(w / "h")],
+         "model.safetensors is truncated or not a safetensors file", damaged_model),
+    Case("hire-fusion-layers-out-of-range", "init_hire.py", lambda w: ["--fusion_layers", "5", "--output_dir", str(w / "h")],
+         "init_hire.py: error: --fusion_layers: fusion_layers must be 0 to 3 (the paper's Table 6), got 5."),
     Case("hire-output-holds-files", "init_hire.py", lambda w: ["--output_dir", str(w / "mine")],
          "already holds files (README.md, config.json); pass --overwrite_output_dir", user_folder),
     # init_bertac.py
@@ -154,12 +222,24 @@ CATALOGUE = [
          "cnn: no such folder"),
     Case("bertac-cnn-is-not-a-cnn", "init_bertac.py", lambda w: ["--cnn", str(w / "odd"), "--output_dir", str(w / "b")],
          "is a 'odd' checkpoint, not a bertac_cnn export", lambda w: write(w / "odd" / "config.json", '{"model_type": "odd"}')),
+    Case("bertac-truncated-backbone", "init_bertac.py",
+         lambda w: ["--backbone", str(w / "model"), "--without_cnn_and_tier", "--output_dir", str(w / "b")],
+         "model.safetensors is truncated or not a safetensors file", damaged_model),
+    Case("bertac-cnn-config-not-json", "init_bertac.py", lambda w: ["--cnn", str(w / "cnn"), "--output_dir", str(w / "b")],
+         "cnn/config.json is not valid JSON (Unterminated string", lambda w: damaged_config(w, "cnn")),
+    Case("bertac-hire-as-backbone", "init_bertac.py",
+         lambda w: ["--backbone", str(w / "hire"), "--without_cnn_and_tier", "--output_dir", str(w / "b")],
+         "is a 'hire' checkpoint, not an encoder", lambda w: write(w / "hire" / "config.json", '{"model_type": "hire"}')),
     Case("bertac-output-holds-a-model", "init_bertac.py", lambda w: ["--cnn", str(w / "odd"), "--output_dir", str(w / "mine")],
          "already holds files (README.md, config.json); pass --overwrite_output_dir", user_folder),
     # run_open_qa.py
     Case("open-qa-record-without-answers", "run_open_qa.py",
          lambda w: ["--model_name_or_path", minilm(w), "--train_file", str(w / "q.jsonl"), "--output_dir", str(w / "o")],
          "missing ['answers']", lambda w: write(w / "q.jsonl", '{"question": "Who?", "passages": ["Ann came."]}\n')),
+    Case("open-qa-repeated-question-id", "run_open_qa.py",
+         lambda w: ["--model_name_or_path", minilm(w), "--train_file", str(w / "q.jsonl"), "--output_dir", str(w / "o")],
+         "q.jsonl: record 'q-1' (row 1): its id is already that of row 0 (question ids must be unique",
+         lambda w: write(w / "q.jsonl", OPEN_QA_REPEATED_ID)),
     Case("open-qa-missing-reader", "run_open_qa.py",
          lambda w: ["--model_name_or_path", minilm(w), "--reader_model", str(w / "no" / "reader"), "--validation_file",
                     str(w / "q.jsonl"), "--output_dir", str(w / "o")],

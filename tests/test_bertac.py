@@ -17,9 +17,9 @@ from test_pretrain import pretrain
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 from transformers.models.bert.modeling_bert import BertIntermediate, BertOutput, BertSelfOutput
 
-import models  # noqa: F401
-from models.bertac.configuration_bertac import BertacConfig
-from models.bertac.modeling_bertac import (
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig, BertacConfig
+from encoder_zoo.models.bertac.modeling_bertac import (
     BertacCnnForPreTraining,
     BertacCnnModel,
     BertacForQuestionAnswering,
@@ -29,8 +29,8 @@ from models.bertac.modeling_bertac import (
     BertacWordLookup,
     build_word_lookup,
 )
-from training.bertac_masking import EntitySpanBuilder, load_pipeline, longest_common_noun_phrase, longest_noun_phrase, noun_chunks
-from training.resources import minilm_path
+from encoder_zoo.training.masking.entity_spans import EntitySpanBuilder, load_pipeline, longest_common_noun_phrase, longest_noun_phrase, noun_chunks
+from encoder_zoo.training.data.resources import minilm_path
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = [
@@ -146,7 +146,7 @@ def test_narrow_tier_layers_sit_between_projections_as_over_albert_xxlarge():
 
 # ----------------------------------------------------------------------------------------------- CNN words
 def test_rebuilt_cnn_words_equal_the_word_tokenizer_on_real_sentences(backbone, cnn_export, tokenizer):
-    from glue.tasks import load_rotten_tomatoes
+    from encoder_zoo.glue.tasks import load_rotten_tomatoes
 
     words_tokenizer = AutoTokenizer.from_pretrained(cnn_export)
     model = build(backbone, cnn_export).bertac
@@ -206,7 +206,7 @@ def test_word_lookup_follows_other_encoder_tokenizers(cnn_export, kind, share):
     """SentencePiece-style pieces (`▁` word starts, bare `▁` before punctuation) rebuild the CNN words exactly;
     byte-level BPE (a space byte starts a word; cased forms) loses only contractions ("'s" is one piece, two CNN words)
     and multi-character punctuation pieces, which become [UNK]."""
-    from glue.tasks import load_rotten_tomatoes
+    from encoder_zoo.glue.tasks import load_rotten_tomatoes
 
     data = load_rotten_tomatoes()
     encoder_tokenizer = _trained_tokenizer(kind, data["train"]["sentence"][:3000])
@@ -264,6 +264,33 @@ def test_padding_changes_no_prediction(backbone, cnn_export, tokenizer):
         length = batch["input_ids"].shape[1]
         torch.testing.assert_close(padded.start_logits[:, :length], narrow.start_logits, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(padded.end_logits[:, :length], narrow.end_logits, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("head", [BertacForSequenceClassification, BertacForQuestionAnswering])
+def test_compiles_with_fullgraph_and_gives_the_eager_outputs(backbone, cnn_export, tokenizer, head):
+    """The word lookup and the CNN trace into one graph: fixed shapes (no boolean indexing, no width read from the
+    data), so `fullgraph=True` holds; the compiled outputs equal the eager ones."""
+    model = build(backbone, cnn_export, head=head).eval()
+    batch = pair_batch(tokenizer)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(**batch)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(**batch)
+    for name in ("logits", "start_logits", "end_logits"):
+        if expected.get(name) is not None:
+            torch.testing.assert_close(compiled[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_config_exposes_the_encoder_as_its_text_config(backbone, cnn_export, tmp_path):
+    model = build(backbone, cnn_export)
+    text = model.config.get_text_config()
+    assert text is model.config.backbone_config and text.vocab_size == model.get_input_embeddings().num_embeddings
+    assert model.config.get_text_config(decoder=True) is text and text.hidden_size == 32
+    model.resize_token_embeddings(text.vocab_size + 3)
+    assert model.config.get_text_config().vocab_size == model.get_input_embeddings().num_embeddings
+    model.config.save_pretrained(tmp_path)
+    reloaded = BertacConfig.from_pretrained(tmp_path)
+    assert reloaded.get_text_config().vocab_size == text.vocab_size and reloaded.get_text_config().model_type == "bert"
 
 
 def test_the_cnn_and_its_table_get_no_gradient_while_updates_and_tiers_train(backbone, cnn_export, tokenizer, tmp_path):
@@ -408,10 +435,75 @@ def test_reload_in_a_plain_environment_through_every_auto_class(backbone, cnn_ex
     assert result["shapes"] == [[2, length, 32], [2, length]]
 
 
+def tiny_cnn_export(folder: Path) -> str:
+    """A random 8-d CNN with a word tokenizer of a few real sentences, saved as a `bertac_cnn` export is (no GAN
+    run: what BERTAC reads from it is its shape and files)."""
+    from encoder_zoo.training.data.bertac_pairs import train_word_tokenizer
+
+    words = train_word_tokenizer([sentence for pair in PAIRS for sentence in pair], vocab_size=100)
+    torch.manual_seed(0)
+    cnn = BertacCnnModel(BertacCnnConfig(vocab_size=len(words), word_embedding_dim=8, filter_windows=[1, 2], num_filters=4,
+                                         mask_token_id=words.mask_token_id, pad_token_id=words.pad_token_id))
+    cnn.save_pretrained(folder)
+    words.save_pretrained(folder)
+    return str(folder)
+
+
+ZOO_BACKBONES = {  # every zoo family that is an encoder, tiny (HIRE and BERTAC are not: init_bertac refuses them)
+    "spanbert": {},
+    "teams": {"embedding_size": 32},
+    "cloze": {},
+}
+
+
+def test_bertac_over_every_zoo_encoder_reloads_without_this_repository(tokenizer, tmp_path):
+    """`glue/init_bertac.py --backbone <a zoo export>` saves the encoder family's code next to BERTAC's: the folder
+    loads with `trust_remote_code=True` in a process that cannot import this repository, with the same outputs."""
+    from encoder_zoo.glue.init_bertac import main as init_bertac
+
+    cnn = tiny_cnn_export(tmp_path / "cnn")
+    batch = pair_batch(tokenizer)
+    expected = {}
+    for family, sizes in ZOO_BACKBONES.items():
+        config_class, model_class = models.get_class(family, "AutoConfig"), models.get_class(family, "AutoModel")
+        config = config_class(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=64, **sizes)
+        torch.manual_seed(0)
+        model_class(config).save_pretrained(tmp_path / family)
+        tokenizer.save_pretrained(tmp_path / family)
+        folder = Path(init_bertac(["--backbone", str(tmp_path / family), "--cnn", cnn, "--num_labels", "3",
+                                   "--output_dir", str(tmp_path / f"bertac-{family}")]))
+        assert {f"configuration_{family}.py", f"modeling_{family}.py", "bertac_backbone.py"} <= {p.name for p in folder.iterdir()}
+        assert f"BACKBONE_CLASSES = {{{family!r}: ({config_class.__name__}, {model_class.__name__})}}" in (
+            folder / "bertac_backbone.py").read_text()
+        model = BertacForSequenceClassification.from_pretrained(folder).eval()
+        with torch.no_grad():
+            expected[family] = model(**batch).logits
+    result = json.loads(run_isolated(f"""
+        import json, torch
+        from transformers import AutoModel, AutoModelForSequenceClassification
+        batch = {{k: torch.tensor(v) for k, v in {json.dumps({k: v.tolist() for k, v in batch.items()})}.items()}}
+        out = {{}}
+        for family in {list(ZOO_BACKBONES)!r}:
+            path = {str(tmp_path)!r} + "/bertac-" + family
+            model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True).eval()
+            with torch.no_grad():
+                logits = model(**batch).logits
+            bare = AutoModel.from_pretrained(path, trust_remote_code=True)
+            out[family] = {{"logits": logits.tolist(), "encoder": type(model.bertac.backbone).__module__,
+                           "bare": type(bare.backbone).__name__}}
+        print(json.dumps(out))
+    """).strip().splitlines()[-1])
+    for family in ZOO_BACKBONES:
+        assert result[family]["encoder"].startswith("transformers_modules.") and result[family]["encoder"].endswith(f"modeling_{family}")
+        assert result[family]["bare"] == models.get_class(family, "AutoModel").__name__
+        torch.testing.assert_close(torch.tensor(result[family]["logits"]), expected[family], rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------ fine-tuning scripts
 @pytest.fixture(scope="module")
 def bertac_init(tmp_path_factory, backbone, cnn_export):
-    from glue.init_bertac import main as init_bertac
+    from encoder_zoo.glue.init_bertac import main as init_bertac
 
     out = tmp_path_factory.mktemp("bertac_init")
     return init_bertac(["--backbone", backbone, "--cnn", cnn_export, "--output_dir", str(out / "init"),
@@ -420,7 +512,7 @@ def bertac_init(tmp_path_factory, backbone, cnn_export):
 
 @pytest.fixture(scope="module")
 def wiki(tmp_path_factory):
-    from qa.data import build_wiki_cloze
+    from encoder_zoo.qa.data import build_wiki_cloze
 
     return build_wiki_cloze(articles=300, cache_dir=str(shared_dir(tmp_path_factory) / "bertac_wiki_cache"))
 
@@ -435,7 +527,7 @@ def test_init_bertac_writes_a_card_and_every_needed_file(bertac_init):
 
 
 def test_glue_fine_tunes_bertac_on_single_sentences_and_pairs(bertac_init, tmp_path):
-    from glue.run_glue import main as run_glue
+    from encoder_zoo.glue.run_glue import main as run_glue
 
     common = ["--model_name_or_path", bertac_init, "--trust_remote_code", "--max_train_samples", "32",
               "--max_eval_samples", "16", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
@@ -465,7 +557,7 @@ def squad_file(path, records):
 
 
 def test_qa_fine_tunes_bertac_question_answering(bertac_init, wiki, tmp_path):
-    from qa.run_qa import main as run_qa
+    from encoder_zoo.qa.run_qa import main as run_qa
 
     train = squad_file(tmp_path / "train.json", wiki["train"].select(range(24)))
     valid = squad_file(tmp_path / "valid.json", wiki["validation"].select(range(10)))
@@ -481,7 +573,7 @@ def test_qa_fine_tunes_bertac_question_answering(bertac_init, wiki, tmp_path):
 def test_open_domain_qa_combines_selector_and_reader_probabilities():
     import datasets
 
-    from qa.run_open_qa import combine
+    from encoder_zoo.qa.run_open_qa import combine
 
     pairs = datasets.Dataset.from_dict({"id": ["q|0", "q|1", "q|2"], "question_id": ["q"] * 3})
     selector = {"q|0": 0.9, "q|1": 0.6, "q|2": 0.3}
@@ -497,8 +589,8 @@ def test_open_domain_qa_combines_selector_and_reader_probabilities():
 
 @pytest.mark.parametrize("encoder", ["bertac", "plain"])
 def test_open_domain_qa_runs_end_to_end_for_any_encoder(encoder, bertac_init, backbone, wiki, tmp_path):
-    from qa.open_data import build_wiki_open
-    from qa.run_open_qa import main as run_open_qa
+    from encoder_zoo.qa.open_data import build_wiki_open
+    from encoder_zoo.qa.run_open_qa import main as run_open_qa
 
     questions = build_wiki_open(wiki, num_passages=4)
     for split in questions:
@@ -521,13 +613,15 @@ def test_open_domain_qa_runs_end_to_end_for_any_encoder(encoder, bertac_init, ba
     assert {"exact_match", "f1", "selector_top1_holds_answer"} <= set(results["eval"])
     predictions = json.loads((tmp_path / "out" / "predictions.json").read_text())
     assert set(predictions) == set(records["validation"]["id"])
+    assert not list((tmp_path / "out").rglob("training_args.bin"))  # the selector and the reader: JSON, no pickle
+    assert all((tmp_path / "out" / name / "training_args.json").is_file() for name in ("selector", "reader"))
     expected = "BertacForSequenceClassification" if encoder == "bertac" else "BertForSequenceClassification"
     assert json.loads((tmp_path / "out" / "selector" / "config.json").read_text())["architectures"] == [expected]
 
 
 def test_bad_input_gets_one_clear_line(backbone, cnn_export, bertac_init, tmp_path):
-    from glue.init_bertac import main as init_bertac
-    from qa.run_open_qa import main as run_open_qa
+    from encoder_zoo.glue.init_bertac import main as init_bertac
+    from encoder_zoo.qa.run_open_qa import main as run_open_qa
 
     with pytest.raises(ValueError, match="not a bertac_cnn export"):
         init_bertac(["--backbone", backbone, "--cnn", backbone, "--output_dir", str(tmp_path / "a")])
@@ -547,7 +641,7 @@ def test_bad_input_gets_one_clear_line(backbone, cnn_export, bertac_init, tmp_pa
 @pytest.mark.slow
 def test_short_real_fine_tune_on_rotten_tomatoes_reduces_loss(cnn_export, tokenizer):
     """BERTAC over the pretrained MiniLM with the tiny GAN CNN: 40 steps of 16 real snippets (AdamW 1e-4)."""
-    from glue.tasks import load_rotten_tomatoes
+    from encoder_zoo.glue.tasks import load_rotten_tomatoes
 
     model = build(minilm_path(), cnn_export, num_labels=2).train()
     builder = EntitySpanBuilder()

@@ -16,16 +16,16 @@ from safetensors.torch import load_file
 from test_pretrain import PRETRAIN, env, pretrain
 from torch.nn import functional as F
 
-import models  # noqa: F401
-from models.bertac.configuration_bertac import BertacCnnConfig
-from models.bertac.modeling_bertac import (
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig
+from encoder_zoo.models.bertac.modeling_bertac import (
     BertacCnnForPreTraining,
     BertacCnnModel,
     discriminator_loss,
     generator_loss,
 )
-from training import bertac_data
-from training.recipes_bertac import BERTAC_CNN_SIZES
+from encoder_zoo.training.data import bertac_pairs as bertac_data
+from encoder_zoo.training.recipes.bertac import BERTAC_CNN_SIZES
 
 # 12 real articles of the embedded enwiki excerpt (about 1,400 pairs), the tiny preset, 16 pairs per step.
 TINY = ["--model", "bertac_cnn", "--model_size", "tiny", "--max_documents", "12", "--per_device_train_batch_size", "16",
@@ -389,3 +389,39 @@ def test_self_supervised_ablation_trains_through_pretrain(reference_run, tmp_pat
     assert logs[-1]["mse_loss"] < 0.7 * logs[0]["mse_loss"], [entry["mse_loss"] for entry in logs]
     weights = load_file(out / "export" / "model.safetensors")
     assert "entity_projection.weight" in weights and not any(name.startswith("real_encoder") for name in weights)
+
+
+@pytest.mark.parametrize("objective", ["gan", "self_supervised"])
+def test_pretraining_head_answers_without_entities(objective):
+    """Inference (no entity_ids): F(m) and, in the GAN, D's logits on it; no loss. A GAN step still needs pairs."""
+    torch.manual_seed(0)
+    model = BertacCnnForPreTraining(tiny_config(pretraining_objective=objective)).eval()
+    ids = torch.randint(3, 60, (4, 9))
+    with torch.no_grad():
+        out = model(ids)
+        expected = model.cnn(ids).pooler_output
+    assert out.loss is None and out.real_representation is None
+    torch.testing.assert_close(out.fake_representation, expected)
+    if objective == "gan":
+        torch.testing.assert_close(out.fake_logits, model.discriminator(expected))
+        with pytest.raises(ValueError, match="entity_ids"):
+            model(ids, gan_step="generator")
+    else:
+        assert out.fake_logits is None
+
+
+def test_resize_token_embeddings_grows_the_frozen_word_table():
+    torch.manual_seed(0)
+    model = BertacCnnForPreTraining(tiny_config())
+    old = model.get_input_embeddings().weight.clone()
+    table = model.resize_token_embeddings(63, pad_to_multiple_of=8)
+    assert table is model.cnn.embeddings and table.num_embeddings == 64 == model.config.vocab_size
+    assert "cnn.embeddings.weight" not in dict(model.named_parameters())  # still a frozen buffer
+    torch.testing.assert_close(table.weight[:60], old)
+    torch.testing.assert_close(table.weight[60:], old.mean(0).expand(4, -1))  # mean resizing
+    model.resize_token_embeddings(70, mean_resizing=False)
+    assert table.weight[64:].abs().max() <= 0.1  # the authors' vector of a word without a fastText vector
+    ids, entities = torch.tensor([[3, 65, 69, 0]]), torch.tensor([[66, 0]])
+    assert torch.isfinite(model(ids, entity_ids=entities).loss)
+    with pytest.raises(ValueError, match=r"\[PAD\] or \[EM\]"):
+        model.resize_token_embeddings(2)

@@ -14,17 +14,17 @@ from helpers import run_isolated
 from test_bertac import cnn_export  # noqa: F401 (the shared part-1 BERTAC export fixture)
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-import models
-from models.bertac.modeling_bertac import BertacForSequenceClassification
-from models.cloze.configuration_cloze import TwoTowerClozeConfig
-from models.cloze.modeling_cloze import TwoTowerCloze
-from models.hire.configuration_hire import HireConfig
-from models.hire.modeling_hire import HireRobertaForSequenceClassification
-from models.spanbert.configuration_spanbert import SpanBertConfig
-from models.spanbert.modeling_spanbert import SpanBertForPreTraining
-from models.teams.configuration_teams import TeamsConfig
-from models.teams.modeling_teams import TeamsForPreTraining
-from training.resources import minilm_path
+from encoder_zoo import models
+from encoder_zoo.models.bertac.modeling_bertac import BertacForSequenceClassification
+from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
+from encoder_zoo.models.cloze.modeling_cloze import TwoTowerCloze
+from encoder_zoo.models.hire.configuration_hire import HireConfig
+from encoder_zoo.models.hire.modeling_hire import HireRobertaForSequenceClassification
+from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
+from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForPreTraining
+from encoder_zoo.models.teams.configuration_teams import TeamsConfig
+from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
+from encoder_zoo.training.data.resources import minilm_path
 
 CHILD = Path(__file__).with_name("clients_child.py")
 RESULTS = Path(__file__).with_name("works_with.json")
@@ -32,14 +32,14 @@ TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermed
 ENCODER_CLIENTS = ["feature-extraction", "text-classification", "resize_token_embeddings",
                    "PEFT LoRA (sequence classification)", "sentence-transformers", "gradient checkpointing",
                    "torch.compile"]
-# The clients each family supports: HIRE and BERTAC have no masked-LM head; only TEAMS/ELECTRA have an inference
-# mode of their pretraining head that differs from the masked LM.
+# The clients each family supports: HIRE and BERTAC have no masked-LM head; HIRE has no pretraining head (it is
+# built over a pretrained encoder), BERTAC's is its part-1 CNN's (the GAN's F and D).
 CLIENTS = {
-    "spanbert": ["fill-mask", *ENCODER_CLIENTS],
+    "spanbert": ["fill-mask", "pretraining-head inference", *ENCODER_CLIENTS],
     "teams": ["fill-mask", "pretraining-head inference", *ENCODER_CLIENTS],
     "electra": ["fill-mask", "pretraining-head inference", *ENCODER_CLIENTS],
-    "cloze": ["fill-mask", *ENCODER_CLIENTS],
-    "bertac": ENCODER_CLIENTS,
+    "cloze": ["fill-mask", "pretraining-head inference", *ENCODER_CLIENTS],
+    "bertac": ["pretraining-head inference", *ENCODER_CLIENTS],
     "hire": ENCODER_CLIENTS,
 }
 ELECTRA = dict(pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none", generator_hidden_size=16,
@@ -73,21 +73,24 @@ def exports(tmp_path_factory, cnn_export):  # noqa: F811
     paths["bertac"] = root / "bertac"
     BertacForSequenceClassification.from_pretrained_parts(str(encoder), cnn_export, num_labels=2).save_pretrained(paths["bertac"])
     tokenizer.save_pretrained(paths["bertac"])
-    return {family: str(path) for family, path in paths.items()}
+    paths = {family: str(path) for family, path in paths.items()}
+    paths["bertac_cnn"] = cnn_export
+    return paths
 
 
-def run_family(family: str, export: str) -> dict:
+def run_family(family: str, exports: dict) -> dict:
     """All of one family's clients in one fresh process: `{client: "ok" | the error}`."""
     model_type = "teams" if family == "electra" else family
-    header = (f"EXPORT = {export!r}\nFAMILY = {family!r}\nCLIENTS = {CLIENTS[family]!r}\n"
-              f"LORA_TARGETS = {models.PEFT_TARGET_MODULES[model_type]!r}\n")
+    export, pretraining_export = exports[family], exports["bertac_cnn" if family == "bertac" else family]
+    header = (f"EXPORT = {export!r}\nPRETRAINING_EXPORT = {pretraining_export!r}\nFAMILY = {family!r}\n"
+              f"CLIENTS = {CLIENTS[family]!r}\nLORA_TARGETS = {models.PEFT_TARGET_MODULES[model_type]!r}\n")
     output = run_isolated(header + CHILD.read_text(), timeout=600)
     return json.loads(output.rsplit("\nRESULTS ", 1)[1])
 
 
 def test_every_family_works_with_every_client(exports, tmp_path):
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = dict(zip(CLIENTS, pool.map(run_family, CLIENTS, [exports[f] for f in CLIENTS])))
+        results = dict(zip(CLIENTS, pool.map(run_family, CLIENTS, [exports] * len(CLIENTS))))
     (tmp_path / "works_with.json").write_text(json.dumps(results, indent=1))
     if os.environ.get("UPDATE_WORKS_WITH"):
         RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
@@ -100,7 +103,7 @@ def test_every_family_works_with_every_client(exports, tmp_path):
 def test_registered_peft_defaults_need_no_target_modules(exports):
     from peft import LoraConfig, TaskType, get_peft_model
 
-    from models.spanbert.modeling_spanbert import SpanBertForSequenceClassification
+    from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForSequenceClassification
 
     models.register_peft_target_modules()
     model = get_peft_model(SpanBertForSequenceClassification.from_pretrained(exports["spanbert"], num_labels=2),

@@ -8,9 +8,9 @@ from helpers import run_isolated
 from torch.nn import functional as F
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
-import models  # noqa: F401  (registers the families)
-from models.cloze.configuration_cloze import AUTO_MAP, TwoTowerClozeConfig
-from models.cloze.modeling_cloze import (
+from encoder_zoo import models  # (registers the families)
+from encoder_zoo.models.cloze.configuration_cloze import AUTO_MAP, TwoTowerClozeConfig
+from encoder_zoo.models.cloze.modeling_cloze import (
     TwoTowerCloze,
     TwoTowerClozeForMaskedLM,
     TwoTowerClozeForQuestionAnswering,
@@ -121,9 +121,14 @@ def test_pretraining_logits_only_at_labelled_positions_and_tied_projection():
     # The cloze logits are the pretraining-mask combination outputs projected by the input embeddings.
     hidden = model.cloze(inputs["input_ids"], attention_mask=inputs["attention_mask"], combination_mask="cloze").last_hidden_state
     torch.testing.assert_close(out.logits, hidden[labelled] @ model.cloze.embeddings.word_embeddings.weight.T)
-    # Without labels every real token is predicted and there is no loss.
+    # Without labels every position is predicted, as a masked LM's head does, and there is no loss; a
+    # prediction_mask picks rows instead.
     unlabelled = model(inputs["input_ids"], attention_mask=inputs["attention_mask"])
-    assert unlabelled.loss is None and unlabelled.logits.shape[0] == int(inputs["attention_mask"].sum())
+    assert unlabelled.loss is None and unlabelled.logits.shape == (tester.batch_size, tester.seq_length, tester.vocab_size)
+    torch.testing.assert_close(unlabelled.logits[labelled], out.logits)
+    picked = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], prediction_mask=labelled)
+    torch.testing.assert_close(picked.logits, out.logits)
+    assert model(**inputs, return_dict=False)[0] is not None and model(**inputs, return_dict=False)[0].dim() == 0
 
 
 @pytest.mark.parametrize("query_combination", ["sum", "concat"])
@@ -215,6 +220,11 @@ def test_loss_variants_and_their_weighted_sum():
     backward_logits = states.backward_states[rows, cols + 1] @ embeddings.T
     torch.testing.assert_close(bilm.forward_logits, forward_logits)
     torch.testing.assert_close(bilm.backward_logits, backward_logits)
+    # Without labels each tower predicts at every position: F_i scores token i + 1, B_i scores token i - 1.
+    free = model(inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    assert free.forward_logits.shape == free.backward_logits.shape == (*labelled.shape, tester.vocab_size)
+    torch.testing.assert_close(free.forward_logits[rows, cols - 1], forward_logits)
+    torch.testing.assert_close(free.backward_logits[rows, cols + 1], backward_logits)
     targets = inputs["labels"][rows, cols]
     expected = (F.cross_entropy(forward_logits, targets) + F.cross_entropy(backward_logits, targets)) / 2
     torch.testing.assert_close(bilm.bilm_loss, expected)
@@ -361,8 +371,9 @@ def test_masked_lm_view_gives_every_positions_cloze_logits_and_training_keeps_th
     real = inputs["attention_mask"].bool()
     full = masked_lm(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
     assert full.shape == (tester.batch_size, tester.seq_length, tester.vocab_size)
-    sparse = pretraining(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    sparse = pretraining(inputs["input_ids"], attention_mask=inputs["attention_mask"], prediction_mask=real).logits
     torch.testing.assert_close(full[real], sparse)
+    torch.testing.assert_close(pretraining(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits, full)
     trained = masked_lm(**inputs)
     assert trained.logits.shape == (int((inputs["labels"] != -100).sum()), tester.vocab_size)
     torch.testing.assert_close(trained.loss, pretraining(**inputs).loss)
@@ -506,7 +517,7 @@ def test_character_cnn_pretraining_uses_the_adaptive_softmax_and_trains_every_pa
 
 @pytest.mark.parametrize("size, millions", [("cnn_base", 177), ("cnn_large", 330)])
 def test_cnn_presets_have_the_papers_parameter_counts(size, millions):
-    from training.recipes_cloze import CLOZE_SIZES
+    from encoder_zoo.training.recipes.cloze import CLOZE_SIZES
 
     config = TwoTowerClozeConfig(vocab_size=700_000, **CLOZE_SIZES[size])
     assert config.character_filters == [[1, 128], [2, 256], [3, 384], [4, 512], [5, 512], [6, 512]]
@@ -548,7 +559,7 @@ def test_character_model_round_trip_in_fresh_process_keeps_the_word_table(tmp_pa
 def test_short_training_on_wikipedia_reduces_the_cloze_loss():
     from transformers import AutoTokenizer
 
-    from training.resources import minilm_path, resource_path
+    from encoder_zoo.training.data.resources import minilm_path, resource_path
 
     summaries = json.loads(resource_path("wikipedia_summaries").read_text())
     texts = [entry["extract"] for entry in list(summaries.values())[:200] if entry.get("extract")]
@@ -593,3 +604,54 @@ def test_short_training_on_wikipedia_reduces_the_cloze_loss():
         torch.set_num_threads(threads)
     assert before > 9.5  # about ln(30522): nothing learnt yet
     assert after < before - 1.5, (before, after)  # about 2.3 nats in practice
+
+
+@pytest.mark.parametrize("auto_name", sorted(set(AUTO_MAP) - {"AutoConfig"}))
+def test_character_cnn_model_resizes_its_vocabulary_in_every_auto_class(auto_name, tmp_path):
+    """resize_token_embeddings grows the word -> bytes table (new words spelled when given, else all padding) and the
+    adaptive softmax's last band; old spellings and the CNN's weights stay; the export reloads at the new size."""
+    cls = models.get_class("cloze", auto_name)
+    model = character_model(cls)
+    base = model.cloze if hasattr(model, "cloze") else model
+    cnn = base.embeddings.character_cnn
+    old_table = cnn.word_characters.clone()
+    grown = model.resize_token_embeddings(tester.vocab_size + 3, pad_to_multiple_of=8, new_words=["riverbank", "Zürich"])
+    size = 104  # 99 + 3, padded to a multiple of 8
+    assert grown is cnn and cnn.num_embeddings == size == model.config.vocab_size == model.config.get_text_config().vocab_size
+    assert torch.equal(cnn.word_characters[: tester.vocab_size], old_table)
+    assert cnn.word_characters[99].tolist() == [b + 1 for b in b"riverb"] and cnn.word_characters[100, 1] == ord("\xc3") + 1
+    assert cnn.word_characters[101:].abs().sum() == 0  # no spelling given: all padding bytes
+    softmax = getattr(model, "adaptive_softmax", None)
+    if softmax is not None:
+        assert softmax.n_classes == size and softmax.cutoffs == [10, 40, size] and softmax.tail[-1][1].out_features == size - 40
+    inputs = tester.inputs()
+    inputs["input_ids"][:, 3] = torch.tensor([99, 100, 103])
+    kwargs = {"labels": inputs["labels"]} if softmax is not None else {}
+    if auto_name == "AutoModelForSequenceClassification":
+        kwargs = {"labels": torch.tensor([0, 1, 0])}
+    output = model.train()(inputs["input_ids"], attention_mask=inputs["attention_mask"], **kwargs)
+    if softmax is not None:
+        inputs["labels"][:, 3] = torch.tensor([99, 100, 103])  # the new words can be predicted too
+        output = model(**inputs)
+    value = output.loss if output.get("loss") is not None else output[0].float().sum()
+    assert torch.isfinite(value)
+    value.backward()
+    model.save_pretrained(tmp_path)
+    reloaded = cls.from_pretrained(tmp_path)
+    reloaded_base = reloaded.cloze if hasattr(reloaded, "cloze") else reloaded
+    assert torch.equal(reloaded_base.embeddings.character_cnn.word_characters, cnn.word_characters)
+
+
+def test_adaptive_softmax_resizes_with_word_embeddings_and_refuses_to_empty_its_last_band():
+    model = model_with_seed(TwoTowerCloze, use_adaptive_softmax=True, adaptive_softmax_cutoff=[10, 40])
+    model.resize_token_embeddings(tester.vocab_size + 4)
+    assert model.cloze.embeddings.word_embeddings.num_embeddings == model.adaptive_softmax.n_classes == 103
+    inputs = tester.inputs()
+    inputs["labels"][:, 2] = 102
+    assert torch.isfinite(model(**inputs).loss)
+    model.resize_token_embeddings(60)
+    assert model.adaptive_softmax.n_classes == 60 and model.config.vocab_size == 60
+    with pytest.raises(ValueError, match="last band starts at word 40"):
+        model.resize_token_embeddings(40)
+    with pytest.raises(ValueError, match="new_words spells new rows of a char_cnn model"):
+        model.resize_token_embeddings(70, new_words=["a"])

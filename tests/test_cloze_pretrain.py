@@ -11,8 +11,8 @@ from helpers import run_isolated
 from test_pretrain import pretrain, real_text_run, train_logs
 from transformers import AutoTokenizer
 
-from training.recipes_cloze import ClozeCollator, paragraph_examples
-from training.resources import minilm_path
+from encoder_zoo.training.recipes.cloze import ClozeCollator, paragraph_examples
+from encoder_zoo.training.data.resources import minilm_path
 
 
 class Args:
@@ -128,10 +128,10 @@ def test_character_cnn_cloze_learns_real_text_and_its_export_spells_the_word_voc
 def test_a_cloze_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path, tokenizer):
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
-    from glue.run_glue import main as run_glue
-    from models.cloze.configuration_cloze import TwoTowerClozeConfig
-    from models.cloze.modeling_cloze import TwoTowerCloze
-    from qa.run_qa import main as run_qa
+    from encoder_zoo.glue.run_glue import main as run_glue
+    from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from encoder_zoo.models.cloze.modeling_cloze import TwoTowerCloze
+    from encoder_zoo.qa.run_qa import main as run_qa
 
     torch.manual_seed(0)
     checkpoint = tmp_path / "cloze"

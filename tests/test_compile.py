@@ -8,10 +8,10 @@ from test_spanbert_model import tester
 from test_teams import masked_batch, tiny_config
 from torch.nn import functional as F
 
-import models  # noqa: F401  (registers the families)
-from models.spanbert.modeling_spanbert import SpanBertForPreTraining
-from models.teams.modeling_teams import TeamsForPreTraining
-from training.packing import pack_batch
+from encoder_zoo import models  # noqa: F401  (registers the families)
+from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForPreTraining
+from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
+from encoder_zoo.training.data.packing import pack_batch
 
 
 def pretraining_cases():

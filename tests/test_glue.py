@@ -15,10 +15,10 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import AutoTokenizer
 
-import models  # noqa: F401
-from glue.run_glue import METRIC_MODULE, glue_average, main, model_config_overrides, parse_args
-from glue.tasks import TASKS, load_movie_sentiment_regression, load_rotten_tomatoes, load_task
-from training.resources import minilm_path
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.glue.run_glue import METRIC_MODULE, glue_average, main, model_config_overrides, parse_args
+from encoder_zoo.glue.tasks import TASKS, load_movie_sentiment_regression, load_rotten_tomatoes, load_task
+from encoder_zoo.training.data.resources import minilm_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,6 +146,9 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
 
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "mnli" / "seed-1", trust_remote_code=True)
     assert model.config.num_labels == 3 and model.config.id2label[2] == "contradiction"
+    # The folders users publish hold the training arguments as JSON, no pickle.
+    assert not list((tmp_path / "out").rglob("training_args.bin"))
+    assert json.loads((tmp_path / "out" / "mnli" / "seed-2" / "training_args.json").read_text())["seed"] == 2
 
 
 def test_an_expected_head_swap_is_one_info_line_and_a_missing_encoder_weight_the_full_report(tmp_path, caplog):
@@ -154,7 +157,7 @@ def test_an_expected_head_swap_is_one_info_line_and_a_missing_encoder_weight_the
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from training.loading import load_pretrained
+    from encoder_zoo.training.run.loading import load_pretrained
 
     class Collect(logging.Handler):
         def __init__(self):
@@ -169,7 +172,7 @@ def test_an_expected_head_swap_is_one_info_line_and_a_missing_encoder_weight_the
     modeling_logger.addHandler(shown)
     try:
         pretraining = save_tiny_spanbert(tmp_path / "pretraining", "SpanBertForPreTraining")
-        with caplog.at_level(logging.INFO, logger="training.loading"):
+        with caplog.at_level(logging.INFO, logger="encoder_zoo.training.run.loading"):
             load_pretrained(AutoModelForSequenceClassification, pretraining, trust_remote_code=True, num_labels=3)
         assert not any("LOAD REPORT" in m for m in shown.messages)
         assert "new head weights classifier.bias, classifier.weight initialised" in caplog.text
@@ -208,7 +211,7 @@ def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
 def test_model_index_gives_each_dataset_its_identity_each_seed_its_score_and_the_extra_card_the_median(tmp_path):
     from huggingface_hub import ModelCard
 
-    from glue.run_glue import write_model_index
+    from encoder_zoo.glue.run_glue import write_model_index
 
     def task(metrics_per_seed, splits=("validation",)):
         runs = [{"seed": seed, "metrics": m} for seed, m in metrics_per_seed.items()]
@@ -295,6 +298,73 @@ def test_hire_preset_is_the_papers_appendix(tmp_path):
     assert training_args.learning_rate == 2e-5 and training_args.adam_beta2 == 0.98  # a flag still wins
 
 
+def test_early_stopping_stops_and_the_best_checkpoint_is_the_saved_model(tmp_path, tiny_zoo_model):
+    """--early_stopping_patience: Trainer's EarlyStoppingCallback stops after an epoch without a better development
+    score, the best epoch's weights are loaded and saved, and the reported scores are that epoch's."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    results = main(["--model_name_or_path", tiny_zoo_model, "--trust_remote_code", "--task_name", "rotten_tomatoes",
+                    "--output_dir", str(out), "--max_train_samples", "32", "--max_eval_samples", "40",
+                    "--per_device_train_batch_size", "8", "--num_train_epochs", "20", "--learning_rate", "1e-3",
+                    "--early_stopping_patience", "1", "--save_strategy", "epoch", "--save_total_limit", "30",
+                    "--seeds", "3"])
+    run = results["tasks"]["rotten_tomatoes"]["runs"][0]
+    assert run["best_step"] < run["trained_steps"] < 20 * 4  # stopped early, after an epoch worse than the best
+    folder = out / "rotten_tomatoes" / "seed-3"
+    best, last = (load_file(folder / f"checkpoint-{step}" / "model.safetensors")
+                  for step in (run["best_step"], run["trained_steps"]))
+    saved = load_file(folder / "model.safetensors")
+    assert all(torch.equal(saved[name], best[name]) for name in best)
+    assert any(not torch.equal(saved[name], last[name]) for name in last)
+    state = json.loads((folder / f"checkpoint-{run['trained_steps']}" / "trainer_state.json").read_text())
+    logged = next(e for e in state["log_history"] if e.get("step") == run["best_step"] and "eval_accuracy" in e)
+    assert run["metrics"]["accuracy"] == pytest.approx(logged["eval_accuracy"]) == pytest.approx(logged["eval_score"])
+
+
+def test_selection_settings_and_l2_through_adam(tmp_path):
+    from transformers import Trainer
+
+    from encoder_zoo.glue.run_glue import PRESETS, l2_adam, selection_arguments
+
+    args, training_args, flags = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--output_dir", str(tmp_path)])
+    assert args.early_stopping_patience == 3 and args.weight_decay_type == "decoupled"
+    assert selection_arguments(args, training_args, flags, PRESETS["hire"]) == {
+        "load_best_model_at_end": True, "eval_strategy": "epoch", "eval_steps": None, "save_strategy": "epoch",
+        "save_steps": training_args.save_steps, "save_total_limit": 1, "metric_for_best_model": "score",
+        "greater_is_better": True}
+    argv = ["--model_name_or_path", "m", "--load_best_model_at_end", "true", "--eval_strategy", "steps", "--eval_steps",
+            "7", "--save_strategy", "steps", "--save_steps", "7", "--metric_for_best_model", "accuracy",
+            "--output_dir", str(tmp_path)]
+    args, training_args, flags = parse_args(argv)
+    assert selection_arguments(args, training_args, flags) == {"load_best_model_at_end": True}  # the user's own
+    with pytest.raises(ValueError, match="--early_stopping_patience 0"):
+        selection_arguments(*parse_args([*argv[:2], "--early_stopping_patience", "0", "--output_dir", str(tmp_path)]))
+    # The user's --save_strategy no turns the preset's selection off; with their own --early_stopping_patience, an error.
+    argv = ["--model_name_or_path", "m", "--preset", "hire", "--save_strategy", "no", "--output_dir", str(tmp_path)]
+    assert selection_arguments(*parse_args(argv), PRESETS["hire"]) == {}
+    with pytest.raises(ValueError, match="--save_strategy no rules out"):
+        selection_arguments(*parse_args([*argv, "--early_stopping_patience", "2"]), PRESETS["hire"])
+    # --weight_decay_type l2: torch.optim.Adam, its weight_decay per group (0.1, biases and LayerNorm at 0) is L2.
+    args, training_args, _ = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--weight_decay_type", "l2",
+                                         "--output_dir", str(tmp_path)])
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    trainer = Trainer(model=model, args=training_args, optimizer_cls_and_kwargs=l2_adam(training_args))
+    optimizer = trainer.create_optimizer()
+    assert type(optimizer) is torch.optim.Adam and optimizer.defaults["betas"] == (0.9, 0.98)
+    assert optimizer.defaults["eps"] == 1e-6 and optimizer.defaults["lr"] == 1e-5
+    assert [(len(g["params"]), g["weight_decay"]) for g in optimizer.param_groups] == [(1, 0.1), (3, 0.0)]
+    weight = model[0].weight
+    before = weight.detach().clone()
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # zero loss gradient: the first Adam step moves each weight by lr against sign(0.1 w)
+    torch.testing.assert_close(weight.detach(), before - 1e-5 * torch.sign(before), atol=1e-9, rtol=0)
+
+
 def test_presets_follow_the_papers_fine_tuning_recipes(tmp_path):
     def resolved(preset):
         return parse_args(["--model_name_or_path", "m", "--preset", preset, "--output_dir", str(tmp_path)])[1]
@@ -312,8 +382,8 @@ def test_presets_follow_the_papers_fine_tuning_recipes(tmp_path):
 def tiny_cloze(tmp_path_factory):
     import torch
 
-    from models.cloze.configuration_cloze import TwoTowerClozeConfig
-    from models.cloze.modeling_cloze import TwoTowerCloze
+    from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
+    from encoder_zoo.models.cloze.modeling_cloze import TwoTowerCloze
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)

@@ -9,10 +9,10 @@ from helpers import local_paths_in, run_isolated
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, BertConfig
 
-import models  # noqa: F401
-from models.hire.configuration_hire import HireConfig
-from models.hire.modeling_hire import HireModel, HireRobertaForSequenceClassification, MaskedBiGRU
-from training.resources import minilm_path
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.models.hire.configuration_hire import HireConfig
+from encoder_zoo.models.hire.modeling_hire import HireModel, HireRobertaForSequenceClassification, MaskedBiGRU
+from encoder_zoo.training.data.resources import minilm_path
 
 BACKBONE = BertConfig(vocab_size=120, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).to_dict()
@@ -94,7 +94,8 @@ def test_without_fusion_A_goes_to_the_output_layer():
     out = model(ids, attention_mask=mask)
     stacked = torch.stack(backbone_states(model, ids, mask))
     A = torch.einsum("bl,lbtd->btd", out.layer_importance, stacked)
-    torch.testing.assert_close(model.hire(ids, attention_mask=mask).last_hidden_state, A)
+    # A at every real token; zeros at padding.
+    torch.testing.assert_close(model.hire(ids, attention_mask=mask).last_hidden_state, A * mask[..., None])
 
 
 @pytest.mark.parametrize("selection, expected", [("all", [0.25] * 4), ("first_k", [0.5, 0.5, 0, 0]), ("last_k", [0, 0, 0.5, 0.5])])
@@ -202,7 +203,7 @@ def test_save_load_round_trip_in_fresh_process(tmp_path):
 
 @pytest.mark.slow
 def test_short_fine_tune_on_real_sentiment_reduces_loss():
-    from glue.tasks import load_rotten_tomatoes
+    from encoder_zoo.glue.tasks import load_rotten_tomatoes
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
@@ -227,9 +228,9 @@ def test_short_fine_tune_on_real_sentiment_reduces_loss():
 def test_hire_fine_tunes_through_run_glue_and_plots_importance(tmp_path):
     from transformers import BertModel
 
-    from glue.hire_importance import mean_importance, plot_importance
-    from glue.init_hire import main as init_hire
-    from glue.run_glue import main as run_glue
+    from encoder_zoo.glue.hire_importance import mean_importance, plot_importance
+    from encoder_zoo.glue.init_hire import main as init_hire
+    from encoder_zoo.glue.run_glue import main as run_glue
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     backbone = tmp_path / "backbone"
@@ -250,7 +251,7 @@ def test_hire_fine_tunes_through_run_glue_and_plots_importance(tmp_path):
 
 
 def test_importance_heatmap_writes_cell_values_and_marks_the_uniform_level():
-    from glue.hire_importance import importance_figure
+    from encoder_zoo.glue.hire_importance import importance_figure
 
     near_uniform = np.array([0.135, 0.14, 0.145, 0.15, 0.165, 0.125, 0.14])
     fig = importance_figure({"sst": near_uniform, "other": near_uniform[::-1]})
@@ -368,6 +369,19 @@ def test_left_padding_gives_the_right_padding_prediction(use_fusion):
     torch.testing.assert_close(left.hidden_states[-1][1, -length:], right.hidden_states[-1][1, :length])
 
 
+def test_config_exposes_the_encoder_as_its_text_config(tmp_path):
+    hire = config()
+    text = hire.get_text_config()
+    assert text is hire.backbone_config and text.vocab_size == hire.backbone_config.vocab_size
+    assert hire.get_text_config(decoder=True) is text and text.num_hidden_layers + 1 == hire.num_layers
+    model = HireRobertaForSequenceClassification(hire)
+    model.resize_token_embeddings(text.vocab_size + 5)
+    assert model.config.get_text_config().vocab_size == model.get_input_embeddings().num_embeddings == text.vocab_size
+    hire.save_pretrained(tmp_path)
+    reloaded = HireConfig.from_pretrained(tmp_path)
+    assert reloaded.get_text_config().vocab_size == text.vocab_size and reloaded.hidden_size == hire.hidden_size
+
+
 def test_compiles_with_fullgraph():
     torch.manual_seed(0)
     model = HireRobertaForSequenceClassification(config()).eval()
@@ -384,11 +398,14 @@ def test_compiles_with_fullgraph():
 def test_saved_config_has_no_local_path_and_the_encoders_special_tokens(tmp_path, caplog):
     from transformers.trainer_utils import align_special_tokens
 
-    from glue.init_hire import main as init_hire
+    from encoder_zoo.glue.init_hire import main as init_hire
 
     init = init_hire(["--output_dir", str(tmp_path / "init"), "--gru_hidden_size", "8"])
     text = (tmp_path / "init" / "config.json").read_text()
-    assert "_name_or_path" not in text and minilm_path() not in text and str(tmp_path) not in text
+    saved = json.loads(text)
+    # No path: none at the top, an empty one in the encoder's config (as any sub-config's to_dict has it).
+    assert "_name_or_path" not in saved and saved["backbone_config"]["_name_or_path"] == ""
+    assert minilm_path() not in text and str(tmp_path) not in text
     # The folder is meant for the Hub: a generated card, and no local path in any file.
     card = ModelCard.load(tmp_path / "init" / "README.md")
     assert card.data.library_name == "transformers" and "hire" in card.data.tags and "custom_code" in card.data.tags
@@ -450,3 +467,21 @@ def test_checkpoints_from_before_the_head_moved_load_with_a_key_mapping(tmp_path
     ids, mask = inputs()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits)
+
+
+def test_hire_importance_runs_checkpoint_code_only_when_asked(monkeypatch, tmp_path):
+    """`glue/hire_importance.py` passes `trust_remote_code=True` only with `--trust_remote_code`, as the other scripts."""
+    from encoder_zoo.glue import hire_importance
+    from encoder_zoo.training.run import loading
+
+    asked = []
+
+    def record(auto_class, name, flag="--model_name_or_path", **kwargs):
+        asked.append(kwargs.get("trust_remote_code"))
+        raise OSError("stop here")
+
+    monkeypatch.setattr(loading, "load_pretrained", record)
+    for flags in ([], ["--trust_remote_code"]):
+        with pytest.raises(OSError, match="stop here"):
+            hire_importance.main(["--run", f"rotten_tomatoes={tmp_path}", "--output", str(tmp_path / "i.png"), *flags])
+    assert asked == [False, True]

@@ -3,8 +3,8 @@
 import yaml
 from huggingface_hub import ModelCard
 
-from hub_cards import CardMetadata, add_eval_results, plot_loss_curve, write_card
-from training.recipes import get_recipe
+from encoder_zoo.hub_cards import CardMetadata, add_eval_results, plot_loss_curve, write_card
+from encoder_zoo.training.recipes import get_recipe
 
 
 def front_matter(path):
@@ -124,7 +124,7 @@ def test_results_keep_their_dataset_split_metric_and_seeds_through_huggingface_h
 def test_push_export_uploads_the_folder(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from training.export import push_export
+    from encoder_zoo.training.run.export import push_export
 
     calls = []
 

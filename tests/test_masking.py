@@ -5,9 +5,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from training.data import add_example_index, load_corpus, pack_blocks, unigram_distribution
-from training.masking import SpanMaskingCollator, truncated_geometric_probs
-from training.resources import minilm_path
+from encoder_zoo.training.data.blocks import add_example_index, pack_blocks, unigram_distribution
+from encoder_zoo.training.data.corpus import load_corpus
+from encoder_zoo.training.masking.spans import SpanMaskingCollator, truncated_geometric_probs
+from encoder_zoo.training.data.resources import minilm_path
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,16 @@ import torch
 from helpers import pretrain
 from transformers import AutoTokenizer
 
-import models  # noqa: F401  (registers the families)
-from models.spanbert.configuration_spanbert import SpanBertConfig
-from models.spanbert.modeling_spanbert import SpanBertForPreTraining
-from models.teams.configuration_teams import TeamsConfig
-from models.teams.modeling_teams import TeamsForPreTraining
-from training.data import add_example_index, load_corpus, pack_blocks
-from training.masking import SpanMaskingCollator
-from training.packing import PackedBatchCollator, pack_batch
-from training.resources import minilm_path
+from encoder_zoo import models  # noqa: F401  (registers the families)
+from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
+from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForPreTraining
+from encoder_zoo.models.teams.configuration_teams import TeamsConfig
+from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
+from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
+from encoder_zoo.training.data.corpus import load_corpus
+from encoder_zoo.training.masking.spans import SpanMaskingCollator
+from encoder_zoo.training.data.packing import PackedBatchCollator, pack_batch
+from encoder_zoo.training.data.resources import minilm_path
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 

@@ -37,7 +37,7 @@ def losses(out, step=5):
 
 def test_pretokenized_shards_record_and_counts(blocks):
     record = json.loads((blocks / "pretokenized.json").read_text())
-    assert record["examples_format"] == "training.data.pack_blocks"
+    assert record["examples_format"] == "encoder_zoo.training.data.blocks.pack_blocks"
     assert record["recipes"] == ["bert", "electra", "spanbert", "teams"] and record["max_seq_length"] == 64
     assert record["documents"] == {"train": 280, "validation": 20}
     assert sorted(p.name for p in (blocks / "data" / "train").glob("*.arrow")) == [f"data-0000{i}-of-00003.arrow" for i in range(3)]
@@ -83,10 +83,10 @@ def refused(script_module, argv, monkeypatch, capsys) -> str:
 
 
 def test_mismatches_are_refused_with_the_fix(blocks, tmp_path, monkeypatch, capsys):
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.resources import minilm_path
 
     def pretrain_refuses(*args):
-        return refused("training.pretrain", [*RUN, "--output_dir", str(tmp_path / "x"), *args], monkeypatch, capsys)
+        return refused("encoder_zoo.training.pretrain", [*RUN, "--output_dir", str(tmp_path / "x"), *args], monkeypatch, capsys)
 
     assert "pass --max_seq_length 64" in pretrain_refuses("--model", "spanbert", "--pretokenized", str(blocks), "--max_seq_length", "128")
     assert "--model cloze trains on" in pretrain_refuses("--model", "cloze", "--pretokenized", str(blocks))
@@ -97,14 +97,14 @@ def test_mismatches_are_refused_with_the_fix(blocks, tmp_path, monkeypatch, caps
     assert not list(tmp_path.rglob("checkpoint-*"))
 
     before = sorted(p.name for p in blocks.rglob("*"))
-    assert "not an empty folder" in refused("training.pretokenize", ["--model", "spanbert", "--output_dir", str(blocks)], monkeypatch, capsys)
+    assert "not an empty folder" in refused("encoder_zoo.training.pretokenize", ["--model", "spanbert", "--output_dir", str(blocks)], monkeypatch, capsys)
     assert sorted(p.name for p in blocks.rglob("*")) == before  # never written over
-    assert "reads its own corpus" in refused("training.pretokenize", ["--model", "bertac_cnn", "--output_dir", str(tmp_path / "b")],
+    assert "reads its own corpus" in refused("encoder_zoo.training.pretokenize", ["--model", "bertac_cnn", "--output_dir", str(tmp_path / "b")],
                                              monkeypatch, capsys)
 
 
 def test_cloze_paragraphs_pretokenize_and_train(tmp_path):
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.resources import minilm_path
 
     out = tmp_path / "paragraphs"
     pretokenize("--model", "cloze", "--max_documents", "100", "--tokenizer_name", str(minilm_path()),

@@ -65,7 +65,7 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
         assert row in card, row
 
     # Reference outputs from the repository's own classes, then the same from a process that cannot import it.
-    import models  # noqa: F401
+    from encoder_zoo import models  # noqa: F401
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(export, trust_remote_code=True)
@@ -179,8 +179,9 @@ def test_bad_input_gets_clear_errors_and_keeps_what_is_saved(tmp_path):
 def test_documents_longer_than_the_position_limit_are_split_into_blocks(tmp_path):
     from transformers import AutoTokenizer
 
-    from training.data import load_corpus, pack_blocks
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.corpus import load_corpus
+    from encoder_zoo.training.data.blocks import pack_blocks
+    from encoder_zoo.training.data.resources import minilm_path
 
     long_text = " ".join(load_corpus(max_documents=60)["text"])  # one document of ~5k words, one giant "sentence" too
     data = tmp_path / "long.jsonl"
@@ -215,7 +216,7 @@ def test_loss_goes_down_on_real_text(tmp_path, model):
 
 def test_demo_runs_end_to_end_with_a_relative_output_dir(tmp_path):
     """The main job (`make demo`), shortened: pretrain, export, reload in a fresh process, summary."""
-    result = subprocess.run([sys.executable, "-m", "training.demo", "--output_dir", "runs/demo", "--max_steps", "4",
+    result = subprocess.run([sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "4",
                              "--model_size", "tiny"], capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "==== SpanBERT demo summary ====" in result.stdout

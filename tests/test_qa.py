@@ -13,11 +13,11 @@ import pytest
 from helpers import save_tiny_spanbert
 from transformers import AutoTokenizer
 
-import models  # noqa: F401
-from qa.data import MalformedRecordError, build_wiki_cloze, validate
-from qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-from qa.run_qa import METRIC_MODULE, main
-from training.resources import minilm_path
+from encoder_zoo import models  # noqa: F401
+from encoder_zoo.qa.data import MalformedRecordError, build_wiki_cloze, validate
+from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
+from encoder_zoo.qa.run_qa import METRIC_MODULE, main
+from encoder_zoo.training.data.resources import minilm_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_wiki_cloze_is_real_extractive_qa(wiki):
 def test_wiki_cloze_build_shows_progress_and_caches_where_datasets_does(tmp_path, monkeypatch, capsys):
     import datasets.config
 
-    from qa.data import default_cache_dir
+    from encoder_zoo.qa.data import default_cache_dir
 
     # The same folder as `datasets` (which read the environment when imported), then each variable in turn.
     assert default_cache_dir() == Path(datasets.config.HF_DATASETS_CACHE) / "encoder-zoo"
@@ -292,6 +292,7 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     from transformers import AutoModelForQuestionAnswering
 
     assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"
+    assert not list(out.rglob("training_args.bin")) and json.loads((out / "training_args.json").read_text())["seed"] == 42
 
 
 def test_a_new_qa_head_is_the_same_for_the_same_seed(tmp_path, wiki):

@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-import models
-from hub_cards import CardMetadata, write_card
-from training.export import optimisation_comparison
-from training.pretrain import parse_args, recipe_defaults_help
-from training.recipes import all_recipes, get_recipe
-from training.trainer import PretrainingTrainer
+from encoder_zoo import models
+from encoder_zoo.hub_cards import CardMetadata, write_card
+from encoder_zoo.training.run.export import optimisation_comparison
+from encoder_zoo.training.pretrain import parse_args, recipe_defaults_help
+from encoder_zoo.training.recipes import all_recipes, get_recipe
+from encoder_zoo.training.run.trainer import PretrainingTrainer
 
 
 def tiny_model(recipe_name):
@@ -209,3 +209,66 @@ def test_card_weight_decay_row_reads_the_decay_groups(tmp_path):
     assert rows["weight decay"] == ("0.01, biases and LayerNorm exempt", "0.01, biases and LayerNorm exempt")
     assert rows["masking rate"] == ("15%", "15%") and rows["updates"] == ("0", "500000")
     assert math.isclose(float(rows["peak learning rate"][0]), 5e-4)
+
+
+def bertac_cnn_flags(world_size, *set_by_user):
+    defaults = get_recipe("bertac_cnn").training_defaults["w123-f100"]
+    return defaults.flags(model_size="w123-f100", max_steps=-1, per_device_batch_size=32, world_size=world_size,
+                          set_by_user=lambda flag: flag in set_by_user)
+
+
+def test_bertac_cnn_splits_the_papers_4000_pairs_over_the_processes(tmp_path):
+    """The paper's batch is 4,000 pairs in all: N processes train with 4000 / N each, never 4000 x N."""
+    for world_size, per_device in ((1, "4000"), (2, "2000"), (8, "500")):
+        flags = bertac_cnn_flags(world_size)
+        assert flags[flags.index("--per_device_train_batch_size") + 1] == per_device
+        assert "--gradient_accumulation_steps" not in flags  # the GAN's two updates per batch cannot accumulate
+    with pytest.raises(ValueError, match=r"batch of 4000 in all does not split evenly over 3 processes.*"
+                                         r"--num_processes N.*--per_device_train_batch_size"):
+        bertac_cnn_flags(3)
+    assert "--per_device_train_batch_size" not in bertac_cnn_flags(3, "--per_device_train_batch_size")  # the user's
+    _, training_args = parse_args(["--output_dir", str(tmp_path), "--model", "bertac_cnn"])  # one process
+    assert (training_args.per_device_train_batch_size, training_args.gradient_accumulation_steps) == (4000, 1)
+    from types import SimpleNamespace
+
+    from encoder_zoo.training.recipes.bertac import batch_text
+
+    assert batch_text(SimpleNamespace(per_device_train_batch_size=2000, world_size=2)).startswith(
+        "4000 pairs in all (2000 per process x 2 processes)")  # the card's row
+
+
+def test_bertac_cnn_rmsprop_spells_out_torchs_settings_in_the_optimizer_help_and_card(tmp_path):
+    """The paper names RMSProp at 2e-4 only; the authors trained in PyTorch, so torch's RMSprop settings, written out."""
+    from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig
+    from encoder_zoo.models.bertac.modeling_bertac import BertacCnnForPreTraining
+    from encoder_zoo.training.recipes.bertac import BERTAC_CNN_SIZES
+    from encoder_zoo.training.run.trainer import GanTrainer
+
+    _, training_args = parse_args(["--output_dir", str(tmp_path), "--model", "bertac_cnn", "--model_size", "tiny",
+                                   "--max_steps", "10"])
+    model = BertacCnnForPreTraining(BertacCnnConfig(**BERTAC_CNN_SIZES["tiny"], vocab_size=50, mask_token_id=2))
+    trainer = GanTrainer(model=model, args=training_args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    optimizer = trainer.optimizer
+    assert type(optimizer) is torch.optim.RMSprop
+    assert {key: optimizer.defaults[key] for key in ("lr", "alpha", "eps", "momentum", "centered")} == \
+        {"lr": 2e-4, "alpha": 0.99, "eps": 1e-8, "momentum": 0.0, "centered": False}
+    assert all(group["weight_decay"] == 0 for group in optimizer.param_groups) and training_args.max_grad_norm == 0
+    described = "RMSprop (alpha 0.99; eps 1e-08; momentum 0; not centered)"
+    assert f": {described}, lr 0.0002, warmup 0 of 216800 updates" in recipe_defaults_help()
+    rows = optimisation_comparison(trainer, get_recipe("bertac_cnn").training_defaults["w123-f100"], 128)
+    assert rows["optimizer"] == (described, described)
+
+
+def test_help_and_log_give_the_warmup_steps_of_a_short_run(tmp_path, caplog):
+    """At one --max_steps, each recipe keeps its own paper's warmup fraction: --help says so with the steps, and
+    the run logs the steps it warms up for."""
+    text = recipe_defaults_help()
+    assert "at --max_steps 10000 the warmup steps are teams small 200, electra small 100, spanbert base 42, cloze base 267" in text
+    for model, steps in (("teams", 200), ("electra", 100)):
+        _, training_args = parse_args(["--output_dir", str(tmp_path), "--model", model, "--model_size", "small",
+                                       "--max_steps", "10000"])
+        assert training_args.get_warmup_steps(10_000) == steps
+    with caplog.at_level("INFO", logger="encoder_zoo.training.run.trainer"):
+        built(tmp_path, "--model", "teams", "--model_size", "tiny", "--max_steps", "10000")
+    assert "Learning-rate warmup: 200 of 10000 updates (--warmup_steps 0.02)" in caplog.text

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.experiments import EXPERIMENTS, METRICS
-from repro.stats import (
+from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
+from encoder_zoo.repro.stats import (
     NO_SIGNAL, NO_VERDICT, NOT_REPRODUCED, OPPOSITE, REPRODUCED, above_chance, median_ci, paired_difference_ci, verdict,
 )
 
@@ -85,9 +85,9 @@ def test_two_arms_at_chance_get_no_verdict_however_they_differ():
 
 
 def test_chance_is_one_constant_answer_on_the_scored_rows():
-    from glue.tasks import first_samples, load_task, majority_class_accuracy
-    from repro.budgets import BUDGETS
-    from repro.run import chance_level
+    from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
+    from encoder_zoo.repro.budgets import BUDGETS
+    from encoder_zoo.repro.run import chance_level
 
     assert majority_class_accuracy([1, 0, 0, 0]) == 0.75 and majority_class_accuracy([2, 1]) == 0.5
     budget = BUDGETS["cpu"]
@@ -101,9 +101,9 @@ def test_chance_is_one_constant_answer_on_the_scored_rows():
 def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
     """The sweep's own tiny pretrained models fine-tune for their preset's epochs (TEAMS Table 6: 5; at 2 the tiny
     TEAMS model stayed at the label prior); arms over the offline MiniLM for the budget's 2."""
-    from glue.run_glue import parse_args
-    from repro.budgets import BUDGETS
-    from repro.run import Sweep
+    from encoder_zoo.glue.run_glue import parse_args
+    from encoder_zoo.repro.budgets import BUDGETS
+    from encoder_zoo.repro.run import Sweep
 
     def glue_epochs(experiment, arm):
         job = next(j for j in Sweep(EXPERIMENTS[experiment], BUDGETS["cpu"], tmp_path, None).jobs
@@ -116,7 +116,7 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
 
 
 def test_a_fixed_backbone_pairs_by_finetuning_seed():
-    from repro.run import aligned
+    from encoder_zoo.repro.run import aligned
 
     arm = {"pretrain-1/finetune-1": 0.8, "pretrain-1/finetune-2": 0.7, "pretrain-2/finetune-1": 0.9}
     backbone = {"pretrain-None/finetune-1": 0.5, "pretrain-None/finetune-2": 0.6}
@@ -150,7 +150,7 @@ def run_log(out):
 
 
 def check_report(out, name):
-    from repro.budgets import BUDGETS
+    from encoder_zoo.repro.budgets import BUDGETS
 
     experiment, budget = EXPERIMENTS[name], BUDGETS["smoke"]
     folder = Path(out) / name / "smoke"
@@ -232,3 +232,43 @@ def test_a_failed_arm_is_reported_with_its_log(tmp_path):
         assert failed[1]["status"].startswith("skipped")
     assert "## Failed runs" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
     assert "unavailable" in result.stdout
+
+
+def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, monkeypatch, capsys):
+    """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
+    moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
+    valid results stays cached."""
+    from encoder_zoo.repro.budgets import BUDGETS
+    from encoder_zoo.repro.run import Sweep
+
+    sweep = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    backbone = next(j for j in sweep.jobs if j.kind == "finetune" and j.arm == "backbone")
+    init = next(j for j in sweep.jobs if j.kind == "init" and j.arm == "hire")
+    for job in sweep.jobs:  # every result cached and valid...
+        for output in job.outputs:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps({"accuracy": 0.5}))
+    broken_seed = backbone.outputs[1]
+    broken_seed.write_text('{"accuracy": 0.5')  # ...but two of them cut short
+    init.outputs[0].write_text('{"model_type": "hi')
+    (init.folder / "model" / "model.safetensors").write_bytes(b"weights")
+    executed = []
+
+    def execute(job):
+        executed.append(job)
+        for output in job.outputs:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps({"accuracy": 0.75}))
+        return "done"
+
+    monkeypatch.setattr(sweep, "execute", execute)
+    sweep.run(tmp_path / "runs.jsonl")
+    assert executed == [init, backbone]  # the init (seeded: its fine-tuning results stand) and the broken job
+    err = capsys.readouterr().err
+    assert f"{broken_seed} is not valid JSON" in err and f"{init.outputs[0]} is not valid JSON" in err
+    [aside] = broken_seed.parent.glob(f"{broken_seed.name}.corrupt-*")
+    assert aside.read_text() == '{"accuracy": 0.5'
+    [model_aside] = init.folder.glob("model.corrupt-*")
+    assert (model_aside / "model.safetensors").read_bytes() == b"weights"
+    assert all(json.loads(p.read_text()) == {"accuracy": 0.75} for p in (broken_seed, init.outputs[0]))
+    assert json.loads(backbone.outputs[0].read_text()) == {"accuracy": 0.75}  # the whole job ran again

@@ -15,7 +15,7 @@ import torch
 from helpers import PRETRAIN, pretrain, pretrain_env
 from safetensors.torch import load_file
 
-from training.trainer import SAVE_PAUSE_ENV, STAGING_DIR
+from encoder_zoo.training.run.trainer import SAVE_PAUSE_ENV, STAGING_DIR
 
 # ~15 steps per epoch: 30 steps cross an epoch boundary, and checkpoint-20 lies in the second epoch.
 SMALL = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "40", "--tokenizer_vocab_size", "1000",
@@ -147,7 +147,7 @@ def test_sigterm_to_the_process_group_saves_then_exits_143(tmp_path):
 
 def test_demo_stopped_by_ctrl_c_exits_130_and_continues_on_the_next_run(tmp_path):
     """`training/demo.py` after a Ctrl-C: a clear line and status 130, no traceback; the next run resumes."""
-    command = [sys.executable, "-m", "training.demo", "--output_dir", "runs/demo", "--max_steps", "60", "--model_size", "tiny"]
+    command = [sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "60", "--model_size", "tiny"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                                env=pretrain_env(), start_new_session=True)
     read_until_training(process)
@@ -168,11 +168,12 @@ def tiny_trainer(tmp_path, model_name, workers=0, **training):
 
     from transformers import AutoTokenizer, TrainingArguments
 
-    import models
-    from training.data import add_example_index, load_corpus, pack_blocks
-    from training.recipes import get_recipe
-    from training.resources import minilm_path
-    from training.trainer import PretrainingTrainer
+    from encoder_zoo import models
+    from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
+    from encoder_zoo.training.data.corpus import load_corpus
+    from encoder_zoo.training.recipes import get_recipe
+    from encoder_zoo.training.data.resources import minilm_path
+    from encoder_zoo.training.run.trainer import PretrainingTrainer
 
     recipe = get_recipe(model_name)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
@@ -238,7 +239,7 @@ def test_held_out_losses_are_deterministic_per_objective_and_leave_the_training_
 
 def test_tokenizer_training_is_deterministic_across_processes(tmp_path):
     """Two identical commands give the same vocabulary (tokenizers' own trainer numbers pieces in hash order)."""
-    code = ("import sys; from training.data import load_corpus, train_wordpiece_tokenizer; "
+    code = ("import sys; from encoder_zoo.training.data.corpus import load_corpus; from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer; "
             "train_wordpiece_tokenizer(load_corpus(max_documents=300)['text'], vocab_size=2000).save_pretrained(sys.argv[1])")
     for name in ("a", "b"):
         subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True, env=pretrain_env(), capture_output=True)

@@ -72,7 +72,7 @@ def test_fsdp_run_resumes_bitwise_from_its_sharded_checkpoint(runs, tmp_path):
 def test_fsdp_export_holds_the_full_model_and_loads_in_a_fresh_process(runs):
     """Written once by the main process from the gathered weights: every parameter at full size, TEAMS's shared
     layers once (the generator borrows the discriminator's bottom layers: no generator copy of them)."""
-    import models
+    from encoder_zoo import models
 
     from transformers import AutoConfig, AutoModelForPreTraining
 
@@ -100,9 +100,9 @@ import json, sys, torch, torch.distributed as dist
 from types import SimpleNamespace
 from accelerate.utils import FullyShardedDataParallelPlugin
 from torch.distributed.tensor import DTensor
-import models
-from training.recipes import get_recipe
-from training.sharding import shard_model
+from encoder_zoo import models
+from encoder_zoo.training.recipes import get_recipe
+from encoder_zoo.training.run.sharding import shard_model
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -173,9 +173,9 @@ def test_sharding_refuses_what_it_cannot_shard():
 
     from accelerate.utils import FullyShardedDataParallelPlugin
 
-    import models
-    from training.recipes import get_recipe
-    from training.sharding import shard_model
+    from encoder_zoo import models
+    from encoder_zoo.training.recipes import get_recipe
+    from encoder_zoo.training.run.sharding import shard_model
 
     recipe = get_recipe("teams")
     model = models.get_class("teams", "AutoModelForPreTraining")(

@@ -7,9 +7,9 @@ import torch
 from helpers import run_isolated
 from transformers import AutoModel, AutoModelForPreTraining
 
-import models  # noqa: F401  (registers the families)
-from models.spanbert.configuration_spanbert import AUTO_MAP, SpanBertConfig
-from models.spanbert.modeling_spanbert import (
+from encoder_zoo import models  # noqa: F401  (registers the families)
+from encoder_zoo.models.spanbert.configuration_spanbert import AUTO_MAP, SpanBertConfig
+from encoder_zoo.models.spanbert.modeling_spanbert import (
     SpanBertForMaskedLM,
     SpanBertForPreTraining,
     SpanBertForQuestionAnswering,
@@ -168,7 +168,7 @@ def test_resize_token_embeddings_grows_every_decoder_and_bias_and_keeps_the_old_
     model.resize_token_embeddings(tester.vocab_size + 5)
     after = model(**inputs)
     embeddings = model.spanbert.embeddings.word_embeddings.weight
-    for name in ("prediction_logits", "sbo_logits", "logits"):
+    for name in ("mlm_logits", "sbo_logits", "logits"):
         if before.get(name) is not None:
             assert after[name].shape[-1] == tester.vocab_size + 5
             torch.testing.assert_close(after[name][..., : tester.vocab_size], before[name])
@@ -196,6 +196,24 @@ def test_batch_without_sbo_targets_has_zero_sbo_loss():
     inputs["span_right"].fill_(-1)
     out = model(**inputs)
     assert out.sbo_loss.item() == 0.0 and torch.isfinite(out.loss)
+
+
+def test_sbo_loss_is_the_summed_loss_over_targets_plus_one_as_the_authors_code_or_the_mean():
+    """The authors' `span_bert_loss` divides the summed SBO cross-entropy by (number of targets + 1): 5 targets here,
+    so the default weighs the mean 5/6; `sbo_loss_normalization="mean"` is the plain mean."""
+    model = SpanBertForPreTraining(tester.config()).eval()
+    inputs = tester.inputs()
+    inputs["span_left"][1:] = -1  # one row of SBO targets: positions 5..8 and 15
+    inputs["span_right"][1:] = -1
+    out = model(**inputs)
+    targets = inputs["input_ids"][0, [5, 6, 7, 8, 15]]
+    by_hand = sum(-torch.log_softmax(out.sbo_logits[i].float(), -1)[t] for i, t in enumerate(targets.tolist()))
+    torch.testing.assert_close(out.sbo_loss, by_hand / 6)  # 5 targets + 1
+    torch.testing.assert_close(out.loss, out.mlm_loss + by_hand / 6)
+    model.config.sbo_loss_normalization = "mean"
+    torch.testing.assert_close(model(**inputs).sbo_loss, by_hand / 5)
+    with pytest.raises(Exception, match="sbo_loss_normalization"):
+        tester.config(sbo_loss_normalization="sum")
 
 
 def test_sbo_targets_past_max_span_targets_are_dropped_not_clamped():
@@ -341,8 +359,10 @@ def test_next_sentence_labels_and_head_must_match():
     inputs = nsp_inputs()
     with pytest.raises(ValueError, match="no NSP head"):
         without(**inputs)
-    with pytest.raises(ValueError, match="needs next_sentence_label"):
-        with_head(**{k: v for k, v in inputs.items() if k != "next_sentence_label"})
+    # MLM labels without NSP labels: the MLM and SBO losses, and the NSP head still scores the pair.
+    no_nsp_label = with_head(**{k: v for k, v in inputs.items() if k != "next_sentence_label"})
+    assert no_nsp_label.nsp_loss is None and no_nsp_label.nsp_logits.shape == (3, 2)
+    torch.testing.assert_close(no_nsp_label.loss, no_nsp_label.mlm_loss + no_nsp_label.sbo_loss)
     # Without labels the head still scores the pair, as BertForPreTraining does.
     assert with_head(inputs["input_ids"], attention_mask=inputs["attention_mask"]).nsp_logits.shape == (3, 2)
     # Single-segment SpanBERT keeps no pooler and no NSP weights.
@@ -396,3 +416,55 @@ def test_nsp_export_reloads_through_every_auto_class_in_a_fresh_process(tmp_path
     torch.testing.assert_close(torch.tensor(result["classifier_pooler"]), model.spanbert.pooler.dense.weight[:2, :2])
     assert result["classifier_reads_pooler"]
     assert result["AutoModelForQuestionAnswering"] and result["AutoModelForTokenClassification"]
+
+
+@pytest.mark.parametrize("nsp", [False, True], ids=["spanbert", "with-nsp"])
+def test_pretraining_head_answers_without_labels_as_bert_for_pretraining(nsp):
+    """Without labels: MLM logits at every position (those of the masked-LM head with the same weights), NSP logits
+    with the NSP head, SBO logits only where span boundaries are given, no loss; `outputs[0]` is the MLM logits."""
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(tester.config(use_next_sentence_prediction=nsp)).eval()
+    masked_lm = SpanBertForMaskedLM(tester.config(use_next_sentence_prediction=nsp)).eval()
+    masked_lm.load_state_dict(model.state_dict(), strict=False)
+    inputs = nsp_inputs() if nsp else tester.inputs()
+    encoder_inputs = {k: inputs[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in inputs}
+    with torch.no_grad():
+        out = model(**encoder_inputs)
+        dense = masked_lm(**encoder_inputs).logits
+        assert out.loss is None and out.sbo_logits is None
+        assert out.mlm_logits.shape == (tester.batch_size, tester.seq_length, tester.vocab_size)
+        torch.testing.assert_close(out.mlm_logits, dense)
+        assert (out.nsp_logits is not None and out.nsp_logits.shape == (tester.batch_size, 2)) == nsp
+        torch.testing.assert_close(model(**encoder_inputs, return_dict=False)[0], out.mlm_logits)
+        # A prediction mask gives the rows of those positions only; span boundaries add the SBO predictions.
+        mask = inputs["labels"] != -100
+        picked = model(**encoder_inputs, prediction_mask=mask, span_left=inputs["span_left"], span_right=inputs["span_right"])
+        torch.testing.assert_close(picked.mlm_logits, dense[mask])
+        trained = model(**inputs)
+        torch.testing.assert_close(picked.sbo_logits, trained.sbo_logits, rtol=1e-5, atol=1e-5)
+        assert trained.mlm_logits.shape == (int(mask.sum()), tester.vocab_size)  # with labels: targets only
+        # NSP labels alone train NSP alone.
+        if nsp:
+            only_nsp = model(**encoder_inputs, next_sentence_label=inputs["next_sentence_label"])
+            torch.testing.assert_close(only_nsp.loss, only_nsp.nsp_loss)
+    with pytest.raises(ValueError, match="prediction_mask"):
+        model(**inputs, prediction_mask=mask)
+
+
+def test_nsp_pretraining_head_reloads_and_resizes_without_next_sentence_labels(tmp_path):
+    """bert_2seq_nsp's pretraining head: forward without NSP labels, save -> reload -> same outputs, resize."""
+    torch.manual_seed(0)
+    model = SpanBertForPreTraining(tester.config(use_next_sentence_prediction=True)).eval()
+    inputs = nsp_inputs()
+    inputs.pop("next_sentence_label")
+    with torch.no_grad():
+        before = model(**inputs)
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        after = reloaded(**inputs)
+    for name in ("loss", "mlm_logits", "sbo_logits", "nsp_logits"):
+        torch.testing.assert_close(after[name], before[name])
+    reloaded.resize_token_embeddings(tester.vocab_size + 3)
+    grown = reloaded(**inputs)
+    assert grown.mlm_logits.shape[-1] == tester.vocab_size + 3 and torch.isfinite(grown.loss)

@@ -23,14 +23,15 @@ STREAM = ["--streaming", "--model_size", "tiny", "--max_seq_length", "64", "--ma
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from training.resources import minilm_path
+    from encoder_zoo.training.data.resources import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 
 
 def stream(start=None, documents=None, window=7, world_size=1, rank=0, seed=1):
-    from training.data import block_packer, stream_corpus
-    from training.streaming import StreamedExamples, StreamSettings
+    from encoder_zoo.training.data.blocks import block_packer
+    from encoder_zoo.training.data.corpus import stream_corpus
+    from encoder_zoo.training.data.streaming import StreamedExamples, StreamSettings
 
     return StreamedExamples(documents or stream_corpus(max_documents=60), block_packer(tokenizer(), 64), text_column="text",
                             settings=StreamSettings(seed=seed, window_documents=window, world_size=world_size),
@@ -42,7 +43,8 @@ def ids(examples):
 
 
 def test_stream_order_is_seeded_shuffled_and_new_each_epoch():
-    from training.data import block_packer, load_corpus
+    from encoder_zoo.training.data.blocks import block_packer
+    from encoder_zoo.training.data.corpus import load_corpus
 
     first = list(itertools.islice(iter(stream()), 400))
     again = list(itertools.islice(iter(stream()), 400))
@@ -60,7 +62,7 @@ def test_stream_order_is_seeded_shuffled_and_new_each_epoch():
 
 
 def test_two_processes_stream_disjoint_halves():
-    from training.data import stream_corpus
+    from encoder_zoo.training.data.corpus import stream_corpus
 
     documents = stream_corpus(max_documents=60)  # 16 shards: 8 per process
     halves = [ids(itertools.islice(iter(stream(documents=documents, world_size=2, rank=rank)), 60)) for rank in (0, 1)]
@@ -70,8 +72,8 @@ def test_two_processes_stream_disjoint_halves():
 
 
 def test_a_restored_position_continues_with_the_next_example_reading_one_window(monkeypatch):
-    import training.streaming as streaming
-    from training.streaming import StreamPosition
+    import encoder_zoo.training.data.streaming as streaming
+    from encoder_zoo.training.data.streaming import StreamPosition
 
     reference = ids(itertools.islice(iter(stream()), 300))
     head = stream()
@@ -128,7 +130,7 @@ def test_streaming_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
 
     def refuses(*args):
         argv = ["--model_size", "tiny", "--output_dir", str(tmp_path / "run"), "--max_documents", "40", *args]
-        return refused("training.pretrain", argv, monkeypatch, capsys)
+        return refused("encoder_zoo.training.pretrain", argv, monkeypatch, capsys)
 
     last = refuses("--model", "bert_2seq", "--streaming", "--max_steps", "2", "--dataloader_num_workers", "0")
     assert "whole corpus" in last and "pretokenize" in last

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import models  # noqa: F401  (registers the Auto classes)
-from models.teams.configuration_teams import TeamsConfig
-from models.teams.modeling_teams import (
+from encoder_zoo import models  # noqa: F401  (registers the Auto classes)
+from encoder_zoo.models.teams.configuration_teams import TeamsConfig
+from encoder_zoo.models.teams.modeling_teams import (
     TeamsForMaskedLM,
     TeamsForPreTraining,
     sample_replacements,
@@ -413,7 +413,7 @@ def test_finetuning_from_rtd_head_outputs_reads_the_rtd_task_layer():
 
 
 def test_electra_recipe_is_the_same_code_path_with_a_narrow_untied_generator():
-    from training.recipes_teams import RECIPES
+    from encoder_zoo.training.recipes.teams import RECIPES
 
     recipe = RECIPES["electra"]
     dims = {**recipe.sizes["tiny"], **recipe.config_overrides}
@@ -507,9 +507,9 @@ def test_a_teams_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path)
     """The exported pretraining state (generator and heads included) feeds both harnesses as-is."""
     from transformers import AutoTokenizer
 
-    from glue.run_glue import main as run_glue
-    from qa.run_qa import main as run_qa
-    from training.resources import minilm_path
+    from encoder_zoo.glue.run_glue import main as run_glue
+    from encoder_zoo.qa.run_qa import main as run_qa
+    from encoder_zoo.training.data.resources import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
@@ -575,3 +575,46 @@ def test_inference_without_labels_scores_the_input_and_the_generator_is_a_masked
     targets = batch["labels"] != -100
     torch.testing.assert_close(sparse.logits, full[targets], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(sparse.logits, trained.mlm_logits, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(task_heads_on_layer="last")], ids=["penultimate", "last"])
+def test_pretraining_outputs_are_ordered_and_record_the_discriminator(overrides, tmp_path):
+    """The tuple form starts with the loss (with labels) or the RTD logits (without); hidden states and attention
+    maps are the discriminator trunk's (embeddings and layers 1..L), in both modes, and change nothing else."""
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config(attn_implementation="eager", **overrides)).eval()
+    batch, original = masked_batch()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        trained = model(**batch)
+        torch.manual_seed(1)
+        as_tuple = model(**batch, return_dict=False)
+        torch.manual_seed(1)
+        recorded = model(**batch, output_hidden_states=True, output_attentions=True)
+        scored = model(original, attention_mask=batch["attention_mask"], output_hidden_states=True, output_attentions=True)
+    torch.testing.assert_close(as_tuple[0], trained.loss)
+    torch.testing.assert_close(recorded.loss, trained.loss)
+    for out in (recorded, scored):
+        assert len(out.hidden_states) == 4 + 1 and len(out.attentions) == 4
+        assert out.hidden_states[0].shape == (*original.shape, 32) and out.attentions[0].shape == (3, 2, 20, 20)
+    assert model(original, attention_mask=batch["attention_mask"], return_dict=False)[0].shape == original.shape
+    # The discriminator's states on the uncorrupted text are TeamsModel's (the bare encoder of the same export).
+    model.save_pretrained(tmp_path)
+    bare = TeamsModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        encoder = bare(original, attention_mask=batch["attention_mask"], output_hidden_states=True)
+    for mine, theirs in zip(scored.hidden_states[:4], encoder.hidden_states[:4]):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_masked_lm_holds_only_the_layers_the_generator_runs(tmp_path):
+    config = tiny_config(generator_num_hidden_layers=4)  # bottom half: 2 shared discriminator layers
+    TeamsForPreTraining(config).save_pretrained(tmp_path)
+    masked_lm, info = TeamsForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert len(masked_lm.teams.layer) == 2 and masked_lm.teams.rtd_layer is None
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    batch, _ = masked_batch()
+    masked_lm.train()(**batch).loss.backward()
+    assert all(p.grad is not None for p in masked_lm.parameters())  # no parameter without a gradient (DDP, FSDP)
+    out = masked_lm.eval()(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    assert len(out.hidden_states) == 4 + 1 and out.logits.shape == (3, 20, VOCAB)

@@ -12,10 +12,11 @@ import torch
 from test_pretrain import TINY, pretrain, real_text_run, train_logs
 from transformers import AutoTokenizer
 
-from training.data import add_example_index, load_corpus, pack_segment_pairs, split_sentences, unigram_distribution
-from training.masking import SCHEMES
-from training.recipes_spanbert import build_pair_collator
-from training.resources import minilm_path
+from encoder_zoo.training.data.blocks import add_example_index, pack_segment_pairs, unigram_distribution
+from encoder_zoo.training.data.corpus import load_corpus, split_sentences
+from encoder_zoo.training.masking.spans import SCHEMES
+from encoder_zoo.training.recipes.spanbert import build_pair_collator
+from encoder_zoo.training.data.resources import minilm_path
 
 
 @pytest.fixture(scope="module")

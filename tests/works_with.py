@@ -1,7 +1,8 @@
-"""Write README's "Works with" table from the client-matrix results (tests/test_clients.py).
+"""Write docs/clients.md's "Works with" table from the client-matrix results (tests/test_clients.py).
 
     UPDATE_WORKS_WITH=1 pytest tests/test_clients.py   # refreshes tests/works_with.json
-    python tests/works_with.py                         # rewrites the table between the README markers
+    UPDATE_WORKS_WITH=1 pytest -m common tests/test_transformers_common.py   # refreshes tests/common_tests.json
+    python tests/works_with.py                         # rewrites the table between the markers of docs/clients.md
 """
 
 import argparse
@@ -17,7 +18,30 @@ ORDER = ["feature-extraction", "fill-mask", "text-classification", "pretraining-
          "gradient checkpointing", "torch.compile"]
 
 
-def table(results: dict[str, dict[str, str]]) -> str:
+# transformers' own common tests (tests/test_transformers_common.py): test class -> the family column it counts for.
+COMMON_TEST_FAMILIES = {
+    "SpanBertModelTest": "spanbert", "SpanBertWithNspModelTest": "spanbert", "TeamsModelTest": "teams",
+    "ElectraModelTest": "electra", "ClozeModelTest": "cloze", "ClozeCharacterCnnModelTest": "cloze",
+    "HireModelTest": "hire", "BertacModelTest": "bertac", "BertacCnnModelTest": "bertac",
+}
+COMMON_TESTS = "transformers common tests (passed / skipped)"
+
+
+def common_tests_row(counts: dict[str, dict[str, int]]) -> str:
+    """`counts`: family -> {"passed": n, "skipped": n, "failed": n} (written by tests/conftest.py)."""
+    cells = []
+    for family in FAMILIES:
+        count = counts.get(family)
+        if count is None:
+            cells.append("–")
+        elif count.get("failed"):
+            cells.append(f"✗ {count['failed']} failed")
+        else:
+            cells.append(f"✓ {count.get('passed', 0)} / {count.get('skipped', 0)}")
+    return f"| {COMMON_TESTS} | " + " | ".join(cells) + " |"
+
+
+def table(results: dict[str, dict[str, str]], common: dict[str, dict[str, int]] | None = None) -> str:
     clients = set(name for family in FAMILIES for name in results.get(family, {}))
     clients = sorted(clients, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name))
     lines = ["| client | " + " | ".join(FAMILIES) + " |", "|---" * (len(FAMILIES) + 1) + "|"]
@@ -27,17 +51,26 @@ def table(results: dict[str, dict[str, str]]) -> str:
             outcome = results.get(family, {}).get(name)
             cells.append("–" if outcome is None else "✓" if outcome == "ok" else "✗")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("\n✓ passes, ✗ fails, – not applicable (no such head; SpanBERT and cloze pretraining heads are read through fill-mask). torch.compile: the `aot_eager` backend, output = eager.")
+    if common:
+        lines.append(common_tests_row(common))
+    lines.append("\n✓ passes, ✗ fails, – not applicable (no such head: HIRE has no pretraining head, BERTAC's is its part-1 "
+                 "CNN's). Pretraining-head inference: `AutoModelForPreTraining` without labels. torch.compile: the "
+                 "`aot_eager` backend, output = eager. transformers common tests: transformers' `ModelTesterMixin` (from "
+                 "the installed version's sdist) on every head of the family, passed / skipped (each skip has its "
+                 "reason in tests/test_transformers_common.py or comes from transformers, e.g. GPU-only tests).")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", default=str(HERE / "works_with.json"), help="the client-matrix JSON")
-    parser.add_argument("--readme", default=str(HERE.parent / "README.md"), help="the README to update in place")
+    parser.add_argument("--readme", default=str(HERE.parent / "docs" / "clients.md"), help="the page to update in place")
+    parser.add_argument("--common", default=str(HERE / "common_tests.json"),
+                        help="transformers' common-test counts (UPDATE_WORKS_WITH=1 pytest -m common ...)")
     parser.add_argument("--print", action="store_true", help="print the table instead of writing the README")
     args = parser.parse_args()
-    rendered = table(json.loads(Path(args.results).read_text()))
+    common = json.loads(Path(args.common).read_text()) if Path(args.common).exists() else None
+    rendered = table(json.loads(Path(args.results).read_text()), common)
     if args.print:
         print(rendered)
         return

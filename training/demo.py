@@ -14,12 +14,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from training import pretrain
+from encoder_zoo.training import pretrain
 
 RELOAD = """
 import sys
-for name in ("models", "training", "glue", "qa", "hub_cards"):
-    sys.modules[name] = None  # prove the export needs nothing from this repository
+sys.modules["encoder_zoo"] = None  # prove the export needs nothing from this repository
 import json, torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 path = sys.argv[1]
@@ -48,8 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model_size", default="small", help="SpanBERT size preset.")
     options = parser.parse_args(argv)
 
-    from training.run_dir import checkpoints
-    from training.trainer import TrainingStopped
+    from encoder_zoo.training.run.folders import checkpoints
+    from encoder_zoo.training.run.trainer import TrainingStopped
 
     output_dir = Path(options.output_dir)
     # An interrupted demo (checkpoints, no export yet) continues; a finished one is moved aside for a new run.

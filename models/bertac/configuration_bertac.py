@@ -8,6 +8,9 @@ This folder holds two model types: `bertac_cnn`, the GAN-pretrained CNN of Secti
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, BertConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from .bertac_backbone import BACKBONE_CLASSES
 
 # One auto_map per model type of this folder, written into every saved config.json (save_pretrained records only
 # the class being saved, and one export must load through every Auto class). models/__init__.py registers the local
@@ -107,6 +110,9 @@ class BertacConfig(PreTrainedConfig):
 
     Args:
         backbone_config: Config of the encoder (any `AutoConfig`; ALBERT-xxlarge-v2 and RoBERTa-large in the paper).
+            The encoder may be remote code (a zoo model such as SpanBERT, or any `trust_remote_code` encoder):
+            `save_pretrained` then copies its modeling files next to BERTAC's (see `bertac_backbone.py`), so the
+            checkpoint loads anywhere.
         cnn_config: Config of the CNN (`BertacCnnConfig`, a `bertac_cnn` export's). Its pretraining objective is
             recorded: a `self_supervised` CNN is the "w/o GAN-style CNN" ablation (Tables 4 and 8).
         num_tier_layers: TIER layers stacked on the encoder (3 in the paper for GLUE and QA).
@@ -174,6 +180,8 @@ class BertacConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         kwargs.setdefault("auto_map", dict(AUTO_MAPS["bertac"]))
         self.separator_token_ids = [int(i) for i in self.separator_token_ids]
+        if isinstance(self.backbone_config, dict):
+            self.backbone_config = self._backbone_from_dict(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.use_cnn_and_tier and self.num_tier_layers < 1:
             raise ValueError(f"num_tier_layers={self.num_tier_layers}: BERTAC needs at least one TIER layer "
@@ -185,6 +193,28 @@ class BertacConfig(PreTrainedConfig):
         width, heads = self.tier_width, self.tier_layer_config().num_attention_heads
         if width % heads:
             raise ValueError(f"tier_hidden_size {width} is not a multiple of tier_num_attention_heads {heads}.")
+
+    # Copied from models.hire.configuration_hire.HireConfig._backbone_from_dict with HIRE->BERTAC,RoBERTa->BERT
+    @staticmethod
+    def _backbone_from_dict(backbone: dict) -> PreTrainedConfig | dict:
+        """An encoder saved with this checkpoint's code first, then any encoder transformers knows (built in, or
+        registered in this process); a dict without `model_type` is left to the BERT default."""
+        model_type = backbone.get("model_type")
+        if model_type in BACKBONE_CLASSES:
+            return BACKBONE_CLASSES[model_type][0].from_dict(backbone)
+        if model_type is not None and model_type not in CONFIG_MAPPING:
+            raise ValueError(
+                f"backbone_config has model_type {model_type!r}, which transformers does not know and this checkpoint "
+                "carries no code for. Register the encoder's classes (e.g. `import encoder_zoo.models`) or load it "
+                "with trust_remote_code=True before building BERTAC, and save BERTAC again: its code then travels with it."
+            )
+        return backbone
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The encoder's config: where transformers, PEFT and other clients read the text model's sizes
+        (`vocab_size`, `hidden_size`, ...), and where `resize_token_embeddings` records the new vocabulary size. (The
+        CNN reads its own word vocabulary, rebuilt from the encoder's pieces inside the model.)"""
+        return self.backbone_config
 
     @property
     def backbone_hidden_size(self) -> int:

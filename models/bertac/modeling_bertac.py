@@ -20,7 +20,7 @@ token states: with p = softmax over tokens(q K^T / sqrt(d)) of shape (segments, 
 
 The CNN reads words, not the encoder's pieces: `BertacWordLookup` rebuilds each segment's CNN word ids inside the
 model from `input_ids` (tables saved with the weights), and `entity_spans` says which pieces form the masked noun
-phrase (made outside the model, e.g. by `training/bertac_masking.py`). Inference needs neither spaCy nor fastText.
+phrase (made outside the model, e.g. by `training/masking/entity_spans.py`). Inference needs neither spaCy nor fastText.
 
 Deviations from the authors' released code, on purpose (each also in the README):
 - The CNN's average pooling, the bilinear softmax and the TIER attention ignore padding (the released code lets
@@ -36,8 +36,11 @@ Deviations from the authors' released code, on purpose (each also in the README)
 """
 
 import math
+import shutil
+import sys
 import unicodedata
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -45,6 +48,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import AutoModel, BertConfig, PreTrainedModel
 from transformers import initialization as init
+from transformers.dynamic_module_utils import get_relative_import_files
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     QuestionAnsweringModelOutput,
@@ -54,6 +58,7 @@ from transformers.models.bert.modeling_bert import BertIntermediate, BertOutput,
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
+from .bertac_backbone import BACKBONE_CLASSES
 from .configuration_bertac import BertacCnnConfig, BertacConfig
 
 GAN_STEPS = ("discriminator", "generator")
@@ -146,8 +151,24 @@ class BertacWordEmbeddings(nn.Module):
         self.padding_idx = config.pad_token_id
         self.register_buffer("weight", torch.zeros(config.vocab_size, config.word_embedding_dim), persistent=True)
 
+    @property
+    def num_embeddings(self) -> int:
+        return self.weight.shape[0]
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(input_ids, self.weight, self.padding_idx)
+
+    @torch.no_grad()
+    def resize(self, rows: int, mean_resizing: bool = True) -> None:
+        """Keep the first `rows` vectors; new rows get the mean of the old ones (`mean_resizing`, transformers'
+        default) or U(-0.1, 0.1), the authors' vector for a word without a fastText vector."""
+        old = self.weight
+        new = old.new_empty(rows, old.shape[1]).uniform_(-0.1, 0.1)
+        kept = min(rows, old.shape[0])
+        new[:kept] = old[:kept]
+        if mean_resizing and rows > kept:
+            new[kept:] = old.mean(0)
+        self.weight = new
 
 
 class BertacWordProjection(nn.Linear):
@@ -201,6 +222,20 @@ class BertacCnnPreTrainedModel(PreTrainedModel):
     base_model_prefix = "cnn"
     main_input_name = "input_ids"
 
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> BertacWordEmbeddings:
+        """Resizes the frozen word table (F and R read the same one): rows past the old table get the old rows'
+        mean (`mean_resizing`) or U(-0.1, 0.1), as words without a fastText vector do; fill them from fastText
+        through `get_input_embeddings().weight` for real vectors. The CNN's weights do not depend on the vocabulary."""
+        table = self.get_input_embeddings()
+        size = padded_size(new_num_tokens if new_num_tokens is not None else table.num_embeddings, pad_to_multiple_of)
+        if size <= self.config.pad_token_id or (self.config.mask_token_id is not None and size <= self.config.mask_token_id):
+            raise ValueError(f"A vocabulary of {size} words would drop [PAD] or [EM]; keep at least their ids.")
+        table.resize(size, mean_resizing)
+        self.config.vocab_size = size
+        self.vocab_size = size
+        return table
+
     @torch.no_grad()
     def _init_weights(self, module):
         # Called per module that holds parameters or buffers, so each role has its own class.
@@ -222,9 +257,21 @@ class BertacCnnPreTrainedModel(PreTrainedModel):
             table = module.weight
             if not getattr(table, "_is_hf_initialized", False):
                 # Rows without a pretrained vector keep U(-0.1, 0.1) and the pad row is 0, as in the authors'
-                # Generator; training/bertac_data.py fills the others from fastText.
+                # Generator; training/data/bertac_pairs.py fills the others from fastText.
                 table.uniform_(-0.1, 0.1)
                 table[config.pad_token_id].zero_()
+
+
+def padded_size(size: int, pad_to_multiple_of) -> int:
+    """`size` rounded up to a multiple of `pad_to_multiple_of` (transformers' rule and error)."""
+    if pad_to_multiple_of is None:
+        return size
+    if not isinstance(pad_to_multiple_of, int):
+        raise ValueError(
+            f"Asking to pad the embedding matrix to a multiple of `{pad_to_multiple_of}`, which is not and integer. "
+            "Please make sure to pass an integer"
+        )
+    return math.ceil(size / pad_to_multiple_of) * pad_to_multiple_of
 
 
 class BertacCnnModel(BertacCnnPreTrainedModel):
@@ -254,6 +301,7 @@ class BertacCnnModel(BertacCnnPreTrainedModel):
     def set_input_embeddings(self, value: BertacWordEmbeddings):
         self.embeddings = value
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -306,6 +354,7 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
     def get_input_embeddings(self) -> BertacWordEmbeddings:
         return self.cnn.get_input_embeddings()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -319,13 +368,21 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
         input_ids / attention_mask: `(B, L)` the entity-masked sentences m (word ids, `[EM]` in place of the mention).
         entity_ids / entity_attention_mask: `(B, Le)` the entity mentions e.
         gan_step: "discriminator" (Algorithm 1 line 8), "generator" (line 9) or None (both losses, nothing chosen).
+
+        Without `entity_ids` (inference) only F runs: `fake_representation` F(m) and, in the GAN, D's `fake_logits` on
+        it; no loss.
         """
-        if entity_ids is None:
-            raise ValueError("BertacCnnForPreTraining needs entity_ids (the mentions e) next to input_ids (the masked sentences m).")
         if gan_step is not None and gan_step not in GAN_STEPS:
             raise ValueError(f"gan_step={gan_step!r}; choose discriminator, generator or None.")
         pad = self.config.pad_token_id
         attention_mask = (input_ids != pad) if attention_mask is None else attention_mask
+        if entity_ids is None:
+            if gan_step is not None:
+                raise ValueError(f"gan_step={gan_step!r} trains on pairs: pass entity_ids (the mentions e) too.")
+            with torch.autocast(device_type=input_ids.device.type, enabled=False):
+                fake = self.cnn(input_ids, attention_mask).pooler_output
+                fake_logits = self.discriminator(fake) if self.discriminator is not None else None
+            return BertacCnnForPreTrainingOutput(fake_logits=fake_logits, fake_representation=fake)
         entity_attention_mask = (entity_ids != pad) if entity_attention_mask is None else entity_attention_mask
         # The GAN stays in fp32 under bf16/fp16 autocast: its outputs are unnormalised and grow during training.
         with torch.autocast(device_type=input_ids.device.type, enabled=False):
@@ -600,11 +657,17 @@ class BertacWordLookup(nn.Module):
         starts = (content & ~in_entity & (boundary | shifted(in_entity))) | (in_entity & (within_segment(in_entity) == 1))
         word = within_segment(starts) - 1
         piece_in_word = positions - torch.where(starts, positions, -1).cummax(1).values
+        # Every piece adds to its word's slot; pieces outside any word go to one extra slot, dropped after. (No
+        # boolean indexing: fixed shapes, so the lookup traces into one graph under torch.compile.)
         slots = batch * segments * length
-        slot = ((torch.arange(batch, device=device)[:, None] * segments + segment) * length + word)[content]
-        keys, too_long = word_keys(input_ids[content], piece_in_word[content], slot, slots)
-        exists = torch.zeros(slots, dtype=torch.bool, device=device).index_fill_(0, slot, True)
-        entity_word = torch.zeros(slots, dtype=torch.bool, device=device).index_fill_(0, slot[in_entity[content]], True)
+        slot = (torch.arange(batch, device=device)[:, None] * segments + segment) * length + word
+        slot = torch.where(content, slot, slots).flatten()
+        outside = torch.where(content, piece_in_word, MAX_WORD_PIECES).flatten()  # adds nothing to the extra slot's key
+        keys, too_long = word_keys(input_ids.flatten(), outside, slot, slots + 1)
+        keys, too_long = keys[:slots], too_long[:slots]
+        exists = torch.zeros(slots + 1, dtype=torch.bool, device=device).index_fill_(0, slot, True)[:slots]
+        entity_slot = torch.where(in_entity.flatten(), slot, slots)
+        entity_word = torch.zeros(slots + 1, dtype=torch.bool, device=device).index_fill_(0, entity_slot, True)[:slots]
 
         words = torch.full((slots,), self.unknown, dtype=torch.long, device=device)
         if self.word_keys.numel():
@@ -614,6 +677,10 @@ class BertacWordLookup(nn.Module):
         words = torch.where(entity_word, self.entity, words)
         words = torch.where(exists, words, self.pad).view(batch, segments, length)
         mask = exists.view(batch, segments, length)
+        if torch.compiler.is_compiling():
+            # A fixed width (the sequence length) instead of the batch's most words: the extra columns are padding,
+            # which the CNN, the input updates and the TIER attention all ignore, so the outputs are the same.
+            return words, mask
         width = max(int(mask.sum(-1).max()), 1)
         return words[..., :width], mask[..., :width]
 
@@ -695,6 +762,7 @@ class BertacModelOutput(ModelOutput):
     last_hidden_state: `(B, L, hidden)` the top TIER layer's states, projected back to the encoder's width (the
         encoder's last layer with `use_cnn_and_tier=False`).
     hidden_states: the encoder's hidden states (with `output_hidden_states`).
+    attentions: the encoder's attention maps (with `output_attentions`).
     tier_hidden_states: each TIER layer's output `(B, L, tier width)` (with `output_hidden_states`).
     cnn_representations: r^i `(B, max_segments, de)`, the CNN vectors each TIER layer read.
     tier_attentions: each TIER layer's attention probabilities `(B, heads, max_segments, L)` (with
@@ -703,6 +771,7 @@ class BertacModelOutput(ModelOutput):
 
     last_hidden_state: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
     tier_hidden_states: tuple[torch.Tensor, ...] | None = None
     cnn_representations: tuple[torch.Tensor, ...] | None = None
     tier_attentions: tuple[torch.Tensor, ...] | None = None
@@ -714,6 +783,47 @@ def _portable_config(config) -> dict:
     for key in ("_name_or_path", "name_or_path", "architectures", "transformers_version"):
         values.pop(key, None)
     return values
+
+
+# Copied from models.hire.modeling_hire.build_backbone
+def build_backbone(backbone_config) -> PreTrainedModel:
+    """The encoder, from the classes saved with this checkpoint if any, else through `AutoModel`. Without its pooler
+    where it has one: the pooler is never used, and unused parameters break DDP."""
+    classes = BACKBONE_CLASSES.get(backbone_config.model_type)
+    build = classes[1]._from_config if classes is not None else AutoModel.from_config
+    try:
+        return build(backbone_config, add_pooling_layer=False)
+    except TypeError:
+        return build(backbone_config)
+
+
+BERTAC_FILES = ("configuration_bertac.py", "modeling_bertac.py", "bertac_backbone.py")
+
+
+# Copied from models.hire.modeling_hire.save_backbone_code with HIRE->BERTAC,Hire->Bertac,hire->bertac
+def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
+    """Copy a remote-code encoder's modeling files next to BERTAC's and write `bertac_backbone.py` to import its classes.
+    Returns the copied file names (none for an encoder built into transformers)."""
+    config_class, model_class = type(backbone.config), type(backbone)
+    if config_class.__module__.startswith("transformers.") and model_class.__module__.startswith("transformers."):
+        return []
+    files = {}
+    for cls in (config_class, model_class):
+        source = Path(sys.modules[cls.__module__].__file__)
+        for path in (source, *map(Path, get_relative_import_files(source))):
+            files[path.name] = path
+    if clash := set(BERTAC_FILES) & set(files):
+        raise ValueError(f"The encoder's code has files named like BERTAC's ({', '.join(sorted(clash))}); rename them.")
+    for name, path in files.items():
+        shutil.copyfile(path, folder / name)
+    (folder / "bertac_backbone.py").write_text(
+        '"""The encoder this BERTAC checkpoint runs on, whose code was saved next to BERTAC\'s (written by\n'
+        'BertacPreTrainedModel.save_pretrained; transformers fetches these files with BERTAC\'s through the imports)."""\n\n'
+        f"from .{config_class.__module__.rsplit('.', 1)[-1]} import {config_class.__name__}\n"
+        f"from .{model_class.__module__.rsplit('.', 1)[-1]} import {model_class.__name__}\n\n"
+        f"BACKBONE_CLASSES = {{{config_class.model_type!r}: ({config_class.__name__}, {model_class.__name__})}}\n"
+    )
+    return sorted(files)
 
 
 class BertacPreTrainedModel(PreTrainedModel):
@@ -749,6 +859,12 @@ class BertacPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also saves the encoder's code when it is remote code (see `bertac_backbone.py`)."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            save_backbone_code(self._bertac.backbone, Path(save_directory))
+
     def _freeze_cnn(self):
         """The CNN never trains unless `cnn_trainable` (transformers' loading makes every parameter trainable
         again, so this runs after `from_pretrained` too). Its word table is a buffer: frozen in every setting."""
@@ -760,7 +876,7 @@ class BertacPreTrainedModel(PreTrainedModel):
         """Resizes the encoder's embeddings and keeps `backbone_config.vocab_size` in step, so the checkpoint reloads.
         New tokens get the word-boundary flags of the table's last row (the lookup clamps ids to its table)."""
         embeddings = self._bertac.backbone.resize_token_embeddings(*args, **kwargs)
-        self.config.backbone_config.vocab_size = embeddings.num_embeddings
+        self.config.backbone_config.vocab_size = self.vocab_size = embeddings.num_embeddings
         return embeddings
 
     @classmethod
@@ -847,10 +963,7 @@ class BertacModel(BertacPreTrainedModel):
 
     def __init__(self, config: BertacConfig):
         super().__init__(config)
-        try:  # the encoder's pooler is never used here (the heads have their own)
-            self.backbone = AutoModel.from_config(config.backbone_config, add_pooling_layer=False)
-        except TypeError:
-            self.backbone = AutoModel.from_config(config.backbone_config)
+        self.backbone = build_backbone(config.backbone_config)  # without its pooler: the heads have their own
         self.cnn = self.word_lookup = self.input_projection = self.output_projection = None
         self.tier_layers = self.input_updates = None
         if config.use_cnn_and_tier:
@@ -896,19 +1009,26 @@ class BertacModel(BertacPreTrainedModel):
     ) -> BertacModelOutput:
         r"""
         entity_spans: `(B, max_segments, 2)` per segment the first and one-past-last piece of the masked noun phrase,
-            counted from the segment's first piece; -1 for none (see `training/bertac_masking.py`).
+            counted from the segment's first piece; -1 for none (see `training/masking/entity_spans.py`).
         """
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         backbone_inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states, return_dict=True)
+                               inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states,
+                               output_attentions=output_attentions, return_dict=True)
         if token_type_ids is not None:
             backbone_inputs["token_type_ids"] = token_type_ids
         encoded = self.backbone(**backbone_inputs)
         hidden = encoded.last_hidden_state
+        encoder_attentions = getattr(encoded, "attentions", None)  # some encoders return none (the two-tower cloze model)
         if not self.config.use_cnn_and_tier:
-            return BertacModelOutput(last_hidden_state=hidden, hidden_states=encoded.hidden_states)
+            return BertacModelOutput(last_hidden_state=hidden, hidden_states=encoded.hidden_states,
+                                     attentions=encoder_attentions)
         if input_ids is None:
             raise ValueError("BERTAC rebuilds its CNN words from input_ids; inputs_embeds alone cannot be mapped to words.")
 
@@ -938,6 +1058,7 @@ class BertacModel(BertacPreTrainedModel):
         return BertacModelOutput(
             last_hidden_state=output,
             hidden_states=encoded.hidden_states,
+            attentions=encoder_attentions,
             tier_hidden_states=tuple(tier_states) if output_hidden_states else None,
             cnn_representations=tuple(vectors),
             tier_attentions=tuple(attentions) if output_attentions else None,
@@ -969,16 +1090,19 @@ class BertacForSequenceClassification(BertacPreTrainedModel):
         entity_spans: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
         outputs = self.bertac(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                               position_ids=position_ids, inputs_embeds=inputs_embeds, entity_spans=entity_spans,
-                              output_hidden_states=output_hidden_states, return_dict=True)
+                              output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                              return_dict=True)
         logits = self.classifier(self.dropout(self.pooler(outputs.last_hidden_state)))
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
 
 
 class BertacForQuestionAnswering(BertacPreTrainedModel):
@@ -1002,18 +1126,20 @@ class BertacForQuestionAnswering(BertacPreTrainedModel):
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         outputs = self.bertac(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                               position_ids=position_ids, inputs_embeds=inputs_embeds, entity_spans=entity_spans,
-                              output_hidden_states=output_hidden_states, return_dict=True)
+                              output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                              return_dict=True)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
         start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
         loss = None
         if start_positions is not None and end_positions is not None:
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
-                                            hidden_states=outputs.hidden_states)
+                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
 __all__ = [

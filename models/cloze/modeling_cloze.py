@@ -46,10 +46,11 @@ class TwoTowerClozeOutput(ModelOutput):
     cloze_loss: mean cross-entropy of the combination layer's predictions over the labelled tokens.
     bilm_loss: mean of the two directions' mean cross-entropies (forward tower at i-1 and backward tower at i+1
         predicting token i).
-    logits: `(num_labelled_tokens, vocab_size)` cloze logits, one row per `labels != -100` position in row-major
-        order (every non-padding position when `labels` is None); log-probabilities with the adaptive softmax.
+    logits: `(num_labelled_tokens, vocab_size)` cloze logits, one row per `labels != -100` (or `prediction_mask`)
+        position in row-major order; `(B, T, vocab_size)` at every position without either. Log-probabilities with
+        the adaptive softmax (which, training, skips them: the loss needs no full-vocabulary softmax).
     forward_logits / backward_logits: bilm logits, one row per labelled position that has a real left (right)
-        neighbour, row-major order.
+        neighbour, row-major order; without labels, see `TwoTowerCloze.forward`.
     hidden_states: as in `TwoTowerClozeModelOutput`.
     """
 
@@ -139,20 +140,44 @@ class TwoTowerClozeCharacterCNN(nn.Module):
         self.highways = nn.ModuleList(TwoTowerClozeHighway(width) for _ in range(config.highway_layers))
         self.projection = nn.Linear(width, config.hidden_size)
 
-    @torch.no_grad()
-    def set_word_vocabulary(self, words: list[str]) -> int:
-        """Spell `words[i]` into row i of the table; returns how many words were longer than the table is wide."""
-        rows, length = self.word_characters.shape
-        if len(words) > rows:
-            raise ValueError(f"{len(words)} words do not fit a vocabulary of {rows} (config.vocab_size).")
+    @property
+    def num_embeddings(self) -> int:
+        """Words the table spells (`config.vocab_size`), as `nn.Embedding.num_embeddings`."""
+        return self.word_characters.shape[0]
+
+    @staticmethod
+    def spell(words: list[str], rows: int, length: int) -> tuple[torch.Tensor, int]:
+        """`(rows, length)` int16 table spelling `words[i]` in row i (UTF-8 bytes + 1, 0-padded; rows past the words
+        stay all padding), and how many words were longer than `length`."""
         table = torch.zeros(rows, length, dtype=torch.int16)
         truncated = 0
         for index, word in enumerate(words):
             spelled = [byte + 1 for byte in word.encode("utf-8")]
             truncated += len(spelled) > length
             table[index, : min(len(spelled), length)] = torch.tensor(spelled[:length], dtype=torch.int16)
+        return table, truncated
+
+    @torch.no_grad()
+    def set_word_vocabulary(self, words: list[str]) -> int:
+        """Spell `words[i]` into row i of the table; returns how many words were longer than the table is wide."""
+        rows, length = self.word_characters.shape
+        if len(words) > rows:
+            raise ValueError(f"{len(words)} words do not fit a vocabulary of {rows} (config.vocab_size).")
+        table, truncated = self.spell(words, rows, length)
         self.word_characters.copy_(table)
         return truncated
+
+    @torch.no_grad()
+    def resize(self, rows: int, new_words: list[str] | None = None) -> None:
+        """Keep the first `rows` spellings; rows added past the old table are spelled from `new_words` (in order),
+        and those without a word are left empty (all padding bytes: one shared vector, like an unknown word)."""
+        old = self.word_characters
+        added = max(rows - old.shape[0], 0)
+        new_words = list(new_words or [])
+        if len(new_words) > added:
+            raise ValueError(f"{len(new_words)} new words given for {added} new rows.")
+        table, _ = self.spell(new_words, added, old.shape[1])
+        self.word_characters = torch.cat([old[:rows], table.to(old.device)])
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         characters = self.word_characters[input_ids].long().flatten(0, -2)  # (words, max_word_characters)
@@ -318,6 +343,26 @@ class TwoTowerClozeCombination(nn.Module):
         return self.ffn(hidden)
 
 
+@torch.no_grad()
+def resize_adaptive_softmax(softmax: nn.AdaptiveLogSoftmaxWithLoss, num_classes: int, std: float) -> None:
+    """Grow or shrink the last band of an adaptive softmax to `num_classes` in all; new rows start N(0, std)."""
+    start = softmax.cutoffs[-2]
+    if num_classes <= start:
+        raise ValueError(
+            f"The adaptive softmax's last band starts at word {start} (config.adaptive_softmax_cutoff); a vocabulary "
+            f"of {num_classes} would leave it empty. Resize to more than {start} words."
+        )
+    old = softmax.tail[-1][1]
+    new = nn.Linear(old.in_features, num_classes - start, bias=False, device=old.weight.device, dtype=old.weight.dtype)
+    nn.init.normal_(new.weight, std=std)
+    kept = min(old.out_features, new.out_features)
+    new.weight[:kept] = old.weight[:kept]
+    new.weight.requires_grad_(old.weight.requires_grad)
+    softmax.tail[-1][1] = new
+    softmax.n_classes = num_classes
+    softmax.cutoffs[-1] = num_classes
+
+
 class TwoTowerClozeZeroInitLinear(nn.Linear):
     """A Linear layer that `_init_weights` sets to zero (its own class, so the init holds on any load path)."""
 
@@ -337,6 +382,52 @@ class TwoTowerClozePreTrainedModel(PreTrainedModel):
             "zero state under arbitrary two-tower masks); load it with 'sdpa' (the default) or 'eager'."
         )
 
+    def resize_token_embeddings(
+        self,
+        new_num_tokens: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        mean_resizing: bool = True,
+        new_words: list[str] | None = None,
+    ):
+        """transformers' `resize_token_embeddings`, for every input and output representation.
+
+        Word embeddings: transformers' own resize (the tied flat softmax follows). Character CNN: the saved word ->
+        bytes table gets rows for the new ids, spelled from `new_words` (the new tokens, in id order) where given and
+        otherwise empty (all padding bytes, so the new ids share one vector until `set_word_vocabulary` respells
+        them); the CNN's weights do not depend on the vocabulary. The adaptive softmax grows (or shrinks) its last
+        band; it cannot shrink past the last `adaptive_softmax_cutoff`. Returns the input embeddings module (the
+        character CNN for `char_cnn`; its `num_embeddings` is the new size).
+        """
+        base = getattr(self, self.base_model_prefix, self)
+        cnn = base.embeddings.character_cnn
+        if cnn is None:
+            if new_words is not None:
+                raise ValueError("new_words spells new rows of a char_cnn model; this model embeds word ids.")
+            embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+            size = embeddings.num_embeddings
+        else:
+            size = new_num_tokens if new_num_tokens is not None else cnn.num_embeddings
+            if pad_to_multiple_of is not None:
+                if not isinstance(pad_to_multiple_of, int):
+                    raise ValueError(
+                        f"Asking to pad the embedding matrix to a multiple of `{pad_to_multiple_of}`, which is not and "
+                        "integer. Please make sure to pass an integer"
+                    )
+                size = math.ceil(size / pad_to_multiple_of) * pad_to_multiple_of
+            if size == cnn.num_embeddings and not new_words:
+                return cnn
+            cnn.resize(size, new_words)
+            embeddings = cnn
+            lm_head = getattr(self, "lm_head", None)
+            if lm_head is not None:  # an untied flat softmax over a char_cnn vocabulary
+                self.lm_head = self._get_resized_lm_head(lm_head, size, mean_resizing=mean_resizing)
+        adaptive_softmax = getattr(self, "adaptive_softmax", None)
+        if adaptive_softmax is not None and adaptive_softmax.n_classes != size:
+            resize_adaptive_softmax(adaptive_softmax, size, self.config.initializer_range)
+        self.config.vocab_size = size
+        self.vocab_size = size
+        return embeddings
+
     @torch.no_grad()
     def _init_weights(self, module):
         # N(0, initializer_range) for Linear/Embedding, LayerNorm (1, 0), biases 0.
@@ -346,7 +437,9 @@ class TwoTowerClozePreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
             return
         super()._init_weights(module)
-        if isinstance(module, TwoTowerClozeEmbeddings):
+        if isinstance(module, TwoTowerClozeCharacterCNN):
+            init.zeros_(module.word_characters)  # unspelled until set_word_vocabulary (or a checkpoint) fills it
+        elif isinstance(module, TwoTowerClozeEmbeddings):
             init.copy_(module.position_table, sinusoidal_positions(*module.position_table.shape))
         elif isinstance(module, TwoTowerClozeHighwayGate):
             init.constant_(module.bias, 1.0)
@@ -530,52 +623,81 @@ class TwoTowerCloze(TwoTowerClozePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
+        prediction_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> TwoTowerClozeOutput:
         r"""
-        labels: `(B, T)` target token ids, -100 where nothing is predicted (padding, boundary tokens). Without
-            labels every non-padding position is predicted and no loss is computed.
+        labels: `(B, T)` target token ids, -100 where nothing is predicted (padding, boundary tokens); logits are then
+            computed at the labelled positions only.
+        prediction_mask: inference only, `(B, T)` bool: logits only at these positions (one row each, row-major).
+            Without labels and without it, every position is predicted: `logits` `(B, T, vocab_size)` (the cloze
+            prediction of each token from the words around it), and with a bilm objective `forward_logits` /
+            `backward_logits` `(B, T, vocab_size)`, each tower's prediction of the next token in its direction (of
+            token i + 1 from `F_i`, of token i - 1 from `B_i`).
         """
+        if labels is not None and prediction_mask is not None:
+            raise ValueError("prediction_mask chooses where to predict without labels; with labels, logits are "
+                             "computed at the labelled positions.")
         loss_type = self.config.loss_type
         towers = self.cloze.run_towers(
             input_ids, attention_mask, inputs_embeds, output_hidden_states, output_attentions
         )
-        output = TwoTowerClozeOutput(hidden_states=towers.hidden_states)
-        targets_present = labels != -100 if labels is not None else towers.attention_mask
+        # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
+        output = {"hidden_states": towers.hidden_states}
+        cloze = loss_type in ("cloze", "cloze+bilm")
+        bilm = loss_type in ("bilm", "cloze+bilm")
+        if labels is None and prediction_mask is None:
+            if cloze:
+                hidden = self.cloze.combination(
+                    towers.forward_states, towers.backward_states, towers.attention_mask, "cloze"
+                )
+                output["logits"] = self._predict_everywhere(hidden)
+            if bilm:
+                output["forward_logits"] = self._predict_everywhere(towers.forward_states)
+                output["backward_logits"] = self._predict_everywhere(towers.backward_states)
+            return TwoTowerClozeOutput(**output)
+
+        targets_present = labels != -100 if labels is not None else prediction_mask.bool()
         rows, cols = targets_present.nonzero(as_tuple=True)
         targets = labels[rows, cols] if labels is not None else None
 
-        if loss_type in ("cloze", "cloze+bilm"):
+        if cloze:
             hidden = self.cloze.combination(
                 towers.forward_states, towers.backward_states, towers.attention_mask, "cloze"
             )
             # Gather the target rows first: vocabulary logits only where there is something to predict.
-            output.logits, output.cloze_loss = self._predict(hidden[rows, cols], targets)
+            output["logits"], output["cloze_loss"] = self._predict(hidden[rows, cols], targets)
 
-        if loss_type in ("bilm", "cloze+bilm"):
+        if bilm:
             # Each tower alone predicts token i from its neighbour state (F_{i-1}, B_{i+1}) when that is real text.
             real, length = towers.attention_mask, towers.attention_mask.shape[1]
             has_left = (cols > 0) & real[rows, (cols - 1).clamp(min=0)]
             has_right = (cols < length - 1) & real[rows, (cols + 1).clamp(max=length - 1)]
             forward_hidden = towers.forward_states[rows[has_left], cols[has_left] - 1]
             backward_hidden = towers.backward_states[rows[has_right], cols[has_right] + 1]
-            output.forward_logits, forward_loss = self._predict(
+            output["forward_logits"], forward_loss = self._predict(
                 forward_hidden, targets[has_left] if targets is not None else None
             )
-            output.backward_logits, backward_loss = self._predict(
+            output["backward_logits"], backward_loss = self._predict(
                 backward_hidden, targets[has_right] if targets is not None else None
             )
             if targets is not None:
-                output.bilm_loss = (forward_loss + backward_loss) / 2
+                output["bilm_loss"] = (forward_loss + backward_loss) / 2
 
         if labels is not None:
             if loss_type == "cloze":
-                output.loss = output.cloze_loss
+                output["loss"] = output["cloze_loss"]
             elif loss_type == "bilm":
-                output.loss = output.bilm_loss
+                output["loss"] = output["bilm_loss"]
             else:
-                output.loss = output.cloze_loss + self.config.bilm_loss_weight * output.bilm_loss
-        return output
+                output["loss"] = output["cloze_loss"] + self.config.bilm_loss_weight * output["bilm_loss"]
+        return TwoTowerClozeOutput(**output)
+
+    def _predict_everywhere(self, hidden: torch.Tensor) -> torch.Tensor:
+        """`(B, T, vocab_size)` logits (log-probabilities with the adaptive softmax) of `(B, T, d)` states."""
+        batch, length, size = hidden.shape
+        logits, _ = self._predict(hidden.reshape(batch * length, size), None)
+        return logits.view(batch, length, -1)
 
 
 class TwoTowerClozeForMaskedLM(TwoTowerCloze):
@@ -607,9 +729,7 @@ class TwoTowerClozeForMaskedLM(TwoTowerCloze):
             input_ids, attention_mask, inputs_embeds, output_hidden_states, output_attentions
         )
         hidden = self.cloze.combination(towers.forward_states, towers.backward_states, towers.attention_mask, "cloze")
-        batch, length, size = hidden.shape
-        logits, _ = self._predict(hidden.reshape(batch * length, size), None)
-        return MaskedLMOutput(logits=logits.view(batch, length, -1), hidden_states=towers.hidden_states)
+        return MaskedLMOutput(logits=self._predict_everywhere(hidden), hidden_states=towers.hidden_states)
 
 
 def boundary_positions(

@@ -95,15 +95,20 @@ class HireConfig(PreTrainedConfig):
         if model_type is not None and model_type not in CONFIG_MAPPING:
             raise ValueError(
                 f"backbone_config has model_type {model_type!r}, which transformers does not know and this checkpoint "
-                "carries no code for. Register the encoder's classes (e.g. `import models` in encoder-zoo) or load it "
+                "carries no code for. Register the encoder's classes (e.g. `import encoder_zoo.models`) or load it "
                 "with trust_remote_code=True before building HIRE, and save HIRE again: its code then travels with it."
             )
         return backbone
 
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The encoder's config: where transformers, PEFT and other clients read the text model's sizes
+        (`vocab_size`, `hidden_size`, ...), and where `resize_token_embeddings` records the new vocabulary size."""
+        return self.backbone_config
+
     def to_dict(self):
         output = super().to_dict()
         if isinstance(output.get("backbone_config"), dict):
-            output["backbone_config"].pop("_name_or_path", None)  # a local path has no place in a Hub folder
+            output["backbone_config"]["_name_or_path"] = ""  # a local path has no place in a Hub folder
         return output
 
     @property

@@ -35,11 +35,14 @@ class HireModelOutput(ModelOutput):
     """
     last_hidden_state: F `(B, T, 2d)` (or M / A for the fusion ablations), in the caller's padding layout.
     layer_importance: s `(B, l + 1)`, the per-example importance of the embeddings and each encoder layer.
+    hidden_states / attentions: the encoder's (with `output_hidden_states` / `output_attentions`), in the caller's
+        padding layout.
     """
 
     last_hidden_state: torch.Tensor | None = None
     layer_importance: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -48,6 +51,7 @@ class HireSequenceClassifierOutput(ModelOutput):
     logits: torch.Tensor | None = None
     layer_importance: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 def right_aligned_order(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -61,6 +65,14 @@ def gather_positions(x: torch.Tensor | None, order: torch.Tensor) -> torch.Tenso
     if x is None:
         return None
     return x.gather(1, order if x.dim() == 2 else order[..., None].expand_as(x))
+
+
+def gather_attention(attention: torch.Tensor | None, order: torch.Tensor) -> torch.Tensor | None:
+    """An attention map `(B, heads, T, T)` with its queries and keys both reordered by `order`."""
+    if attention is None:
+        return None
+    attention = attention.gather(2, order[:, None, :, None].expand_as(attention))
+    return attention.gather(3, order[:, None, None, :].expand_as(attention))
 
 
 def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -109,6 +121,22 @@ class HireImportanceScorer(nn.Linear):
     classification head.)"""
 
 
+def fixed_layer_scores(config: HireConfig) -> torch.Tensor:
+    """The fixed weightings of Table 5: log-weights over the l + 1 layers, -inf outside the selected ones."""
+    fixed = torch.zeros(config.num_layers)
+    if config.layer_weighting == "random":
+        fixed = torch.rand(config.num_layers, generator=torch.Generator().manual_seed(config.random_weighting_seed))
+    selected = torch.zeros(config.num_layers, dtype=torch.bool)
+    k = config.num_selected_layers
+    if config.layer_selection == "all":
+        selected[:] = True
+    elif config.layer_selection == "first_k":
+        selected[:k] = True
+    else:
+        selected[-k:] = True
+    return fixed.masked_fill(~selected, float("-inf"))
+
+
 class HireExtractor(nn.Module):
     """Scores the l + 1 hidden states with ONE shared 2-layer BiGRU (all layers in one batched call) and mixes them.
 
@@ -123,19 +151,7 @@ class HireExtractor(nn.Module):
         if config.layer_weighting == "dynamic":
             self.summarizer = MaskedBiGRU(config.model_dim, d, num_layers=2, dropout=config.gru_dropout)
             self.importance = HireImportanceScorer(4 * d, 1)
-        # Fixed weightings of Table 5: log-weights over layers, -inf outside the selected ones.
-        fixed = torch.zeros(config.num_layers)
-        if config.layer_weighting == "random":
-            fixed = torch.rand(config.num_layers, generator=torch.Generator().manual_seed(config.random_weighting_seed))
-        selected = torch.zeros(config.num_layers, dtype=torch.bool)
-        k = config.num_selected_layers
-        if config.layer_selection == "all":
-            selected[:] = True
-        elif config.layer_selection == "first_k":
-            selected[:k] = True
-        else:
-            selected[-k:] = True
-        self.register_buffer("fixed_scores", fixed.masked_fill(~selected, float("-inf")), persistent=True)
+        self.register_buffer("fixed_scores", fixed_layer_scores(config), persistent=True)
 
     def forward(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden_states: `(L, B, T, d)` with L = l + 1, right-padded. Returns A `(B, T, d)` and s `(B, L)`."""
@@ -220,6 +236,8 @@ class HirePreTrainedModel(PreTrainedModel):
         backbone = self.backbone_model
         if id(module) in self.__dict__.setdefault("_backbone_module_ids", {id(m) for m in backbone.modules()}):
             backbone._init_weights(module)  # the encoder's own init, buffers included
+        elif isinstance(module, HireExtractor):
+            init.copy_(module.fixed_scores, fixed_layer_scores(self.config))
         elif isinstance(module, nn.Linear):
             init.normal_(module.weight, std=self.config.initializer_range)
             # The scorer's bias starts at 1 so every layer's ReLU(w^T u + b) starts in its linear region: at 0, all
@@ -242,7 +260,7 @@ class HirePreTrainedModel(PreTrainedModel):
     def resize_token_embeddings(self, *args, **kwargs):
         """Resizes the encoder's embeddings and keeps `backbone_config.vocab_size` in step, so the checkpoint reloads."""
         embeddings = self.backbone_model.resize_token_embeddings(*args, **kwargs)
-        self.config.backbone_config.vocab_size = embeddings.num_embeddings
+        self.config.backbone_config.vocab_size = self.vocab_size = embeddings.num_embeddings
         return embeddings
 
 
@@ -264,7 +282,11 @@ class HireModel(HirePreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                output_hidden_states=None, **kwargs) -> HireModelOutput:
+                output_hidden_states=None, output_attentions=None, **kwargs) -> HireModelOutput:
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
@@ -276,6 +298,8 @@ class HireModel(HirePreTrainedModel):
                                position_ids=gather_positions(position_ids, order),
                                inputs_embeds=gather_positions(inputs_embeds, order),
                                output_hidden_states=True, return_dict=True)
+        if output_attentions:
+            backbone_inputs["output_attentions"] = True
         if token_type_ids is not None:
             backbone_inputs["token_type_ids"] = gather_positions(token_type_ids, order)
         encoded = self.backbone(**backbone_inputs)
@@ -300,12 +324,29 @@ class HireModel(HirePreTrainedModel):
             output = self.fusion(fused, lengths)[0] if self.fusion is not None else fused
         if width < attention_mask.shape[1]:  # give back the caller's sequence length (zeros past the longest input)
             output = nn.functional.pad(output, (0, 0, 0, attention_mask.shape[1] - width))
+        # Zeros at padding, whatever the batch's longest input (the GRUs leave garbage there).
+        output = output * attention_mask[..., None].to(output.dtype)
         inverse = order.argsort(dim=1)  # back to the caller's layout
         return HireModelOutput(
             last_hidden_state=gather_positions(output, inverse),
             layer_importance=importance,
-            hidden_states=tuple(gather_positions(h, inverse) for h in encoded.hidden_states) if output_hidden_states else None,
+            hidden_states=self.selected_hidden_states(encoded.hidden_states, inverse, output_hidden_states),
+            attentions=tuple(gather_attention(a, inverse) for a in encoded.attentions) if output_attentions else None,
         )
+
+
+    @staticmethod
+    def selected_hidden_states(hidden_states, inverse, output_hidden_states):
+        """The encoder's hidden states in the caller's layout: all of them, or (`output_hidden_states` an index or a
+        list of indices, as transformers' models take it) those selected, None in the other places."""
+        if not output_hidden_states:
+            return None
+        count = len(hidden_states)
+        keep = range(count)
+        if not isinstance(output_hidden_states, bool):
+            indices = [output_hidden_states] if isinstance(output_hidden_states, int) else output_hidden_states
+            keep = {i % count for i in indices if -count <= i < count}
+        return tuple(gather_positions(h, inverse) if i in keep else None for i, h in enumerate(hidden_states))
 
 
 class HireRobertaForSequenceClassification(HirePreTrainedModel):
@@ -337,10 +378,11 @@ class HireRobertaForSequenceClassification(HirePreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, output_hidden_states=None, **kwargs) -> HireSequenceClassifierOutput:
+                labels=None, output_hidden_states=None, output_attentions=None, **kwargs) -> HireSequenceClassifierOutput:
         outputs = self.hire(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds,
-                            output_hidden_states=output_hidden_states, return_dict=True)
+                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                            return_dict=True)
         hidden = outputs.last_hidden_state
         # c: the first real token (<s>), wherever the padding is.
         rows = torch.arange(hidden.shape[0], device=hidden.device)
@@ -350,7 +392,7 @@ class HireRobertaForSequenceClassification(HirePreTrainedModel):
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return HireSequenceClassifierOutput(loss=loss, logits=logits, layer_importance=outputs.layer_importance,
-                                            hidden_states=outputs.hidden_states)
+                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
 __all__ = ["HirePreTrainedModel", "HireModel", "HireRobertaForSequenceClassification", "HireExtractor", "HireModelOutput", "MaskedBiGRU"]

@@ -1,5 +1,7 @@
 """SpanBERT configuration (Joshi et al., 2020, "SpanBERT: Improving Pre-training by Representing and Predicting Spans")."""
 
+from typing import Literal
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -52,6 +54,10 @@ class SpanBertConfig(PreTrainedConfig):
             `AutoModel` returns its `pooler_output` and sequence classification reads it.
         mlm_loss_weight: Weight of the MLM loss in the pretraining loss.
         sbo_loss_weight: Weight of the SBO loss (the paper sums both, weight 1).
+        sbo_loss_normalization: What the summed SBO cross-entropy of a batch is divided by. `"authors"` (default):
+            the number of SBO targets + 1, as the authors' `span_bert_loss` criterion does (the paper does not say); a
+            batch of n targets then weighs the SBO term n/(n+1) of its mean (44/45 for 44 targets, 0.9996 for the
+            ~2,460 targets of 32 blocks of 512 tokens). `"mean"`: the number of targets, the plain mean cross-entropy.
         nsp_loss_weight: Weight of the NSP loss (BERT sums it with the MLM loss, weight 1).
         is_decoder: Always `False`; read by transformers' BERT layers.
         add_cross_attention: Always `False`; read by transformers' BERT layers.
@@ -79,6 +85,7 @@ class SpanBertConfig(PreTrainedConfig):
     use_next_sentence_prediction: bool = False
     mlm_loss_weight: float = 1.0
     sbo_loss_weight: float = 1.0
+    sbo_loss_normalization: Literal["authors", "mean"] = "authors"
     nsp_loss_weight: float = 1.0
     is_decoder: bool = False
     add_cross_attention: bool = False

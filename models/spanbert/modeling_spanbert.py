@@ -45,13 +45,17 @@ from .configuration_spanbert import SpanBertConfig
 @dataclass
 class SpanBertForPreTrainingOutput(ModelOutput):
     """
-    loss: weighted sum of the MLM loss (mean over masked tokens), the SBO loss (mean over SBO targets) and, with
-        NSP, the NSP loss (mean over the batch).
+    loss: weighted sum of the MLM loss (mean over masked tokens), the SBO loss (summed over the SBO targets, divided
+        by their number + 1 as the authors' code does, or by their number: `config.sbo_loss_normalization`) and, with
+        NSP, the NSP loss (mean over the batch); each term only when its targets are given, None without any.
     mlm_loss / sbo_loss / nsp_loss: the terms before weighting.
     nsp_accuracy: detached NSP accuracy, for logging.
-    mlm_logits: `(num_masked_tokens, vocab_size)`, one row per `labels != -100` position, row-major order.
-    sbo_logits: `(num_sbo_targets, vocab_size)`, one row per `span_left >= 0` position, row-major order.
-    nsp_logits: `(batch, 2)`: column 0 "B continues A", column 1 "B is random".
+    mlm_logits: with `labels`, `(num_masked_tokens, vocab_size)`, one row per `labels != -100` position, row-major
+        order; without, `(batch, seq_len, vocab_size)` at every position (BertForPreTraining's `prediction_logits`),
+        or one row per `prediction_mask` position.
+    sbo_logits: `(num_sbo_targets, vocab_size)`, one row per `span_left >= 0` position (the first
+        `max_span_targets` of each span), row-major order; only when `span_left` / `span_right` are given.
+    nsp_logits: `(batch, 2)`, with the NSP head: column 0 "B continues A", column 1 "B is random".
     """
 
     loss: torch.Tensor | None = None
@@ -270,14 +274,22 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         span_left: torch.Tensor | None = None,
         span_right: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
+        prediction_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> SpanBertForPreTrainingOutput:
         r"""
-        labels: `(B, T)` original token ids at masked positions, -100 elsewhere.
+        labels: `(B, T)` original token ids at masked positions, -100 elsewhere. MLM logits are then computed at these
+            positions only.
         span_left / span_right: `(B, T)` positions of the outside boundary tokens `s-1` and `e+1` of the merged span
-            that covers each SBO target, -1 at positions without an SBO target (built by `SpanMaskingCollator`).
+            that covers each SBO target, -1 at positions without an SBO target (built by `SpanMaskingCollator`). The
+            SBO head predicts (and, with `labels`, trains) only where they are given.
         next_sentence_label: `(B,)` 0 where segment B continues segment A, 1 where B is random (BertForPreTraining's
-            convention); needed with `config.use_next_sentence_prediction`.
+            convention); with `config.use_next_sentence_prediction`, adds the NSP loss.
+        prediction_mask: inference only, `(B, T)` bool: MLM logits only at these positions, `(N, vocab_size)` rows in
+            row-major order. Without it and without labels, MLM logits at every position, `(B, T, vocab_size)`.
+
+        Each loss term is computed when its targets are given (MLM: `labels`; SBO: `labels` and the span boundaries;
+        NSP: `next_sentence_label`); `loss` is their weighted sum, None without any.
         """
         has_nsp_head = self.config.use_next_sentence_prediction
         if next_sentence_label is not None and not has_nsp_head:
@@ -285,12 +297,13 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                 "Got next_sentence_label but this model has no NSP head; set config.use_next_sentence_prediction=True "
                 "or drop the labels."
             )
-        if labels is not None and self.sbo is not None and (span_left is None or span_right is None):
-            raise ValueError(
-                "The span boundary objective needs span_left and span_right (from SpanMaskingCollator); "
-                "set config.use_span_boundary_objective=False to train MLM only."
-            )
-        output = SpanBertForPreTrainingOutput()
+        if (span_left is None) != (span_right is None):
+            raise ValueError("The span boundary objective reads span_left and span_right together; pass both or neither.")
+        if labels is not None and prediction_mask is not None:
+            raise ValueError("prediction_mask chooses where to predict without labels; with labels, MLM logits are "
+                             "computed at the labelled positions.")
+        # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
+        output = {}
         encoder_inputs = dict(
             attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
         )
@@ -298,51 +311,50 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
             kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
         )
         # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
-        if labels is not None:
-            mlm_rows, mlm_cols = (labels != -100).nonzero(as_tuple=True)
-            sbo_targets = self.sbo_targets(span_left, span_right) if self.sbo is not None else None
+        targets = labels != -100 if labels is not None else prediction_mask
+        mlm_rows, mlm_cols = targets.nonzero(as_tuple=True) if targets is not None else (None, None)
+        sbo_targets = self.sbo_targets(span_left, span_right) if self.sbo is not None and span_left is not None else None
         if labels is None or records_outputs:
             outputs = self.spanbert(input_ids, **encoder_inputs, return_dict=True, **kwargs)
-            output.hidden_states, output.attentions = outputs.hidden_states, outputs.attentions
+            output.update(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
             sequence_output = outputs.last_hidden_state
             states_at = lambda rows, cols: sequence_output[rows, cols]  # noqa: E731
             pooled = outputs.pooler_output
         else:
             read = self.read_positions(labels, (mlm_rows, mlm_cols), sbo_targets)
             states_at, pooled = self.encode_at(read, input_ids, encoder_inputs, labels.shape, **kwargs)
-        if has_nsp_head:
-            output.nsp_logits = self.cls.seq_relationship(pooled)
-        if labels is None:
-            return output
 
-        # Gather the target rows first: vocabulary logits only where there is something to predict.
-        output.mlm_logits = self.cls.predictions(states_at(mlm_rows, mlm_cols))
-        output.mlm_loss = F.cross_entropy(output.mlm_logits.float(), labels[mlm_rows, mlm_cols])
-        output.loss = self.config.mlm_loss_weight * output.mlm_loss
-
-        if self.sbo is not None:
+        # Vocabulary logits only where there is something to predict: the targets' rows are gathered first.
+        if targets is None:
+            output["mlm_logits"] = self.cls.predictions(sequence_output)
+        else:
+            output["mlm_logits"] = self.cls.predictions(states_at(mlm_rows, mlm_cols))
+        if sbo_targets is not None:
             rows, cols, left, right = sbo_targets
-            relative_position = cols - left - 1
-            output.sbo_logits = self.sbo(states_at(rows, left), states_at(rows, right), relative_position)
-            # A batch whose spans all touch the block edges has no SBO target; its SBO term is 0, not NaN.
-            output.sbo_loss = (
-                F.cross_entropy(output.sbo_logits.float(), labels[rows, cols])
-                if rows.numel()
-                else output.sbo_logits.new_zeros((), dtype=torch.float32)
-            )
-            output.loss = output.loss + self.config.sbo_loss_weight * output.sbo_loss
-
+            output["sbo_logits"] = self.sbo(states_at(rows, left), states_at(rows, right), cols - left - 1)
         if has_nsp_head:
-            if next_sentence_label is None:
-                raise ValueError(
-                    "Next sentence prediction needs next_sentence_label (from the two-segment pair collator); "
-                    "set config.use_next_sentence_prediction=False to train without NSP."
-                )
-            nsp_logits = output.nsp_logits.float()
-            output.nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1))
-            output.nsp_accuracy = (nsp_logits.detach().argmax(-1) == next_sentence_label.view(-1)).float().mean()
-            output.loss = output.loss + self.config.nsp_loss_weight * output.nsp_loss
-        return output
+            output["nsp_logits"] = self.cls.seq_relationship(pooled)
+
+        losses = []
+        if labels is not None:
+            output["mlm_loss"] = F.cross_entropy(output["mlm_logits"].float(), labels[mlm_rows, mlm_cols])
+            losses.append(self.config.mlm_loss_weight * output["mlm_loss"])
+            if sbo_targets is not None:
+                rows, cols = sbo_targets[:2]
+                # The summed loss over the targets + 1 (the authors' criterion) or over the targets ("mean"). A batch
+                # whose spans all touch the block edges has no SBO target; its SBO term is 0, not NaN.
+                summed = F.cross_entropy(output["sbo_logits"].float(), labels[rows, cols], reduction="sum")
+                extra = 1 if self.config.sbo_loss_normalization == "authors" else 0
+                output["sbo_loss"] = summed / max(rows.numel() + extra, 1)
+                losses.append(self.config.sbo_loss_weight * output["sbo_loss"])
+        if next_sentence_label is not None:
+            nsp_logits = output["nsp_logits"].float()
+            output["nsp_loss"] = F.cross_entropy(nsp_logits, next_sentence_label.view(-1))
+            output["nsp_accuracy"] = (nsp_logits.detach().argmax(-1) == next_sentence_label.view(-1)).float().mean()
+            losses.append(self.config.nsp_loss_weight * output["nsp_loss"])
+        if losses:
+            output["loss"] = sum(losses[1:], losses[0])
+        return SpanBertForPreTrainingOutput(**output)
 
     def sbo_targets(self, span_left: torch.Tensor, span_right: torch.Tensor):
         """Rows, columns and the two outside boundary columns of every SBO target, row-major."""

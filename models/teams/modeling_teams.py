@@ -143,6 +143,8 @@ class TeamsForPreTrainingOutput(ModelOutput):
     Without labels (inference) only the discriminator runs on `input_ids` as given: `rtd_logits` `(B, T)`, and
     with `candidate_ids` `(B, T, K)` the MWS scores `mws_logits` `(B, T, K)`.
     corrupted_input_ids: `(B, T)` the discriminator's input. candidate_ids: `(num_masked, K+1)`.
+    hidden_states / attentions: the discriminator trunk's (embeddings and layers 1..L, on the corrupted input when
+        training), with `output_hidden_states` / `output_attentions`.
     """
 
     loss: torch.Tensor | None = None
@@ -158,6 +160,23 @@ class TeamsForPreTrainingOutput(ModelOutput):
     mws_logits: torch.Tensor | None = None
     corrupted_input_ids: torch.Tensor | None = None
     candidate_ids: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class TeamsDiscriminatorOutput(ModelOutput):
+    """The discriminator trunk's top layer, the input of the task layer(s), and what was recorded."""
+
+    last_hidden_state: torch.Tensor | None = None
+    task_input: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def records_outputs(config, kwargs: dict) -> bool:
+    """Whether the call asks for hidden states or attentions (then the layers run whole, where hooks record them)."""
+    return any(kwargs.get(name, getattr(config, name)) for name in ("output_hidden_states", "output_attentions"))
 
 
 class TeamsPreTrainedModel(PreTrainedModel):
@@ -403,7 +422,8 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         rows, cols = (labels != -100).nonzero(as_tuple=True)
         real = attention_mask.nonzero(as_tuple=True) if attention_mask is not None and self.rtd_head is not None else None
         originals = labels[rows, cols]
-        output = TeamsForPreTrainingOutput()
+        # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
+        output = {}
 
         # Generator: MLM on the masked input, logits only at masked positions. Generator and discriminator see the
         # same padding (or packing), so one mask serves both.
@@ -411,11 +431,11 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, **kwargs
         )
         at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
-        output.mlm_logits = self.generator.decoder(self.generator.predictions(at_targets))
-        mlm_logits = output.mlm_logits.float()  # once: the loss and both samplers work in fp32
-        output.mlm_loss = F.cross_entropy(mlm_logits, originals)
-        output.mlm_accuracy = (mlm_logits.detach().argmax(-1) == originals).float().mean()
-        output.loss = config.mlm_loss_weight * output.mlm_loss
+        output["mlm_logits"] = self.generator.decoder(self.generator.predictions(at_targets))
+        mlm_logits = output["mlm_logits"].float()  # once: the loss and both samplers work in fp32
+        output["mlm_loss"] = F.cross_entropy(mlm_logits, originals)
+        output["mlm_accuracy"] = (mlm_logits.detach().argmax(-1) == originals).float().mean()
+        loss = config.mlm_loss_weight * output["mlm_loss"]
 
         # Corrupt the input with one sampled replacement per masked position (no gradient, fp32).
         replacements = sample_replacements(mlm_logits)
@@ -423,65 +443,77 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         original_ids[rows, cols] = originals
         corrupted = original_ids.clone()
         corrupted[rows, cols] = replacements
-        output.corrupted_input_ids = corrupted
+        output["corrupted_input_ids"] = corrupted
 
         # Discriminator on the corrupted input.
-        hidden = self.teams.embed(corrupted, token_type_ids, position_ids)
-        task_input = None
-        for index, layer in enumerate(self.teams.layer, start=1):
-            hidden = layer(hidden, mask, **kwargs)
-            if index == config.task_source_layer:
-                task_input = hidden
-        top = hidden
+        trunk = self.discriminator_trunk(corrupted, mask, token_type_ids, position_ids, **kwargs)
+        top, task_input = trunk.last_hidden_state, trunk.task_input
+        output.update(hidden_states=trunk.hidden_states, attentions=trunk.attentions)
 
         if self.rtd_head is not None:
             rtd_states = self.teams.rtd_layer(task_input, mask, **kwargs) if self.teams.rtd_layer is not None else top
-            output.rtd_logits = self.rtd_head(rtd_states)
-            output.rtd_labels = (corrupted != original_ids).float()
-            rtd_logits, rtd_labels = output.rtd_logits, output.rtd_labels
+            output["rtd_logits"] = rtd_logits = self.rtd_head(rtd_states)
+            output["rtd_labels"] = rtd_labels = (corrupted != original_ids).float()
             if real is not None:  # RTD over real tokens only (a packed batch has no padding)
                 rtd_logits, rtd_labels = rtd_logits[real], rtd_labels[real]
             rtd_logits = rtd_logits.float()
-            output.rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
-            output.rtd_accuracy = ((rtd_logits.detach() > 0).float() == rtd_labels).float().mean()
-            output.loss = output.loss + config.rtd_loss_weight * output.rtd_loss
+            output["rtd_loss"] = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
+            output["rtd_accuracy"] = ((rtd_logits.detach() > 0).float() == rtd_labels).float().mean()
+            loss = loss + config.rtd_loss_weight * output["rtd_loss"]
 
         if self.mws_head is not None:
-            output.candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling)
+            candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling)
+            output["candidate_ids"] = candidate_ids
             if self.teams.mws_layer is not None:
                 mws_states = layer_at_positions(self.teams.mws_layer, top, mask, rows, cols, **kwargs)
             else:
                 mws_states = top[rows, cols]
-            output.mws_logits = self.mws_head(mws_states, word_embeddings[output.candidate_ids])
+            output["mws_logits"] = mws_logits = self.mws_head(mws_states, word_embeddings[candidate_ids])
             target = torch.zeros_like(originals)  # the original is candidate 0
-            output.mws_loss = F.cross_entropy(output.mws_logits.float(), target)
-            output.mws_accuracy = (output.mws_logits.detach().argmax(-1) == 0).float().mean()
-            output.loss = output.loss + config.mws_loss_weight * output.mws_loss
-        return output
+            output["mws_loss"] = F.cross_entropy(mws_logits.float(), target)
+            output["mws_accuracy"] = (mws_logits.detach().argmax(-1) == 0).float().mean()
+            loss = loss + config.mws_loss_weight * output["mws_loss"]
+        return TeamsForPreTrainingOutput(loss=loss, **output)
+
+    def discriminator_trunk(self, input_ids, mask, token_type_ids=None, embedding_position_ids=None, **kwargs):
+        """Layers 1..L of the discriminator on `input_ids`; hidden states and attentions recorded when asked for.
+        `kwargs` go to the layers (with `position_ids` for a packed batch, see `mask_and_layer_kwargs`)."""
+        if records_outputs(self.config, kwargs):
+            return self._recorded_discriminator_trunk(input_ids, mask, token_type_ids, embedding_position_ids, **kwargs)
+        return self._discriminator_trunk(input_ids, mask, token_type_ids, embedding_position_ids, **kwargs)
+
+    def _discriminator_trunk(self, input_ids, mask, token_type_ids=None, embedding_position_ids=None, **kwargs):
+        hidden = self.teams.embed(input_ids, token_type_ids, embedding_position_ids)
+        task_input = None
+        for index, layer in enumerate(self.teams.layer, start=1):
+            hidden = layer(hidden, mask, **kwargs)
+            if index == self.config.task_source_layer:
+                task_input = hidden
+        return TeamsDiscriminatorOutput(last_hidden_state=hidden, task_input=task_input)
+
+    # Only on request: the recording hooks stay out of the compiled training step.
+    _recorded_discriminator_trunk = capture_outputs(_discriminator_trunk)
 
     def discriminate(self, input_ids, attention_mask, token_type_ids, position_ids, candidate_ids, **kwargs):
         """Inference: the discriminator's scores of `input_ids` as given (no generator, no corruption)."""
         if candidate_ids is not None and self.mws_head is None:
             raise ValueError("candidate_ids needs the MWS head; this model was pretrained without MWS (rtd only).")
-        config = self.config
         hidden = self.teams.embed(input_ids, token_type_ids, position_ids)
         mask, kwargs = self.teams.mask_and_layer_kwargs(hidden, attention_mask, position_ids, **kwargs)
-        task_input = None
-        for index, layer in enumerate(self.teams.layer, start=1):
-            hidden = layer(hidden, mask, **kwargs)
-            if index == config.task_source_layer:
-                task_input = hidden
-        output = TeamsForPreTrainingOutput()
+        trunk = self.discriminator_trunk(input_ids, mask, token_type_ids, position_ids, **kwargs)
+        output = {}
         if self.rtd_head is not None:
-            rtd_states = self.teams.rtd_layer(task_input, mask, **kwargs) if self.teams.rtd_layer is not None else hidden
-            output.rtd_logits = self.rtd_head(rtd_states)
+            rtd_layer = self.teams.rtd_layer
+            rtd_states = rtd_layer(trunk.task_input, mask, **kwargs) if rtd_layer is not None else trunk.last_hidden_state
+            output["rtd_logits"] = self.rtd_head(rtd_states)
         if candidate_ids is not None:
-            mws_states = self.teams.mws_layer(hidden, mask, **kwargs) if self.teams.mws_layer is not None else hidden
+            top = trunk.last_hidden_state
+            mws_states = self.teams.mws_layer(top, mask, **kwargs) if self.teams.mws_layer is not None else top
             batch, length, num_candidates = candidate_ids.shape
             candidates = self.teams.embeddings.word_embeddings(candidate_ids).flatten(0, 1)
             scores = self.mws_head(mws_states.flatten(0, 1), candidates)
-            output.mws_logits = scores.view(batch, length, num_candidates)
-        return output
+            output["mws_logits"] = scores.view(batch, length, num_candidates)
+        return TeamsForPreTrainingOutput(**output, hidden_states=trunk.hidden_states, attentions=trunk.attentions)
 
 
 class TeamsForMaskedLM(TeamsGeneratorMixin, TeamsPreTrainedModel):
@@ -494,11 +526,28 @@ class TeamsForMaskedLM(TeamsGeneratorMixin, TeamsPreTrainedModel):
 
     def __init__(self, config: TeamsConfig):
         super().__init__(config)
+        # A config's `gradient_checkpointing` is consumed by the first post_init (TeamsModel's): keep it for all.
+        checkpointing = getattr(config, "gradient_checkpointing", False)
         self.teams = TeamsModel(config)
         self.generator = TeamsGenerator(config)
+        # Only the discriminator layers the generator shares run here (and its embedding projection when the
+        # generator has the discriminator's width); the others would be parameters without a gradient.
+        shared = config.num_shared_generator_layers
+        del self.teams.layer[shared:]
+        self.teams.rtd_layer = self.teams.mws_layer = None
+        if config.generator_hidden_size != config.hidden_size:
+            self.teams.embeddings_project = None
         self.post_init()
+        if checkpointing:
+            self.gradient_checkpointing_enable()
+        # A pretraining export's other discriminator weights are not read.
+        self._keys_to_ignore_on_load_unexpected.update(
+            {rf"^teams\.layer\.(?!({'|'.join(map(str, range(shared)))})\.)" if shared else r"^teams\.layer\.",
+             r"^teams\.rtd_layer\.", r"^teams\.mws_layer\."}
+            | ({r"^teams\.embeddings_project\."} if self.teams.embeddings_project is None else set())
+        )
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -508,6 +557,10 @@ class TeamsForMaskedLM(TeamsGeneratorMixin, TeamsPreTrainedModel):
         labels: torch.Tensor | None = None,
         **kwargs,
     ) -> MaskedLMOutput:
+        r"""
+        hidden_states / attentions (with `output_hidden_states` / `output_attentions`): the generator's, i.e. the
+        shared discriminator layers' and then its own.
+        """
         hidden, mask, kwargs, top_layer = self.generator_below_top(
             input_ids, attention_mask, token_type_ids, position_ids, **kwargs
         )
@@ -515,7 +568,10 @@ class TeamsForMaskedLM(TeamsGeneratorMixin, TeamsPreTrainedModel):
             logits = self.generator.decoder(self.generator.predictions(top_layer(hidden, mask, **kwargs)))
             return MaskedLMOutput(logits=logits)
         rows, cols = (labels != -100).nonzero(as_tuple=True)
-        at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
+        if records_outputs(self.config, kwargs):  # the whole top layer, where the hooks record it
+            at_targets = top_layer(hidden, mask, **kwargs)[rows, cols]
+        else:
+            at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
         logits = self.generator.decoder(self.generator.predictions(at_targets))
         return MaskedLMOutput(loss=F.cross_entropy(logits.float(), labels[rows, cols]), logits=logits)
 

@@ -9,8 +9,9 @@ from typing import Any
 import datasets
 import torch
 
-from .data import boundary_token_ids, train_word_tokenizer, train_wordpiece_tokenizer
-from .recipes import Paper, Recipe, TrainingDefaults
+from encoder_zoo.hub_cards.papers import CLOZE_PAPER
+from encoder_zoo.training.data.tokenizer import boundary_token_ids, train_word_tokenizer, train_wordpiece_tokenizer
+from encoder_zoo.training.recipes import Recipe, TrainingDefaults
 
 logger = logging.getLogger(__name__)
 
@@ -58,20 +59,6 @@ def spell_word_vocabulary(model, tokenizer, train_docs, args, training_args) -> 
         logger.warning("%d words are longer than max_word_characters=%d bytes; the character CNN reads their start.",
                        truncated, model.config.max_word_characters)
 
-
-CLOZE_PAPER = Paper(
-    title="Cloze-driven Pretraining of Self-attention Networks",
-    authors="Alexei Baevski, Sergey Edunov, Yinhan Liu, Luke Zettlemoyer, Michael Auli",
-    year=2019,
-    url="https://arxiv.org/abs/1903.07785",
-    bibtex="""@inproceedings{baevski2019cloze,
-  title={Cloze-driven Pretraining of Self-attention Networks},
-  author={Baevski, Alexei and Edunov, Sergey and Liu, Yinhan and Zettlemoyer, Luke and Auli, Michael},
-  booktitle={Proceedings of EMNLP-IJCNLP},
-  pages={5360--5369},
-  year={2019}
-}""",
-)
 
 # Section 5.3: Nesterov's accelerated gradient with momentum 0.99 (torch's SGD(nesterov=True) is the same update
 # as fairseq's NAG, learning-rate changes included), gradients renormalised above norm 0.1 (= clipping at 0.1), the

@@ -5,6 +5,9 @@
   moves the old run's files to `OUTPUT_DIR/replaced-<time>/` (nothing is deleted, nothing is mixed).
 - An export never lands on a folder that is not an encoder-zoo export, and an older export is moved aside.
 - A tokenizer left in `OUTPUT_DIR/tokenizer` is reused only if it was made from the same inputs.
+- A resumed run has the data settings it started with (`run_inputs.json`), or is refused, naming each change.
+- An export is written into a hidden staging folder next to its place and renamed there once complete; a leftover
+  staging folder (a run killed while exporting) is deleted at the next start.
 """
 
 from __future__ import annotations
@@ -16,14 +19,20 @@ import shutil
 import time
 from pathlib import Path
 
-from .trainer import STAGING_DIR, checkpoint_is_complete
+from encoder_zoo.training.run.locks import LOCK_FILES, hold
+from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_is_complete
 
 logger = logging.getLogger("pretrain")
 
 CHECKPOINT_PREFIX = "checkpoint-"
 INCOMPLETE_PREFIX = "incomplete-"
-EXPORT_MARKER = "training_log.json"  # written into every export by training/export.py
+EXPORT_MARKER = "training_log.json"  # written into every export by training/run/export.py
 TOKENIZER_INPUTS = "training_inputs.json"
+# What shaped a run's training examples (sequence length, masking, data, tokenizer, ...), recorded at its start: a
+# resumed run must have the same, or its checkpoints would continue on other data.
+RUN_INPUTS = "run_inputs.json"
+# Tests only: a complete export waits 10 minutes in its staging folder before it is published (to be killed there).
+EXPORT_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_EXPORT"
 RESUME_VALUES = ("True", "true", "auto", "last")
 
 
@@ -72,13 +81,20 @@ def is_export(folder: Path) -> bool:
 
 
 def check_new_output_dir(output: Path, overwrite: bool) -> None:
-    """A script that writes a whole model folder (weights, tokenizer, card) refuses one that already holds files."""
-    if output.is_file():
-        raise ValueError(f"--output_dir {output} is a file, not a folder.")
-    present = sorted(p.name for p in output.iterdir()) if output.is_dir() else []
-    if present and not overwrite:
-        raise ValueError(f"{output} already holds files ({', '.join(present[:4])}); pass --overwrite_output_dir or another "
-                         "--output_dir.")
+    """A script that writes a whole model folder (weights, tokenizer, card) refuses one that already holds files, and
+    then holds the folder until it ends (`locks.hold`): another run that checked it meanwhile is refused, not mixed in.
+    """
+    def refuse_if_taken() -> None:
+        if output.is_file():
+            raise ValueError(f"--output_dir {output} is a file, not a folder.")
+        present = sorted(p.name for p in output.iterdir() if p.name not in LOCK_FILES) if output.is_dir() else []
+        if present and not overwrite:
+            raise ValueError(f"{output} already holds files ({', '.join(present[:4])}); pass --overwrite_output_dir or "
+                             "another --output_dir.")
+
+    refuse_if_taken()  # before the lock, which creates the folder: a refused run leaves nothing behind
+    hold(output)
+    refuse_if_taken()  # under the lock: no other run can have written since
 
 
 def check_export_dir(export_dir: Path, output_dir: Path | None = None) -> None:
@@ -93,6 +109,30 @@ def check_export_dir(export_dir: Path, output_dir: Path | None = None) -> None:
         shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
         raise FileExistsError(f"--export_dir {export_dir} holds files that are not an encoder-zoo export ({shown}); "
                               "pass a new or empty folder. Nothing was written.")
+
+
+def export_staging_dir(export_dir: Path) -> Path:
+    """Where an export is written before it is renamed to `export_dir`: a hidden sibling, on the same filesystem."""
+    return export_dir.with_name(f".{export_dir.name}.staging")
+
+
+def discard_partial_export(export_dir: Path) -> None:
+    """Delete the staging folder of an export that never finished (its run was killed or failed while exporting)."""
+    staging = export_staging_dir(export_dir)
+    if staging.is_dir():
+        logger.warning("Deleting %s: the partial export of a run killed or failed while exporting (%s).", staging,
+                       ", ".join(sorted(p.name for p in staging.iterdir())[:6]) or "empty")
+        shutil.rmtree(staging)
+
+
+def publish_export(staging: Path, export_dir: Path) -> None:
+    """Rename a complete export from `staging` to `export_dir`, an earlier export there moved aside first."""
+    if os.environ.get(EXPORT_PAUSE_ENV):
+        time.sleep(600)
+    move_aside(export_dir)  # an earlier export (of this run, resumed since) is kept, never mixed with this one
+    if export_dir.is_dir():  # an empty folder: nothing to keep
+        export_dir.rmdir()
+    os.replace(staging, export_dir)
 
 
 def move_aside(folder: Path) -> Path | None:
@@ -117,14 +157,17 @@ def previous_run(output_dir: Path) -> list[str]:
 
 
 def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, overwrite: bool,
-                       inputs: dict[str, str | None]) -> str | None:
+                       inputs: dict[str, str | None], data_inputs: dict | None = None) -> str | None:
     """Apply the resume / overwrite policy and return the checkpoint to resume from (None: a fresh run).
 
     `inputs` maps flags to paths the run reads (--dataset, --tokenizer_name): an overwrite must not move them away.
-    Idempotent, so every process can call it after the main one did.
+    `data_inputs` maps flags to the values that shape the training examples: recorded in OUTPUT_DIR/run_inputs.json by
+    a fresh run, and checked against that record by a resumed one. Idempotent, so every process can call it after the
+    main one did.
     """
     if output_dir.is_dir():
         set_aside_partial_saves(output_dir)
+    discard_partial_export(export_dir)
     if resume not in (None, "", "False", "false"):
         check_export_dir(export_dir)
         if resume in RESUME_VALUES:
@@ -132,14 +175,20 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
             if not complete:
                 raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in {output_dir}; "
                                         "drop the flag to start a new run.")
-            logger.info("Resuming from %s, the newest complete checkpoint.", complete[-1])
-            return str(complete[-1])
-        if not Path(resume).is_dir():
+            checkpoint = str(complete[-1])
+        elif not Path(resume).is_dir():
             raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
-        if not checkpoint_is_complete(Path(resume)):
+        elif not checkpoint_is_complete(Path(resume)):
             raise FileNotFoundError(f"--resume_from_checkpoint {resume} is an incomplete checkpoint (a save that did not "
                                     "finish: no trainer_state.json or weights); pass a complete one.")
-        return resume
+        else:
+            checkpoint = resume
+        if data_inputs is not None:
+            check_run_inputs(Path(checkpoint).parent, data_inputs, checkpoint)
+            record_run_inputs(output_dir, data_inputs)
+        if resume in RESUME_VALUES:
+            logger.info("Resuming from %s, the newest complete checkpoint.", checkpoint)
+        return checkpoint
 
     found = previous_run(output_dir)
     outside_export = export_dir.resolve().parent != output_dir.resolve() and is_export(export_dir)
@@ -155,7 +204,7 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
             if path and Path(path).exists() and Path(path).resolve().is_relative_to(output_dir.resolve()):
                 raise ValueError(f"{flag} {path} lies inside --output_dir {output_dir}, which --overwrite_output_dir "
                                  "would move aside; keep the run's inputs outside its output folder.")
-        entries = previous_run(output_dir) + [n for n in ("tokenizer", "runs") if (output_dir / n).exists()]
+        entries = previous_run(output_dir) + [n for n in ("tokenizer", "runs", RUN_INPUTS) if (output_dir / n).exists()]
         if entries:
             target = output_dir / f"replaced-{timestamp()}"
             target.mkdir()
@@ -164,7 +213,37 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
             logger.warning("--overwrite_output_dir: moved the previous run (%s) to %s.", ", ".join(entries), target)
         if outside_export:
             move_aside(export_dir)
+    if data_inputs is not None:
+        record_run_inputs(output_dir, data_inputs)
     return None
+
+
+def record_run_inputs(output_dir: Path, data_inputs: dict) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staged = output_dir / f".{RUN_INPUTS}.{os.getpid()}"
+    staged.write_text(json.dumps(data_inputs, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(staged, output_dir / RUN_INPUTS)  # whole or not at all: every process may write it
+
+
+def check_run_inputs(run_dir: Path, data_inputs: dict, checkpoint: str) -> None:
+    """Refuse to resume `checkpoint` with data settings other than those its run started with, naming each change."""
+    record = run_dir / RUN_INPUTS
+    if not record.is_file():
+        logger.warning("%s has no record of the data settings it was trained with (an older run); resuming with "
+                       "today's flags unchecked.", run_dir)
+        return
+    try:
+        recorded = json.loads(record.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{record} is damaged ({error}); it records the data settings of the run to resume. Restore "
+                         "it, or start a new run (--overwrite_output_dir or another --output_dir).") from None
+    changed = [key for key in sorted(set(recorded) | set(data_inputs)) if recorded.get(key) != data_inputs.get(key)]
+    if changed:
+        details = "; ".join(f"{key} {recorded.get(key)!r} then, {data_inputs.get(key)!r} now" for key in changed)
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint}: the run was trained with other data settings ({details}). Resume "
+            "with the same flags, or start a new run (--overwrite_output_dir or another --output_dir): a resumed run "
+            "must continue on the examples its checkpoints were trained on.")
 
 
 def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> bool:

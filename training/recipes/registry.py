@@ -15,19 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from encoder_zoo.hub_cards.papers import Paper
+from encoder_zoo.training.run.describe import describe_optimizer, describe_schedule, describe_warmup
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Paper:
-    """What a model card cites."""
-
-    title: str
-    authors: str
-    year: int
-    url: str
-    bibtex: str
 
 
 @dataclass(frozen=True)
@@ -52,8 +43,9 @@ class TrainingDefaults:
         lr_scheduler_type, lr_scheduler_kwargs: Trainer's schedule after warmup.
         max_grad_norm: clip the global gradient norm at this value (0: no clipping).
         batch_size: sequences per update (the global batch); None where the paper does not say.
-        batch_per_device: reach `batch_size` as the per-device batch instead of by gradient accumulation (for
-            recipes whose trainer takes two updates per batch and so cannot accumulate).
+        batch_without_accumulation: reach `batch_size` by splitting it over the processes (per-device batch =
+            `batch_size / processes`) instead of by gradient accumulation, for recipes whose trainer takes two updates
+            per batch and so cannot accumulate; a process count that does not divide it is refused.
         max_seq_length: tokens per sequence.
         mlm_probability: masking rate when it is not the usual 15% (ELECTRA-Large: 25%).
     """
@@ -74,7 +66,7 @@ class TrainingDefaults:
     lr_scheduler_kwargs: dict[str, float] | None = None
     max_grad_norm: float = 1.0
     batch_size: int | None = None
-    batch_per_device: bool = False
+    batch_without_accumulation: bool = False
     max_seq_length: int = 512
     mlm_probability: float | None = None
 
@@ -90,7 +82,9 @@ class TrainingDefaults:
         """The flags of this recipe for a `--model_size` run of `max_steps` updates. The batch, sequence length and
         masking rate belong to the paper's model size: smaller smoke-test sizes keep the optimiser and schedule but
         not the paper's batch. The global batch is reached by gradient accumulation over
-        `per_device_batch_size x world_size` unless the user set `--gradient_accumulation_steps`."""
+        `per_device_batch_size x world_size` unless the user set `--gradient_accumulation_steps`, or, with
+        `batch_without_accumulation`, split over the `world_size` processes unless the user set
+        `--per_device_train_batch_size`."""
         flags = [
             "--optim", self.optim,
             "--learning_rate", repr(self.learning_rate),
@@ -111,9 +105,9 @@ class TrainingDefaults:
             flags += ["--max_seq_length", str(self.max_seq_length)]
             if self.mlm_probability is not None:
                 flags += ["--mlm_probability", repr(self.mlm_probability)]
-            if self.batch_size and self.batch_per_device:
+            if self.batch_size and self.batch_without_accumulation:
                 if not set_by_user("--per_device_train_batch_size"):
-                    flags += ["--per_device_train_batch_size", str(self.batch_size)]
+                    flags += ["--per_device_train_batch_size", str(self.split_batch(world_size))]
             elif self.batch_size and not set_by_user("--gradient_accumulation_steps"):
                 per_update = per_device_batch_size * world_size
                 accumulation = max(1, math.ceil(self.batch_size / per_update))
@@ -123,10 +117,28 @@ class TrainingDefaults:
                 flags += ["--gradient_accumulation_steps", str(accumulation)]
         return flags
 
+    def warmup_steps_of_run(self, run_steps: int) -> int:
+        """The warmup steps Trainer takes for a run of `run_steps` updates under `warmup_for` (its own rounding:
+        `ceil(run_steps x fraction)` for a shorter run)."""
+        warmup = self.warmup_for(run_steps)
+        return int(warmup) if warmup >= 1 else math.ceil(run_steps * warmup)
+
+    def split_batch(self, world_size: int) -> int:
+        """The per-device batch that makes `batch_size` in all over `world_size` processes."""
+        if self.batch_size % world_size:
+            raise ValueError(
+                f"The paper's batch of {self.batch_size} in all does not split evenly over {world_size} processes, and "
+                "this recipe cannot reach it by gradient accumulation: launch a number of processes that divides "
+                f"{self.batch_size} (accelerate launch --num_processes N, torchrun --nproc_per_node N), or set "
+                "--per_device_train_batch_size yourself (the global batch is then that x the processes).")
+        return self.batch_size // world_size
+
     def summary(self) -> str:
         """One line for `--help`."""
         decay = f"weight decay {self.weight_decay:g}" + (" on every parameter" if self.decay_norms_and_biases else "")
         batch = f"batch {self.batch_size} x {self.max_seq_length}" if self.batch_size else f"length {self.max_seq_length}"
+        if self.batch_size and self.batch_without_accumulation:
+            batch += " in all, split over the processes (no accumulation)"
         return (f"{describe_optimizer(self.optim_class_name(), self.optimizer_kwargs())}, lr {self.learning_rate:g}, "
                 f"warmup {describe_warmup(self.warmup_steps, self.total_steps, self.lr_scheduler_kwargs)}, "
                 f"{describe_schedule(self.lr_scheduler_type, self.lr_scheduler_kwargs)}, {decay}, "
@@ -137,37 +149,14 @@ class TrainingDefaults:
 
     def optimizer_kwargs(self) -> dict[str, Any]:
         """The hyperparameters `describe_optimizer` shows, as the torch optimizer names them."""
-        if self.optim == "rmsprop":
-            return {}
+        parsed = dict(item.split("=") for item in (self.optim_args or "").replace(" ", "").split(",") if item)
+        if self.optim == "rmsprop":  # torch.optim.RMSprop's own defaults where optim_args is silent
+            return {"alpha": float(parsed.get("alpha", 0.99)), "eps": float(parsed.get("eps", 1e-8)),
+                    "momentum": float(parsed.get("momentum", 0)),
+                    "centered": parsed.get("centered", "False").lower() in ("true", "1", "yes")}
         if self.optim == "sgd":
-            parsed = dict(item.split("=") for item in (self.optim_args or "").split(",") if item)
             return {"momentum": float(parsed.get("momentum", 0)), "nesterov": parsed.get("nesterov", "False").lower() == "true"}
         return {"betas": (self.adam_beta1, self.adam_beta2), "eps": self.adam_epsilon}
-
-
-def describe_optimizer(class_name: str, kwargs: dict[str, Any]) -> str:
-    """"AdamW (betas 0.9, 0.999; eps 1e-08)" or "SGD (Nesterov momentum 0.99)", from a torch optimizer's defaults."""
-    if "betas" in kwargs:
-        beta1, beta2 = kwargs["betas"]
-        return f"{class_name} (betas {beta1:g}, {beta2:g}; eps {kwargs['eps']:g})"
-    if kwargs.get("momentum"):
-        return f"{class_name} ({'Nesterov momentum' if kwargs.get('nesterov') else 'momentum'} {kwargs['momentum']:g})"
-    return class_name
-
-
-def describe_schedule(scheduler_type: str, kwargs: dict[str, Any] | None) -> str:
-    """What follows the warmup: "linear decay to 0", "cosine decay to 0.0001", ..."""
-    kwargs = kwargs or {}
-    if "min_lr" in kwargs:
-        return f"cosine decay to {kwargs['min_lr']:g}"
-    return {"linear": "linear decay to 0", "cosine": "cosine decay to 0"}.get(scheduler_type, f"{scheduler_type} schedule")
-
-
-def describe_warmup(warmup_steps: int, total_steps: int, scheduler_kwargs: dict[str, Any] | None) -> str:
-    """"10000 of 2400000 updates (0.42%)", with the starting rate when the schedule warms up from above 0."""
-    start = (scheduler_kwargs or {}).get("warmup_lr_rate")
-    share = f" ({warmup_steps / total_steps:.2%})" if total_steps > 0 else ""
-    return f"{warmup_steps} of {total_steps} updates{share}" + (f", from {start:g} x lr" if start else "")
 
 
 @dataclass(frozen=True)
@@ -237,8 +226,8 @@ class Recipe:
         blocks (`training.data.pack_blocks`, with spaCy spans for the linguistic masking schemes)."""
         if self.build_dataset is not None:
             return self.build_dataset(documents, tokenizer, args)
-        from .data import pack_blocks
-        from .masking import LINGUISTIC_SCHEMES
+        from encoder_zoo.training.data.blocks import pack_blocks
+        from encoder_zoo.training.masking.spans import LINGUISTIC_SCHEMES
 
         return pack_blocks(documents, tokenizer, args.max_seq_length,
                            annotate_spans=args.masking_scheme if args.masking_scheme in LINGUISTIC_SCHEMES else None,
@@ -248,11 +237,11 @@ class Recipe:
     def examples_format(self) -> str:
         """Names what `build_examples` makes: recipes with the same format train on the same pre-tokenized data."""
         builder = self.build_dataset
-        return f"{builder.__module__}.{builder.__qualname__}" if builder else "training.data.pack_blocks"
+        return f"{builder.__module__}.{builder.__qualname__}" if builder else "encoder_zoo.training.data.blocks.pack_blocks"
 
 
 # Each module defines RECIPES: dict[str, Recipe].
-_RECIPE_MODULES = ("training.recipes_spanbert", "training.recipes_teams", "training.recipes_cloze", "training.recipes_bertac")
+_RECIPE_MODULES = tuple(f"encoder_zoo.training.recipes.{family}" for family in ("spanbert", "teams", "cloze", "bertac"))
 
 
 def all_recipes() -> dict[str, Recipe]:

@@ -171,7 +171,7 @@ class SpanMaskingCollator:
         for row, example in enumerate(examples):
             if INDEX_COLUMN not in example:
                 raise ValueError(f"Masking needs an `{INDEX_COLUMN}` column: add it with "
-                                 "training.data.add_example_index(dataset), so masks are a function of the example.")
+                                 "encoder_zoo.training.data.blocks.add_example_index(dataset), so masks are a function of the example.")
             n, length = n_candidates[row], lengths[row]
             uniforms = self.randomness.uniforms(example[INDEX_COLUMN], n * len(per_candidate) + length * len(per_position))
             for offset, name in enumerate(per_candidate):

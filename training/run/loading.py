@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 from pathlib import Path
@@ -42,6 +43,50 @@ def damaged_weights(name: str) -> str | None:
     return None
 
 
+def damaged_checkpoint(name: str) -> str | None:
+    """What is wrong with a local checkpoint folder, naming the file: a `config.json` that is not JSON, a code file
+    that its `auto_map` (or one of those files' relative imports) names and the folder lacks, or damaged weights
+    (`damaged_weights`). None when nothing is found, and for Hub ids."""
+    import json
+
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return None
+    config_file = folder / "config.json"
+    if config_file.is_file():
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            return f"{config_file} is not valid JSON ({error})"
+        if not isinstance(config, dict):
+            return f"{config_file} is not valid JSON for a config (a {type(config).__name__}, not an object)"
+        problem = missing_code_file(folder, config.get("auto_map") or {})
+        if problem:
+            return problem
+    return damaged_weights(name)
+
+
+def missing_code_file(folder: Path, auto_map: dict) -> str | None:
+    """The first module that `auto_map` names, or that those modules import relatively, missing from `folder`."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
+    references = [value for values in auto_map.values() if values
+                  for value in (values if isinstance(values, (list, tuple)) else [values]) if isinstance(value, str)]
+    wanted = [(reference.rsplit(".", 1)[0], "config.json's auto_map") for reference in references
+              if "--" not in reference and "." in reference]  # "org/repo--module.Class" lives in another repository
+    seen = set()
+    while wanted:
+        module, named_by = wanted.pop(0)
+        if module in seen:
+            continue
+        seen.add(module)
+        file = folder / f"{module.replace('.', '/')}.py"
+        if not file.is_file():
+            return f"{file} does not exist, but {named_by} names it (the model's code travels in its folder)"
+        wanted += [(imported, file.name) for imported in get_relative_imports(file)]
+    return None
+
+
 def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", **kwargs):
     """`auto_class.from_pretrained(name, **kwargs)`; a missing folder or damaged weights get a message naming them."""
     check_model_path(name, flag)
@@ -49,10 +94,13 @@ def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", *
         if auto_class.__name__.startswith("AutoModelFor"):
             return _load_task_model(auto_class, name, **kwargs)
         return auto_class.from_pretrained(name, **kwargs)
-    except Exception:
-        problem = damaged_weights(name)
+    except Exception as error:
+        problem = damaged_checkpoint(name)
         if problem:
             raise OSError(f"{flag} {name}: {problem}; re-export or re-download the checkpoint.") from None
+        if "trust_remote_code=True" in str(error) and not kwargs.get("trust_remote_code"):
+            raise ValueError(f"{flag} {name} runs model code saved with it (its .py files): pass --trust_remote_code to "
+                             "allow that, once you trust where the checkpoint comes from.") from None
         raise
 
 
@@ -102,3 +150,18 @@ def pin_memory_only_with_an_accelerator(training_args) -> None:
 
     if not torch.accelerator.is_available():
         training_args.dataloader_pin_memory = False
+
+
+def parse_overrides(text: str | None) -> dict:
+    if not text:
+        return {}
+    overrides = {}
+    for item in text.split(","):
+        if "=" not in item:
+            raise ValueError(f"--config_overrides item {item!r} is not key=value.")
+        key, raw = (part.strip() for part in item.split("=", 1))
+        try:
+            overrides[key] = ast.literal_eval({"true": "True", "false": "False"}.get(raw.lower(), raw))
+        except (ValueError, SyntaxError):
+            overrides[key] = raw
+    return overrides

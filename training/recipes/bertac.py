@@ -1,6 +1,6 @@
 """`--model bertac_cnn`: BERTAC's CNN, pretrained as the fake-entity generator F of a GAN (paper Section 3).
 
-Data, word tokenizer and word vectors come from `training/bertac_data.py`; the alternating updates from
+Data, word tokenizer and word vectors come from `training/data/bertac_pairs.py`; the alternating updates from
 `training.trainer.GanTrainer`. Size presets are the nine released CNNs (`w123-f100` ... `w1234-f300`: filter
 windows x filters per window, 300-d fastText words) plus `tiny` for tests.
 """
@@ -11,7 +11,8 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from .bertac_data import (
+from encoder_zoo.hub_cards.papers import BERTAC_PAPER
+from encoder_zoo.training.data.bertac_pairs import (
     ENTITY_MASK,
     EntityPairCollator,
     article_sentences,
@@ -23,8 +24,8 @@ from .bertac_data import (
     read_word_vectors,
     train_word_tokenizer,
 )
-from .recipes import Paper, Recipe, TrainingDefaults
-from .trainer import GanTrainer
+from encoder_zoo.training.recipes import Recipe, TrainingDefaults
+from encoder_zoo.training.run.trainer import GanTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -38,42 +39,33 @@ BERTAC_CNN_SIZES = {
     },
 }
 
-BERTAC_PAPER = Paper(
-    title="BERTAC: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural Networks",
-    authors="Jong-Hoon Oh, Ryu Iida, Julien Kloetzer, Kentaro Torisawa",
-    year=2021,
-    url="https://aclanthology.org/2021.acl-long.164/",
-    bibtex="""@inproceedings{oh2021bertac,
-  title={{BERTAC}: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural Networks},
-  author={Oh, Jong-Hoon and Iida, Ryu and Kloetzer, Julien and Torisawa, Kentaro},
-  booktitle={Proceedings of ACL-IJCNLP 2021},
-  pages={2103--2115},
-  year={2021}
-}""",
-)
 
 PAPER_HYPERPARAMETERS = {
     "data": "43.3M (entity mention, entity-masked sentence) pairs from Wikipedia (Sept. 2020) links; 10% (4.33M) used",
     "word embeddings": "fastText, 300-d, 2.5M words, frozen",
-    "optimizer": "RMSProp, learning rate 2e-4",
-    "batch / epochs": "4,000 pairs, 200 epochs (1,084 steps each)",
+    "optimizer": "RMSProp, learning rate 2e-4 (no other setting named)",
+    "batch / epochs": "4,000 pairs in all, 200 epochs (1,084 steps each)",
     "networks": "R and F: CNNs (windows {1,2,3}, {2,3,4} or {1,2,3,4} x 100/200/300 filters, He init); D: logistic regression",
 }
 
 # Section 3: RMSProp at 2e-4, batch 4,000, 200 epochs of the 4.33M pairs (about 1,084 steps each); the paper names
-# no schedule, weight decay or clipping, so none is used. Every size trains alike.
+# no schedule, weight decay or clipping, so none is used. Every size trains alike. RMSProp's other settings are
+# torch.optim.RMSprop's defaults, spelled out: the authors trained in PyTorch (the released CNNs are torch.save'd
+# PyTorch `Generator` state dicts with torchtext vocabularies, and their cnn_utils.py maps "rmsprop" to
+# torch.optim.RMSprop), not TensorFlow, whose RMSprop has rho 0.9 and eps 1e-7 (TF1: decay 0.9, epsilon 1e-10).
 BERTAC_CNN_TRAINING = TrainingDefaults(
     size="w123-f100",
-    source="BERTAC Sec. 3",
+    source="BERTAC Sec. 3; RMSprop's alpha/eps: torch's defaults, as in the authors' PyTorch code",
     learning_rate=2e-4,
     warmup_steps=0,
     total_steps=216_800,
     optim="rmsprop",
+    optim_args="alpha=0.99,eps=1e-08,momentum=0,centered=False",
     lr_scheduler_type="constant",
     weight_decay=0.0,
     max_grad_norm=0.0,
-    batch_size=4000,
-    batch_per_device=True,  # GanTrainer takes two updates per batch, so it cannot accumulate
+    batch_size=4000,  # pairs in all, split over the processes
+    batch_without_accumulation=True,  # GanTrainer takes two updates per batch, so it cannot accumulate
     max_seq_length=128,
 )
 
@@ -120,6 +112,13 @@ def load_word_vectors(model, tokenizer, pages, args, training_args) -> None:
     logger.info("Word vectors: %s", args.word_vector_summary)
 
 
+def batch_text(training_args) -> str:
+    """The card's batch row: the global batch of pairs and how the processes share it (no accumulation)."""
+    per_device, processes = training_args.per_device_train_batch_size, training_args.world_size
+    return (f"{per_device * processes} pairs in all ({per_device} per process x {processes} "
+            f"process{'es' if processes > 1 else ''}), each batch giving two updates (D and R, then F)")
+
+
 def describe_training(trainer, args) -> dict:
     last = next((entry for entry in reversed(trainer.state.log_history) if "d_accuracy_real" in entry or "mse_loss" in entry), {})
     rows = {
@@ -127,6 +126,7 @@ def describe_training(trainer, args) -> dict:
         "sentence replaced whole by [EM]",
         "masking": "none (the mention is removed from the sentence, not masked for prediction)",
         "max sequence length": f"{args.max_seq_length} words",
+        "batch": batch_text(trainer.args),
         "word vectors": getattr(args, "word_vector_summary", "loaded with the checkpoint"),
         "objective": f"{trainer.model.config.pretraining_objective}, F loss {trainer.model.config.generator_loss}",
     }

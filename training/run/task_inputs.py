@@ -6,7 +6,7 @@
 the model's `forward`, so Trainer keeps them.
 
 - BERTAC (`model_type` "bertac"): `entity_spans`, the noun phrase each segment's CNN sees as `[EM]`
-  (`training/bertac_masking.py`, spaCy).
+  (`training/masking/entity_spans.py`, spaCy).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 def extra_inputs_for(config):
     if getattr(config, "model_type", None) == "bertac" and getattr(config, "use_cnn_and_tier", False):
-        from training.bertac_masking import EntitySpanBuilder
+        from encoder_zoo.training.masking.entity_spans import EntitySpanBuilder
 
         return EntitySpanBuilder(max_segments=config.max_segments)
     return None

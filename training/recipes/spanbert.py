@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import torch
 
-from .data import pack_segment_pairs
-from .masking import INDEX_COLUMN, LINGUISTIC_SCHEMES, SpanMaskingCollator
-from .recipes import Paper, Recipe, TrainingDefaults
+from encoder_zoo.hub_cards.papers import SPANBERT_PAPER
+from encoder_zoo.training.data.blocks import pack_segment_pairs
+from encoder_zoo.training.masking.spans import INDEX_COLUMN, LINGUISTIC_SCHEMES, SpanMaskingCollator
+from encoder_zoo.training.recipes import Recipe, TrainingDefaults
 
 BERT_SIZES = {
     "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
@@ -19,20 +20,6 @@ BERT_SIZES = {
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
 
-SPANBERT_PAPER = Paper(
-    title="SpanBERT: Improving Pre-training by Representing and Predicting Spans",
-    authors="Mandar Joshi, Danqi Chen, Yinhan Liu, Daniel S. Weld, Luke Zettlemoyer, Omer Levy",
-    year=2020,
-    url="https://arxiv.org/abs/1907.10529",
-    bibtex="""@article{joshi2020spanbert,
-  title={{SpanBERT}: Improving Pre-training by Representing and Predicting Spans},
-  author={Joshi, Mandar and Chen, Danqi and Liu, Yinhan and Weld, Daniel S. and Zettlemoyer, Luke and Levy, Omer},
-  journal={Transactions of the Association for Computational Linguistics},
-  volume={8},
-  pages={64--77},
-  year={2020}
-}""",
-)
 
 # Section 4 (lr, warmup, linear decay, betas, eps 1e-8, batch 256 x 512, 2.4M steps), with the authors' pretraining
 # command (pretraining/README.md) where it differs or the paper is silent: weight decay 0.01 on every parameter
@@ -64,6 +51,19 @@ PAPER_HYPERPARAMETERS = {
     "masking": "15% of word pieces, geometric spans p=0.2 clipped at 10 words, 80/10/10 per span",
 }
 BERT_BASELINE_HYPERPARAMETERS = {**PAPER_HYPERPARAMETERS, "masking": "15% of word pieces, 80/10/10 per token"}
+
+
+def describe_sbo_loss(trainer, args) -> dict:
+    """The card's row on how the SBO term of this run was normalised (the paper does not say; the authors' code
+    divides by the number of targets + 1)."""
+    config = trainer.model.config
+    if not config.use_span_boundary_objective:
+        return {}
+    if config.sbo_loss_normalization == "authors":
+        return {"SBO loss": "summed over a batch's SBO targets, divided by their number + 1, as the authors' code "
+                "(`sbo_loss_normalization=authors`; n/(n+1) of the mean for n targets)"}
+    return {"SBO loss": "mean over a batch's SBO targets (`sbo_loss_normalization=mean`; the authors' code divides the "
+            "sum by the number of targets + 1)"}
 
 
 def build_span_collator(tokenizer, args, *, span_boundary_targets: bool):
@@ -170,6 +170,7 @@ def two_segment_recipe(name: str, summary: str, *, next_sentence_prediction: boo
         default_masking_scheme="subword",
         paper=SPANBERT_PAPER,
         hyperparameters=BERT_BASELINE_HYPERPARAMETERS,
+        describe_training=describe_sbo_loss,
     )
 
 
@@ -192,6 +193,7 @@ RECIPES = {
         default_masking_scheme="span",
         paper=SPANBERT_PAPER,
         hyperparameters=PAPER_HYPERPARAMETERS,
+        describe_training=describe_sbo_loss,
     ),
     "bert": Recipe(
         name="bert",

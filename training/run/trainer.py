@@ -1,21 +1,27 @@
 """Trainer additions for pretraining: per-objective logging (training and held-out), throughput, masks keyed by
-epoch, checkpoints that are complete or invisible, a checkpoint on SIGTERM/SIGINT, and the alternating two-player
-step of GANs."""
+epoch, checkpoints that are complete or invisible, a checkpoint on SIGTERM/SIGINT, a stop on divergence (every
+entry point), and the alternating two-player step of GANs."""
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import shutil
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from encoder_zoo.training.run import DIVERGED_EXIT_CODE
+
+logger = logging.getLogger(__name__)
 
 # Checkpoints are written here and renamed to OUTPUT_DIR/checkpoint-N once every file is on disk: a save killed
 # half-way leaves no checkpoint-N that `--resume_from_checkpoint` or the save_total_limit rotation could pick.
@@ -30,7 +36,8 @@ class PretrainingTrainer(Trainer):
     non-padding tokens per second. `decay_norms_and_biases=True` applies weight decay to every parameter, as
     SpanBERT's fairseq code did."""
 
-    def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False, **kwargs):
+    def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False,
+                 max_nonfinite_steps: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.label_names is None:
             # A batch has targets when it has `labels`; Trainer would also demand every other forward argument named
@@ -48,9 +55,10 @@ class PretrainingTrainer(Trainer):
         self._staging_root: str | None = None
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
+        add_divergence_guard(self, max_nonfinite_steps, resumable=True)
 
     def create_optimizer(self, model=None):
-        from .sharding import is_fsdp2, shard_model
+        from encoder_zoo.training.run.sharding import is_fsdp2, shard_model
 
         if self.optimizer is not None or not is_fsdp2(self):
             return super().create_optimizer(model)
@@ -68,7 +76,29 @@ class PretrainingTrainer(Trainer):
             for group, params in zip(self.optimizer.param_groups, groups):
                 group["params"] = params
             self._sharded_parameter_groups = None
+        if self.lr_scheduler is None:  # each recipe keeps its paper's warmup fraction: say what this run gets
+            logger.info("Learning-rate warmup: %d of %d updates (--warmup_steps %g)",
+                        self.args.get_warmup_steps(num_training_steps), num_training_steps, self.args.warmup_steps)
         return super().create_scheduler(num_training_steps, optimizer)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """A resumed run trains at its own --learning_rate: the checkpoint's optimizer and schedule carry the rate
+        they were made with, rescaled here to this run's (the schedule's shape and position kept). The same rate
+        changes nothing, so an interrupted run still resumes bitwise."""
+        scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)  # accelerate may wrap it
+        wanted = list(getattr(scheduler, "base_lrs", None) or [])
+        super()._load_optimizer_and_scheduler(checkpoint)
+        loaded = list(getattr(scheduler, "base_lrs", None) or [])
+        if checkpoint is None or not wanted or len(wanted) != len(loaded) or wanted == loaded or 0 in loaded:
+            return
+        for index, group in enumerate(self.optimizer.param_groups):
+            ratio = wanted[index] / loaded[index]
+            group["lr"] *= ratio
+            group["initial_lr"] = wanted[index]
+        scheduler.base_lrs = wanted
+        scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        logger.warning("Resuming %s at --learning_rate %g; it was trained at %g: the schedule continues at the new "
+                       "rate.", checkpoint, self.args.learning_rate, loaded[0] * self.args.learning_rate / wanted[0])
 
     def get_decay_parameter_names(self, model) -> list[str]:
         if self.decay_norms_and_biases:
@@ -136,7 +166,7 @@ class PretrainingTrainer(Trainer):
 
     # ------------------------------------------------------------------ data loaders
     def get_train_dataloader(self):
-        from .streaming import StreamedExamples
+        from encoder_zoo.training.data.streaming import StreamedExamples
 
         if isinstance(self.train_dataset, StreamedExamples):
             # Each process streams its own part already (split_dataset_by_node): accelerate must neither re-shard nor
@@ -185,14 +215,18 @@ class PretrainingTrainer(Trainer):
             shutil.rmtree(staging / name, ignore_errors=True)
         self.accelerator.wait_for_everyone()  # no rank writes into the folder before it is cleared
         self._staging_root = str(staging)
+        from encoder_zoo.training.data.streaming import StreamedExamples
+
         try:
             super()._save_checkpoint(model, trial)
+            if isinstance(self.train_dataset, StreamedExamples):  # where each process's stream stands
+                self.train_dataset.save(staging / name)
+        except OSError as error:  # disk full, folder made read-only: the checkpoints already published stay as they are
+            if self.args.should_save:
+                shutil.rmtree(staging / name, ignore_errors=True)
+            raise SaveFailed.of(error, name, run_dir) from error
         finally:
             self._staging_root = None
-        from .streaming import StreamedExamples
-
-        if isinstance(self.train_dataset, StreamedExamples):  # where each process's stream stands
-            self.train_dataset.save(staging / name)
         if os.environ.get(SAVE_PAUSE_ENV) == str(self.state.global_step):
             time.sleep(600)
         self.accelerator.wait_for_everyone()  # every rank's files (rng_state_N.pth) are written
@@ -290,6 +324,144 @@ class SaveOnSignal(TrainerCallback):
         return control
 
 
+class SaveFailed(OSError):
+    """Writing a checkpoint or an export failed (disk full, read-only folder); what was saved before is intact."""
+
+    @classmethod
+    def of(cls, error: OSError, what: str, run_dir: Path) -> "SaveFailed":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        cause = error.strerror or str(error) or type(error).__name__
+        where = f" writing {error.filename}" if error.filename else ""
+        last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+        kept = f"the newest checkpoint, {last}, is intact" if last else "no earlier checkpoint was lost"
+        return cls(error.errno, f"could not save {what} ({cause}{where}); nothing of it was published and {kept}. Free "
+                   f"space (or make {run_dir} writable), then rerun with --resume_from_checkpoint true.")
+
+
+class TrainingDiverged(RuntimeError):
+    """Training stopped because a loss, an objective, a gradient norm or the parameters became NaN or infinite, before
+    the bad step was applied or saved. `exit_code`: `DIVERGED_EXIT_CODE`."""
+
+    exit_code = DIVERGED_EXIT_CODE
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor  # a DTensor shard (FSDP2): its local part
+
+
+class DivergenceGuard(TrainerCallback):
+    """Stops a run whose training diverged, at the step it happened, before the optimizer applies it.
+
+    Each training forward's `loss` and every `*_loss` the model returns (the objectives, e.g. `mlm_loss`, `sbo_loss`)
+    are recorded by a forward hook; before each optimizer step the gradient norm joins them. A non-finite value on any
+    process makes the step non-finite on every process. After `max_nonfinite_steps` such steps in a row the run stops
+    with `TrainingDiverged`, naming the step, the value and the newest checkpoint (nothing of the bad step is applied
+    or saved); below that the step is skipped (its gradients dropped), as fp16 loss scaling skips overflowing steps.
+    The parameters are checked as well before each save and after the last step, so no checkpoint or export ever
+    holds a non-finite weight. Default limit: 1, or 20 with --fp16. (DeepSpeed keeps gradients out of `.grad`: there
+    the losses are checked, not the gradient norm.)
+    """
+
+    def __init__(self, max_nonfinite_steps: int | None = None, resumable: bool = False):
+        if max_nonfinite_steps is not None and max_nonfinite_steps < 1:
+            raise ValueError(f"--max_nonfinite_steps {max_nonfinite_steps}: pass at least 1 (1 stops at the first "
+                             "non-finite step).")
+        self.max_nonfinite_steps = max_nonfinite_steps
+        self.resumable = resumable
+        self.consecutive = 0
+        self._values: list[tuple[str, torch.Tensor]] = []
+        self._hook = None
+
+    def limit(self, args) -> int:
+        return self.max_nonfinite_steps or (20 if args.fp16 else 1)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._remove_hook()
+        self.consecutive, self._values = 0, []
+        if model is not None:
+            self._hook = model.register_forward_hook(self._record)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._remove_hook()
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _record(self, module, inputs, output) -> None:
+        if not module.training or not isinstance(output, Mapping):
+            return
+        for name, value in output.items():
+            if (name == "loss" or name.endswith("_loss")) and isinstance(value, torch.Tensor) and value.numel() == 1:
+                self._values.append((name, value.detach().reshape(())))
+
+    def _any_bad(self, args, values: list[torch.Tensor]) -> tuple[int, list[bool]]:
+        """(1 if a value of any process is non-finite, else 0; which of this process's values are)."""
+        finite = torch.stack([torch.isfinite(v).all().to(args.device) for v in values]) if values else None
+        bad = (~finite).any().int().reshape(1) if finite is not None else torch.zeros(1, dtype=torch.int, device=args.device)
+        if args.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+        return int(bad.item()), ([] if finite is None else (~finite).tolist())
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        named, self._values = self._values, []
+        grads = [_local(p.grad) for p in model.parameters() if p.grad is not None] if model is not None else []
+        if grads:
+            named.append(("gradient norm", torch.nn.utils.get_total_norm(grads).float()))
+        bad, which = self._any_bad(args, [value for _, value in named])
+        if not bad:
+            self.consecutive = 0
+            return
+        self.consecutive += 1
+        step = state.global_step + 1
+        seen: dict[str, torch.Tensor] = {}  # each non-finite name with its first value, the objectives first
+        for (name, value), is_bad in sorted(zip(named, which), key=lambda item: item[0][0] in ("loss", "gradient norm")):
+            if is_bad:
+                seen.setdefault(name, value)
+        what = (f"{', '.join(seen)} became non-finite ({', '.join(f'{n} {v.item():.4g}' for n, v in seen.items())})"
+                if seen else "a loss or the gradient norm of another process became non-finite")
+        limit = self.limit(args)
+        if self.consecutive >= limit:
+            if limit > 1:
+                what = f"{limit} steps in a row were non-finite (--max_nonfinite_steps {limit}); at the last, {what}"
+            raise TrainingDiverged(self._stop_message(args, step, what, "training stopped before that update"))
+        logger.warning("Step %d skipped: %s (%d of %d non-finite steps in a row allowed).", step, what,
+                       self.consecutive, limit)
+        model.zero_grad(set_to_none=True)  # the optimizer skips parameters without gradients: nothing is applied
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        last = state.max_steps and state.global_step >= state.max_steps
+        if model is None or not (control.should_save or control.should_training_stop or last):
+            return
+        bad, _ = self._any_bad(args, [_local(p.detach()) for p in model.parameters()])
+        if bad:
+            raise TrainingDiverged(self._stop_message(
+                args, state.global_step, "the update of that step made parameters non-finite",
+                "training stopped before saving them"))
+
+    def _stop_message(self, args, step: int, what: str, stopped: str) -> str:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
+        lower = f"{args.learning_rate / 10:g}"
+        if last and self.resumable:
+            advice = (f"The last good checkpoint is {last}: resume from it at a lower learning rate, e.g. "
+                      f"--resume_from_checkpoint {last} --learning_rate {lower}.")
+        elif last:
+            advice = f"The last good checkpoint is {last}. Rerun with a lower --learning_rate (e.g. {lower})."
+        else:
+            advice = f"No checkpoint was saved before it. Rerun with a lower --learning_rate (e.g. {lower})."
+        return f"training diverged at step {step}: {what}; {stopped}, and nothing was exported. {advice}"
+
+
+def add_divergence_guard(trainer, max_nonfinite_steps: int | None = None, resumable: bool = False) -> None:
+    """Give `trainer` a `DivergenceGuard` unless its callbacks hold one already."""
+    if not any(isinstance(c, DivergenceGuard) for c in trainer.callback_handler.callbacks):
+        trainer.add_callback(DivergenceGuard(max_nonfinite_steps, resumable=resumable))
+
+
 def checkpoint_is_complete(folder: Path) -> bool:
     """A checkpoint folder Trainer can resume from: its state and weights are there."""
     has_weights = any((folder / name).exists() for name in (
@@ -304,7 +476,7 @@ def checkpoint_is_complete(folder: Path) -> bool:
     return True
 
 
-class NonFiniteLossError(ValueError):
+class NonFiniteLossError(TrainingDiverged):
     """A loss or gradient became NaN or infinite. Raised before the update that would use it, so nothing bad is
     applied or saved: the last checkpoint stays the last good state."""
 
@@ -389,7 +561,7 @@ class GanTrainer(PretrainingTrainer):
                 f"the {which} loss became {values[0].item():.4g} (gradient norm {values[1].item():.4g}) at step "
                 f"{self.state.global_step + 1}; training stopped before that update. "
                 + (f"The last good checkpoint, {last}, is kept. " if last else "No checkpoint was saved yet. ")
-                + "Start a new run with a lower --learning_rate (a resumed run keeps its old rate) or try "
+                + "Resume from it (or start a new run) with a lower --learning_rate, or try "
                 "--config_overrides generator_loss=non_saturating."
             )
 
@@ -399,3 +571,41 @@ class GanTrainer(PretrainingTrainer):
         with torch.no_grad(), self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None
+
+
+# The training arguments in the folders the fine-tuning scripts save: JSON, never Trainer's pickled training_args.bin.
+TRAINING_ARGS_JSON = "training_args.json"
+
+
+class FineTuningTrainer(Trainer):
+    """Trainer for the fine-tuning scripts (`glue/`, `qa/`). The folders it saves, the final model that users publish
+    and its checkpoints, hold the training arguments as JSON (`training_args.json`, `TrainingArguments.to_json_string()`,
+    tokens masked) instead of Trainer's pickled `training_args.bin`: unpickling runs code, so no pickle goes into a
+    folder meant to be shared. With `--push_to_hub` the model is pushed when it is saved (Trainer's push after each
+    checkpoint would re-pickle the arguments into OUTPUT_DIR, and a checkpoint's optimizer and RNG states are
+    pickles too)."""
+
+    def __init__(self, *args, max_nonfinite_steps: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        add_divergence_guard(self, max_nonfinite_steps)
+        if self.args.push_to_hub and self.args.hub_strategy != "end":
+            logger.warning("--hub_strategy %s: the fine-tuned model is pushed once, when it is saved; checkpoints are "
+                           "not pushed (they hold pickles).", self.args.hub_strategy)
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            write_training_args(self.args, Path(output_dir or self.args.output_dir))
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        return  # see the class docstring: pushes happen in save_model
+
+
+def write_training_args(args, folder: Path) -> Path:
+    """`args` as `folder/training_args.json`, replacing a pickled `training_args.bin` there."""
+    from transformers.trainer import TRAINING_ARGS_NAME
+
+    path = folder / TRAINING_ARGS_JSON
+    path.write_text(args.to_json_string() + "\n", encoding="utf-8")
+    (folder / TRAINING_ARGS_NAME).unlink(missing_ok=True)
+    return path

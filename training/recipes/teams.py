@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .recipes import Paper, Recipe, TrainingDefaults
-from .recipes_spanbert import build_span_collator
+from encoder_zoo.hub_cards.papers import ELECTRA_PAPER, TEAMS_PAPER
+from encoder_zoo.training.recipes import Recipe, TrainingDefaults
+from encoder_zoo.training.recipes.spanbert import build_span_collator
 
 # The paper's Table 5 (small = "Small/Small++"), plus tiny for tests and smoke runs.
 TEAMS_SIZES = {
@@ -26,32 +27,6 @@ ELECTRA_SIZES = {
     for size in TEAMS_SIZES
 }
 
-TEAMS_PAPER = Paper(
-    title="Training ELECTRA Augmented with Multi-word Selection",
-    authors="Jiaming Shen, Jialu Liu, Tianqi Liu, Cong Yu, Jiawei Han",
-    year=2021,
-    url="https://arxiv.org/abs/2106.00139",
-    bibtex="""@inproceedings{shen2021teams,
-  title={Training {ELECTRA} Augmented with Multi-word Selection},
-  author={Shen, Jiaming and Liu, Jialu and Liu, Tianqi and Yu, Cong and Han, Jiawei},
-  booktitle={Findings of the Association for Computational Linguistics: ACL-IJCNLP 2021},
-  pages={2475--2486},
-  year={2021}
-}""",
-)
-
-ELECTRA_PAPER = Paper(
-    title="ELECTRA: Pre-training Text Encoders as Discriminators Rather Than Generators",
-    authors="Kevin Clark, Minh-Thang Luong, Quoc V. Le, Christopher D. Manning",
-    year=2020,
-    url="https://arxiv.org/abs/2003.10555",
-    bibtex="""@inproceedings{clark2020electra,
-  title={{ELECTRA}: Pre-training Text Encoders as Discriminators Rather Than Generators},
-  author={Clark, Kevin and Luong, Minh-Thang and Le, Quoc V. and Manning, Christopher D.},
-  booktitle={International Conference on Learning Representations},
-  year={2020}
-}""",
-)
 
 # Table 5, with the authors' TF Model Garden config where it is silent (official/projects/teams: AdamW with weight
 # decay 0.01 except LayerNorm and biases, eps 1e-6, gradient norm clipped at 1.0, polynomial decay of power 1 =

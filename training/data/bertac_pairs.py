@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bz2
 import hashlib
-import importlib.util
 import logging
 import re
 from collections.abc import Iterator
@@ -30,8 +29,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from .data import sentence_spans
-from .resources import resource_path
+from encoder_zoo.training.data.corpus import sentence_spans
+from encoder_zoo.training.data.resources import resource_path
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +126,10 @@ def dump_files(dataset: str | None) -> list[str]:
     return [str(file) for file in files]
 
 
+class DamagedDumpError(ValueError):
+    """A dump file that stops being well-formed XML (or bz2) part-way: named with the fix, not a `datasets` error."""
+
+
 def _open_dump(path):
     with open(path, "rb") as raw:
         magic = raw.read(3)
@@ -142,29 +145,44 @@ def iter_article_pages(paths: list[str], max_pages: int | None = None, cache_key
     for path in paths:
         with _open_dump(path) as stream:
             root = None
-            for event, element in ElementTree.iterparse(stream, events=("start", "end")):
-                if root is None:
-                    root = element
-                if event != "end" or element.tag.rsplit("}", 1)[-1] != "page":
-                    continue
-                if element.findtext("{*}ns") == "0" and element.find("{*}redirect") is None:
-                    yield {"title": element.findtext("{*}title") or "", "wikitext": element.findtext("{*}revision/{*}text") or ""}
-                    count += 1
-                root.clear()  # finished pages must not pile up under the root
-                if max_pages is not None and count >= max_pages:
-                    return
+            try:
+                for event, element in ElementTree.iterparse(stream, events=("start", "end")):
+                    if root is None:
+                        root = element
+                    if event != "end" or element.tag.rsplit("}", 1)[-1] != "page":
+                        continue
+                    if element.findtext("{*}ns") == "0" and element.find("{*}redirect") is None:
+                        yield {"title": element.findtext("{*}title") or "", "wikitext": element.findtext("{*}revision/{*}text") or ""}
+                        count += 1
+                    root.clear()  # finished pages must not pile up under the root
+                    if max_pages is not None and count >= max_pages:
+                        return
+            except (ElementTree.ParseError, EOFError, OSError) as error:
+                raise DamagedDumpError(
+                    f"--dataset: {path} is damaged after {count} article page{'' if count == 1 else 's'}, not well-formed MediaWiki XML "
+                    f"({type(error).__name__}: {error}); re-download the dump (check a .bz2 with `bzip2 -t`), or pass "
+                    "--max_documents to stop before the damage."
+                ) from None
 
 
 def load_article_pages(dataset: str | None = None, max_documents: int | None = None, num_proc: int | None = None) -> datasets.Dataset:
     """Stream a dump's articles into an on-disk Dataset (`title`, `wikitext`); several dump files load in parallel."""
     files = dump_files(dataset)
     stamps = [(Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]
-    pages = datasets.Dataset.from_generator(
-        iter_article_pages,
-        gen_kwargs={"paths": files, "max_pages": max_documents, "cache_key": (stamps, _SOURCE_DIGEST)},
-        num_proc=min(num_proc or 1, len(files)) if len(files) > 1 else None,
-        split="train",
-    )
+    try:
+        pages = datasets.Dataset.from_generator(
+            iter_article_pages,
+            gen_kwargs={"paths": files, "max_pages": max_documents, "cache_key": (stamps, _SOURCE_DIGEST)},
+            num_proc=min(num_proc or 1, len(files)) if len(files) > 1 else None,
+            split="train",
+        )
+    except datasets.exceptions.DatasetGenerationError as error:
+        cause = error
+        while cause is not None and not isinstance(cause, DamagedDumpError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise DamagedDumpError(str(cause)) from None  # one line instead of the generator's wrapped traceback
     if max_documents is not None and len(pages) > max_documents:
         pages = pages.select(range(max_documents))
     if len(pages) == 0:
@@ -472,6 +490,50 @@ def _installed(distribution: str) -> bool:
     return True
 
 
+FASTTEXT_MAGIC = 793712314  # the first int32 of every fastText .bin model
+WORD_VECTOR_FORMATS = ("a fastText .bin model, or a .vec text file (an optional 'count dim' header line, then "
+                       "'word v1 ... vd' per line)")
+
+
+def check_word_vectors(path: str | Path) -> None:
+    """`--word_vectors` at parse time, before any corpus is read: an existing fastText `.bin` (its magic number) or a
+    `.vec` whose first lines are words followed by numbers. Raises naming the flag, the file and the formats."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"--word_vectors {path}: no such file (a fastText .bin or .vec).")
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    if path.suffix == ".bin":
+        if len(head) < 4 or int.from_bytes(head[:4], "little") != FASTTEXT_MAGIC:
+            raise ValueError(f"--word_vectors {path} is not a fastText .bin model (no fastText header); pass "
+                             f"{WORD_VECTOR_FORMATS}, or drop --word_vectors to train vectors on the pretraining sentences.")
+        return
+    lines = head.decode("utf-8", errors="replace").splitlines()[:5]
+    if len(head) == 1 << 16:
+        lines = lines[:-1]  # the last line read may be cut
+    if not lines:
+        raise ValueError(f"--word_vectors {path} is empty; pass {WORD_VECTOR_FORMATS}.")
+    for number, line in enumerate(lines, start=1):
+        problem = vector_line_problem(line, header=number == 1)
+        if problem:
+            raise ValueError(f"--word_vectors {path} is not a word-vector file: line {number} {problem}; pass "
+                             f"{WORD_VECTOR_FORMATS}, or drop --word_vectors to train vectors on the pretraining sentences.")
+
+
+def vector_line_problem(line: str, header: bool = False) -> str | None:
+    """Why a `.vec` line is not `word v1 ... vd` (nor, for the first line, a `count dim` header); None if it is."""
+    line = line.rstrip()
+    word, _, values = line.partition(" ")
+    fields = values.split()
+    if header and len(fields) == 1 and word.isdigit() and fields[0].isdigit():
+        return None
+    try:
+        [float(value) for value in fields]
+    except ValueError:
+        return f"is not a word followed by numbers ({line[:60]!r})"
+    return None if fields else f"holds no vector ({line[:60]!r})"
+
+
 def read_word_vectors(path: str | Path, wanted: set[str]) -> dict[str, np.ndarray]:
     """Vectors of the `wanted` words from a fastText `.bin` or a `.vec` text file. A file word counts under its
     normalised form (the one word rule), its first (most frequent) occurrence winning: cased vectors serve too."""
@@ -497,7 +559,11 @@ def read_word_vectors(path: str | Path, wanted: set[str]) -> dict[str, np.ndarra
             word, _, values = line.rstrip("\n").rstrip().partition(" ")
             if number == 0 and len(values.split()) == 1:
                 continue  # the "count dim" header
-            keep(word, values)
+            try:
+                keep(word, values)
+            except ValueError:
+                raise ValueError(f"--word_vectors {path}: line {number + 1} {vector_line_problem(line)}; pass "
+                                 f"{WORD_VECTOR_FORMATS}.") from None
     return found
 
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import datasets
-from datasets.distributed import split_dataset_by_node
 import numpy as np
 import torch
+from datasets.distributed import split_dataset_by_node
 from transformers import TrainerCallback
 
-from .masking import INDEX_COLUMN
+from encoder_zoo.training.masking.spans import INDEX_COLUMN
 
 logger = logging.getLogger("pretrain")
 
@@ -198,8 +198,8 @@ def streamable(recipe) -> bool:
 
 def document_packer(recipe, tokenizer, args) -> Callable[[dict], dict]:
     """The batch function that packs documents into `recipe`'s examples, as its in-memory builder does."""
-    from .data import block_packer
-    from .masking import LINGUISTIC_SCHEMES
+    from encoder_zoo.training.data.blocks import block_packer
+    from encoder_zoo.training.masking.spans import LINGUISTIC_SCHEMES
 
     if recipe.document_packer is not None:
         return recipe.document_packer(tokenizer, args)
@@ -212,7 +212,7 @@ def read_stream_head(args) -> tuple[datasets.IterableDataset, datasets.Dataset |
     them) and the next `--streaming_sample_documents` (a training sample for the tokenizer and the unigram law)."""
     from tqdm.auto import tqdm
 
-    from .data import stream_corpus
+    from encoder_zoo.training.data.corpus import stream_corpus
 
     documents = stream_corpus(args.dataset, args.dataset_config, args.dataset_split, args.max_documents)
     n_validation = args.validation_documents

@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import models
-from hub_cards import CardMetadata, plot_loss_curve, write_card
-
-from .recipes import Recipe, TrainingDefaults, describe_optimizer, describe_schedule, describe_warmup
+from encoder_zoo import models
+from encoder_zoo.hub_cards import CardMetadata, plot_loss_curve, write_card
+from encoder_zoo.training.run.describe import describe_optimizer, describe_schedule, describe_warmup
 
 ARCHITECTURE_KEYS = (
     "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -21,7 +20,7 @@ ARCHITECTURE_KEYS = (
 def export_pretrained(
     model,
     tokenizer,
-    recipe: Recipe,
+    recipe,  # a training.recipes.Recipe (the registry sits above this module)
     export_dir: str | Path,
     *,
     model_size: str,
@@ -84,12 +83,6 @@ def export_pretrained(
     return export_dir
 
 
-def hub_safe_source(source: str) -> str:
-    """A dataset as a card may name it: a Hub id as is, a local path by its file name only (the card goes public)."""
-    path = Path(source).expanduser()
-    return f"the local data `{path.name}`" if path.is_absolute() or path.exists() else source
-
-
 def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | None) -> dict[str, Any]:
     """The card's training-loss rows: the last logged value (with its step) and Trainer's `train_loss`, which is the
     mean over the whole run, each named for what it is."""
@@ -102,11 +95,11 @@ def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | Non
     return rows
 
 
-def _paper_recipe_title(paper: TrainingDefaults) -> str:
+def _paper_recipe_title(paper) -> str:
     return f"{paper.source}; {paper.size} model"
 
 
-def optimisation_comparison(trainer, paper: TrainingDefaults, max_seq_length: int,
+def optimisation_comparison(trainer, paper, max_seq_length: int,
                             mlm_probability: float | None = None) -> dict[str, tuple[str, str]]:
     """What the run used, read from the trained `trainer` (its optimizer object, resolved arguments and decay
     groups), next to the paper's values. `mlm_probability`: the run's masking rate (None: the recipe masks nothing)."""

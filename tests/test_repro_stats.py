@@ -1,0 +1,248 @@
+"""`repro/stats.py`'s verdict, measured by simulation: error rates, power and the minimum detectable difference.
+
+Every simulated experiment trains `n_units` models per arm, each with its own random offset (SD `UNIT_SD`), and
+fine-tunes each `FINETUNE_SEEDS` times with noise (SD `FINETUNE_SD`): the unit SD exceeds the fine-tuning SD, as it
+does for pretraining. Rates come from `EXPERIMENTS` seeded experiments per setting; a bound "<= alpha" is asserted as
+<= alpha + 3 Monte-Carlo standard errors (`ALPHA_BOUND`), which a correct test exceeds with probability ~0.1%.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from encoder_zoo.repro.stats import (
+    INSUFFICIENT, NO_SIGNAL, NOT_REPRODUCED, OPPOSITE, REPRODUCED, decide, decide_family, holm,
+    minimum_detectable_difference, paired_difference_ci, runs_by_unit, verdict,
+)
+
+UNIT_SD, FINETUNE_SD, FINETUNE_SEEDS = 1.0, 0.5, 3
+EXPERIMENTS = 2000
+ALPHA = 0.05
+ALPHA_BOUND = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / EXPERIMENTS)
+UNIT_MEAN_SD = math.sqrt(UNIT_SD ** 2 + FINETUNE_SD ** 2 / FINETUNE_SEEDS)  # one model's mean over its seeds
+
+
+def simulate(n_units, shifts, seed, finetune_seeds=FINETUNE_SEEDS, experiments=EXPERIMENTS, paired=True):
+    """Per experiment, one {(unit_seed, finetune_seed): score} per arm; arm i is shifted by shifts[i]. Paired: every
+    arm trains with unit seeds 0..n-1; unpaired: each arm has its own seeds (nothing to pair)."""
+    rng = np.random.default_rng(seed)
+    shape = (experiments, len(shifts), n_units)
+    scores = (np.asarray(shifts, dtype=float)[None, :, None, None] + rng.normal(0, UNIT_SD, shape)[..., None]
+              + rng.normal(0, FINETUNE_SD, (*shape, finetune_seeds)))
+    return [[{(unit + (0 if paired else 100 * a), f): float(scores[e, a, unit, f])
+              for unit in range(n_units) for f in range(finetune_seeds)} for a in range(len(shifts))]
+            for e in range(experiments)]
+
+
+def rate(verdicts, which):
+    return float(np.mean([v == which for v in verdicts]))
+
+
+def decide_all(arms, **kwargs):
+    return [decide(arm, baseline, **kwargs) for arm, baseline in arms]
+
+
+def old_rule(arm, baseline, direction="better"):
+    return verdict(paired_difference_ci(arm, baseline), direction)
+
+
+# ------------------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "welch"])
+@pytest.mark.parametrize("n_units", [2, 3, 5])
+def test_equal_arms_are_reproduced_at_most_alpha_at_every_budget_unit_count(n_units, paired):
+    results = decide_all(simulate(n_units, [0.0, 0.0], seed=n_units + 10 * paired, paired=paired), direction="better")
+    verdicts = [r["verdict"] for r in results]
+    assert rate(verdicts, REPRODUCED) <= ALPHA_BOUND
+    assert rate(verdicts, OPPOSITE) <= ALPHA_BOUND
+    assert all(r["test"].startswith("one-sided paired t-test" if paired else "one-sided Welch") for r in results)
+    assert all(r["units"] == {"arm": n_units, "baseline": n_units} for r in results)
+
+
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "welch"])
+def test_one_unit_per_arm_is_insufficient_however_large_the_difference(paired):
+    results = decide_all(simulate(1, [10.0, 0.0], seed=1, finetune_seeds=10, experiments=50, paired=paired),
+                         direction="better")
+    assert {r["verdict"] for r in results} == {INSUFFICIENT}
+    assert all(r["units"] == {"arm": 1, "baseline": 1} and r["p_value"] is None for r in results)
+    # many fine-tuning seeds of one model are still one unit, and a second unit on one side only does not help
+    lone = {(1, f): 10.0 + f for f in range(5)}
+    assert decide({**lone, (2, 0): 10.0}, {(7, f): float(f) for f in range(5)}, "better")["verdict"] == INSUFFICIENT
+
+
+def test_fine_tuning_seeds_are_averaged_not_counted():
+    arm, baseline = simulate(3, [0.5, 0.0], seed=2, experiments=1)[0]
+    full = decide(arm, baseline, "better")
+
+    def means(runs):
+        return {(u, 0): float(np.mean([v for (unit, _), v in runs.items() if unit == u])) for u in range(3)}
+
+    collapsed = decide(means(arm), means(baseline), "better")
+    assert full["units"] == {"arm": 3, "baseline": 3} and full["df"] == 2 and full["runs"]["arm"] == 9
+    for key in ("estimate", "low", "high", "p_value", "unit_sd", "mdd"):
+        assert full[key] == pytest.approx(collapsed[key], rel=1e-9, abs=1e-12)
+
+
+def test_the_old_rule_is_caught_too_lenient_by_the_same_simulation():
+    """Regression check: the harness that bounds `decide` flags the old bootstrap rule (fine-tuning seeds counted as
+    pairs), so the bound above is not vacuous."""
+    arms = simulate(3, [0.0, 0.0], seed=3, experiments=1000)
+    old = rate([old_rule(a, b) for a, b in arms], REPRODUCED)
+    new = rate([r["verdict"] for r in decide_all(arms, direction="better")], REPRODUCED)
+    assert old > 0.10
+    assert new <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / 1000)
+
+
+# -------------------------------------------------------------------------------------------------------- power
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "welch"])
+def test_a_difference_of_three_unit_sds_is_found_with_five_units(paired):
+    results = decide_all(simulate(5, [3 * UNIT_SD, 0.0], seed=4, experiments=1000, paired=paired),
+                         direction="better")
+    assert rate([r["verdict"] for r in results], REPRODUCED) >= 0.5
+    assert np.mean([r["estimate"] for r in results]) == pytest.approx(3 * UNIT_SD, abs=0.1)
+
+
+def test_the_minimum_detectable_difference_shrinks_with_units_and_is_found_80_percent_of_the_time():
+    mdds = [minimum_detectable_difference(n, 1.0) for n in (2, 3, 5, 10, 30)]
+    assert all(a > b for a, b in itertools.pairwise(mdds))
+    assert minimum_detectable_difference(5, 2.0) == pytest.approx(2 * mdds[2])
+    assert minimum_detectable_difference(1, 1.0) == math.inf
+    # large samples: the normal approximation (z_0.95 + z_0.8) * sd / sqrt(n)
+    assert minimum_detectable_difference(2000, 1.0) == pytest.approx((1.6449 + 0.8416) / math.sqrt(2000), rel=0.01)
+    difference_sd = math.sqrt(2) * UNIT_MEAN_SD  # of two independent models' means
+    for n_units, paired, sd in ((3, True, difference_sd), (5, True, difference_sd), (5, False, UNIT_MEAN_SD)):
+        mdd = minimum_detectable_difference(n_units, sd, paired=paired)
+        results = decide_all(simulate(n_units, [mdd, 0.0], seed=5 + n_units, experiments=1000, paired=paired),
+                             direction="better")
+        assert 0.65 <= rate([r["verdict"] for r in results], REPRODUCED) <= 0.95, (n_units, paired)
+        # the reported MDD is the same formula at the observed SD
+        r = results[0]
+        expected = minimum_detectable_difference(n_units if paired else (n_units, n_units), r["unit_sd"], paired=paired)
+        assert r["mdd"] == pytest.approx(expected)
+
+
+# ---------------------------------------------------------------------------------------------- "no better" claims
+@pytest.mark.parametrize("n_units", [2, 3, 5])
+def test_no_better_is_reproduced_at_most_alpha_when_the_arm_is_better_by_exactly_the_margin(n_units):
+    margin = UNIT_SD
+    results = decide_all(simulate(n_units, [margin, 0.0], seed=20 + n_units), direction="not_better", margin=margin)
+    assert rate([r["verdict"] for r in results], REPRODUCED) <= ALPHA_BOUND
+
+
+def test_no_better_is_reproduced_only_with_the_interval_below_the_margin():
+    margin = 3 * UNIT_SD
+    results = decide_all(simulate(5, [0.0, 0.0], seed=6, experiments=1000), direction="not_better", margin=margin)
+    reproduced = [r for r in results if r["verdict"] == REPRODUCED]
+    assert len(reproduced) >= 0.5 * len(results)  # equal arms, a generous margin: usually shown
+    # the verdict and the interval agree both ways (short of OPPOSITE, which takes precedence)
+    assert all((r["verdict"] == REPRODUCED) == (r["high"] < margin) for r in results if r["verdict"] != OPPOSITE)
+    # an arm shown better is the opposite of "no better", even by less than the margin
+    clearly_better = decide_all(simulate(5, [2 * UNIT_SD, 0.0], seed=7, experiments=200), direction="not_better",
+                                margin=margin)
+    assert rate([r["verdict"] for r in clearly_better], OPPOSITE) >= 0.5
+    assert all(r["low"] > 0 for r in clearly_better if r["verdict"] == OPPOSITE)
+
+
+def test_no_better_without_a_margin_is_never_reproduced():
+    results = decide_all(simulate(5, [0.0, 0.0], seed=8, experiments=300), direction="not_better")
+    assert REPRODUCED not in {r["verdict"] for r in results}
+    assert all(r["p_value"] is None for r in results)
+    assert all("no margin" in r["reason"] for r in results if r["verdict"] == NOT_REPRODUCED)
+    identical = {(u, f): 0.8 for u in range(10) for f in range(3)}
+    assert decide(identical, dict(identical), "not_better")["verdict"] == NOT_REPRODUCED
+    for bad in (0.0, -0.1):
+        with pytest.raises(ValueError, match="margin"):
+            decide(identical, identical, "not_better", margin=bad)
+    with pytest.raises(ValueError, match="direction"):
+        decide(identical, identical, "worse")
+
+
+# ------------------------------------------------------------------------------------------------ lower is better
+def test_lower_is_better_flips_the_direction():
+    arms = simulate(5, [-3 * UNIT_SD, 0.0], seed=9, experiments=300)  # the arm's loss is lower
+    loss = decide_all(arms, direction="better", higher_is_better=False)
+    assert rate([r["verdict"] for r in loss], REPRODUCED) >= 0.5
+    assert rate([r["verdict"] for r in decide_all(arms, direction="better")], OPPOSITE) >= 0.5
+    # the same verdicts, p-values and (negated) interval as the negated scores with higher is better
+    for (arm, baseline), r in zip(arms[:50], loss):
+        mirrored = decide({k: -v for k, v in arm.items()}, {k: -v for k, v in baseline.items()}, "better")
+        assert r["verdict"] == mirrored["verdict"] and r["p_value"] == pytest.approx(mirrored["p_value"])
+        assert (r["estimate"], r["low"], r["high"]) == pytest.approx((-mirrored["estimate"], -mirrored["high"],
+                                                                      -mirrored["low"]))
+        assert (r["verdict"] == REPRODUCED) == (r["high"] < 0)  # the whole interval on the lower (better) side
+    null = decide_all(simulate(3, [0.0, 0.0], seed=10), direction="better", higher_is_better=False)
+    assert rate([r["verdict"] for r in null], REPRODUCED) <= ALPHA_BOUND
+    # "no better" for a loss: the arm's loss is not lower by the margin or more
+    margin = 1.0
+    at_margin = decide_all(simulate(3, [-margin, 0.0], seed=11), direction="not_better", higher_is_better=False,
+                           margin=margin)
+    assert rate([r["verdict"] for r in at_margin], REPRODUCED) <= ALPHA_BOUND
+
+
+# ---------------------------------------------------------------------------------------------------- families
+def test_holm_adjusts_like_the_step_down_definition():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.2]) == [0.2] and holm([]) == []
+    rng = np.random.default_rng(12)
+    for _ in range(50):
+        p = rng.uniform(0, 0.3, rng.integers(2, 8)).tolist()
+        adjusted = holm(p)
+        assert all(a >= q for a, q in zip(adjusted, p)) and max(adjusted) <= 1
+        order = np.argsort(p)
+        assert all(np.diff(np.asarray(adjusted)[order]) >= 0)  # monotone in the raw p-values
+        # step-down: the i-th smallest is rejected iff every smaller one has p_(j) * (m - j + 1) < alpha
+        sorted_p = np.sort(p)
+        step_down = np.cumprod([q * (len(p) - j) < ALPHA for j, q in enumerate(sorted_p)]).astype(bool)
+        assert (np.sort(adjusted) < ALPHA).tolist() == step_down.tolist()
+
+
+def test_holm_keeps_the_family_wise_error_of_three_null_claims_at_alpha():
+    """Three arms that equal a shared baseline (three claims, as SpanBERT's against one baseline): without an
+    adjustment some claim is falsely reproduced well above 5% of the time; with Holm at most 5%."""
+    experiments = simulate(3, [0.0, 0.0, 0.0, 0.0], seed=13)
+    any_single, any_family = [], []
+    for arms in experiments:
+        family = [{"arm": arms[i], "baseline": arms[3], "direction": "better"} for i in range(3)]
+        adjusted = decide_family(family, alpha=ALPHA)
+        raw = [r["p_value_raw"] for r in adjusted]
+        any_single.append(any(p < ALPHA for p in raw))
+        any_family.append(any(r["verdict"] == REPRODUCED for r in adjusted))
+        assert all(r["family_size"] == 3 and r["p_value"] >= r["p_value_raw"] for r in adjusted)
+    assert np.mean(any_single) > 0.08
+    assert np.mean(any_family) <= ALPHA_BOUND
+
+
+def test_decide_family_leaves_untestable_claims_out_and_recomputes_verdicts():
+    arm, baseline = simulate(5, [5.0, 0.0], seed=14, experiments=1)[0]
+    one_unit = {(0, f): 9.0 for f in range(3)}
+    family = decide_family([
+        {"arm": arm, "baseline": baseline, "direction": "better"},
+        {"arm": one_unit, "baseline": baseline, "direction": "better"},  # INSUFFICIENT: no p-value
+        {"arm": baseline, "baseline": arm, "direction": "not_better"},  # no margin: no reproduction p-value
+        {"arm": arm, "baseline": baseline, "direction": "better", "learned": False},
+    ])
+    assert [r["verdict"] for r in family][1:] == [INSUFFICIENT, NOT_REPRODUCED, NO_SIGNAL]
+    assert family[0]["family_size"] == 2
+    alone = decide(arm, baseline, "better")
+    assert family[0]["p_value"] == pytest.approx(min(1.0, 2 * alone["p_value"]))
+    assert family[0]["verdict"] == (REPRODUCED if family[0]["p_value"] < ALPHA else NOT_REPRODUCED)
+    json.dumps(family, allow_nan=False)  # goes into results.json as it is
+
+
+# ----------------------------------------------------------------------------------------------- the harness's keys
+def test_harness_run_keys_and_no_signal():
+    runs = {f"pretrain-{u}/finetune-{f}": 0.7 + 0.05 * u + 0.001 * f for u in (1, 2, 3) for f in (1, 2, 3)}
+    base = {f"pretrain-{u}/finetune-{f}": 0.6 + 0.05 * u + 0.002 * f for u in (1, 2, 3) for f in (1, 2, 3)}
+    assert runs_by_unit({"pretrain-None/finetune-2": 0.5, "pretrain-4": 3.0}) == {(None, 2): 0.5, (4, None): 3.0}
+    result = decide(runs_by_unit(runs), runs_by_unit(base), "better")
+    assert result["verdict"] == REPRODUCED and result["paired"] and result["units"] == {"arm": 3, "baseline": 3}
+    assert result["estimate"] == pytest.approx(0.1 - 0.002)
+    assert decide(runs_by_unit(runs), runs_by_unit(base), "better", learned=False)["verdict"] == NO_SIGNAL
+    with pytest.raises(TypeError, match="unit_seed"):
+        decide(runs, base, "better")
+    with pytest.raises(ValueError, match="pretrain"):
+        runs_by_unit({"seed-1": 0.5})

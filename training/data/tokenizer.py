@@ -1,0 +1,106 @@
+"""Tokenizers: loading a trained one, or training a deterministic WordPiece or word-level one on a corpus."""
+
+from __future__ import annotations
+
+import json
+
+from transformers import PreTrainedTokenizerFast
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0]
+        raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id ({reason})") from None
+
+
+def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:
+    """The start and end markers of an example: bos/eos, or [CLS]/[SEP] for BERT-style tokenizers."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    return bos, eos
+
+
+_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_wordpiece_tokenizer(
+    texts, vocab_size: int = 16000, lowercase: bool = False, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
+    """Train a cased WordPiece tokenizer (SpanBERT's choice) with `tokenizers`, wrapped for transformers.
+
+    Deterministic: the same texts give the same vocabulary in every process. `tokenizers` numbers the `##x`
+    continuation symbols in hash-map order, which differs per process and breaks ties between equally frequent
+    merges differently; a first pass collects those symbols so the real pass can number them in sorted order.
+    `texts` must be re-iterable (a list or a `datasets` column), since it is read twice.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    special = _SPECIAL_TOKENS
+
+    def new_tokenizer():
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False if not lowercase else None)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        return tokenizer
+
+    probe = new_tokenizer()  # vocab_size 1: stops after the alphabet, before any merge
+    probe.train_from_iterator(iter(texts), trainer=trainers.WordPieceTrainer(vocab_size=1, special_tokens=special, show_progress=False))
+    continuations = sorted(t for t in probe.get_vocab() if t.startswith("##") and len(t) == 3)
+    tokenizer = new_tokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special + continuations)
+    tokenizer.train_from_iterator(iter(texts), trainer=trainer)
+    # The continuation symbols were listed as special only to fix their ids: make them ordinary pieces again.
+    state = json.loads(tokenizer.to_str())
+    state["added_tokens"] = [t for t in state["added_tokens"] if t["content"] in special]
+    tokenizer = Tokenizer.from_str(json.dumps(state))
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return _bert_style_tokenizer(tokenizer)
+
+
+def train_word_tokenizer(texts, vocab_size: int = 16000, min_frequency: int = 2) -> PreTrainedTokenizerFast:
+    """Train a cased word-level tokenizer (the cloze paper's character-CNN models read whole words): the
+    `vocab_size` most frequent words seen at least `min_frequency` times, ids in order of frequency (so adaptive
+    softmax bands hold the frequent words), everything else `[UNK]`. Same normaliser, pre-tokeniser and special
+    tokens as `train_wordpiece_tokenizer`.
+
+    Deterministic: words are counted here and ties broken alphabetically (`tokenizers`' WordLevelTrainer breaks them
+    in hash-map order, which differs per process)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False), pre_tokenizers.BertPreTokenizer()
+    counts = Counter()
+    for text in texts:
+        counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    words = sorted((word for word, n in counts.items() if n >= min_frequency and word not in _SPECIAL_TOKENS),
+                   key=lambda word: (-counts[word], word))
+    vocab = {token: i for i, token in enumerate(_SPECIAL_TOKENS + words[: max(vocab_size - len(_SPECIAL_TOKENS), 0)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, pre_tokenizer
+    return _bert_style_tokenizer(tokenizer)
+
+
+def _bert_style_tokenizer(tokenizer) -> PreTrainedTokenizerFast:
+    """`[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` templates, wrapped for transformers."""
+    from tokenizers import processors
+
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
