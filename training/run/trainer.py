@@ -415,7 +415,7 @@ class DivergenceGuard(TrainerCallback):
             self.consecutive = 0
             return
         self.consecutive += 1
-        step = state.global_step + 1
+        step = state.global_step + 1  # its loss came from the weights of the step before the streak began
         seen: dict[str, torch.Tensor] = {}  # each non-finite name with its first value, the objectives first
         for (name, value), is_bad in sorted(zip(named, which), key=lambda item: item[0][0] in ("loss", "gradient norm")):
             if is_bad:
@@ -426,7 +426,8 @@ class DivergenceGuard(TrainerCallback):
         if self.consecutive >= limit:
             if limit > 1:
                 what = f"{limit} steps in a row were non-finite (--max_nonfinite_steps {limit}); at the last, {what}"
-            raise TrainingDiverged(self._stop_message(args, step, what, "training stopped before that update"))
+            raise TrainingDiverged(self._stop_message(args, step, what, "training stopped before that update",
+                                                      bad_weights_step=step - self.consecutive))
         logger.warning("Step %d skipped: %s (%d of %d non-finite steps in a row allowed).", step, what,
                        self.consecutive, limit)
         model.zero_grad(set_to_none=True)  # the optimizer skips parameters without gradients: nothing is applied
@@ -439,20 +440,24 @@ class DivergenceGuard(TrainerCallback):
         if bad:
             raise TrainingDiverged(self._stop_message(
                 args, state.global_step, "the update of that step made parameters non-finite",
-                "training stopped before saving them"))
+                "training stopped before saving them", bad_weights_step=state.global_step))
 
-    def _stop_message(self, args, step: int, what: str, stopped: str) -> str:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
+    def _stop_message(self, args, step: int, what: str, stopped: str, bad_weights_step: int) -> str:
+        """The stop message. The weights after `bad_weights_step` updates gave the first non-finite value: a checkpoint
+        of that step (saved when its values were finite, e.g. a huge learning rate's update) is not a good one."""
+        saved = {int(p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]): p for p in Path(args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+                 if p.name[len(PREFIX_CHECKPOINT_DIR) + 1:].isdigit() and checkpoint_is_complete(p)}
+        good = [saved[k] for k in sorted(saved) if k < bad_weights_step]
         lower = f"{args.learning_rate / 10:g}"
-        if last and self.resumable:
-            advice = (f"The last good checkpoint is {last}: resume from it at a lower learning rate, e.g. "
-                      f"--resume_from_checkpoint {last} --learning_rate {lower}.")
-        elif last:
-            advice = f"The last good checkpoint is {last}. Rerun with a lower --learning_rate (e.g. {lower})."
+        advice = (f"{saved[bad_weights_step]} holds the weights that gave the first non-finite value. "
+                  if bad_weights_step in saved else "")
+        if good and self.resumable:
+            advice += (f"The last good checkpoint is {good[-1]}: resume from it at a lower learning rate, e.g. "
+                       f"--resume_from_checkpoint {good[-1]} --learning_rate {lower}.")
+        elif good:
+            advice += f"The last good checkpoint is {good[-1]}. Rerun with a lower --learning_rate (e.g. {lower})."
         else:
-            advice = f"No checkpoint was saved before it. Rerun with a lower --learning_rate (e.g. {lower})."
+            advice += f"No good checkpoint was saved before it. Rerun with a lower --learning_rate (e.g. {lower})."
         return f"training diverged at step {step}: {what}; {stopped}, and nothing was exported. {advice}"
 
 
