@@ -70,7 +70,6 @@ def parse_args(argv=None):
 def main(argv=None) -> str:
     options = parse_args(argv)
     output = Path(options.output_dir)
-    check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
         from encoder_zoo.training.run import minilm_path
 
@@ -81,6 +80,7 @@ def main(argv=None) -> str:
     check_model_path(options.backbone, "--backbone")
     if options.cnn is not None:
         check_model_path(options.cnn, "--cnn")
+    check_new_output_dir(output, options.overwrite_output_dir)  # after the flags' checks: a refusal leaves no folder
     torch.manual_seed(options.seed)
     try:
         check_backbone_is_an_encoder(options.backbone)

@@ -92,24 +92,27 @@ def test_a_diverging_pretraining_stops_at_its_step_with_status_3_and_exports_not
     found = re.search(r"training diverged at step (\d+): (\w+_loss)\b.* became non-finite", message)
     assert found, message  # the step and the objective
     step = int(found.group(1))
-    last_good = out / f"checkpoint-{step - 1}"
-    assert f"The last good checkpoint is {last_good}" in message and "--learning_rate" in message
     assert sorted(p.name for p in out.glob("checkpoint-*")) == [f"checkpoint-{s}" for s in range(1, step)]
-    assert all_finite(last_good / "model.safetensors")
+    # The weights of the step before, finite but blown up by the 1e30 update, gave the NaN: no good checkpoint.
+    assert f"{out / f'checkpoint-{step - 1}'} holds the weights that gave the first non-finite value" in message
+    assert "No good checkpoint was saved before it. Rerun with a lower --learning_rate" in message
     assert not (out / "export").exists() and not list(out.glob(".export*"))  # no export, no card of a diverged run
 
 
 def test_a_diverged_run_resumes_from_its_last_good_checkpoint_at_a_lower_learning_rate(finished_run, tmp_path, monkeypatch,
                                                                                          capsys, caplog):
-    """Resumed at --learning_rate 1e30 (a resumed run trains at its own rate), the run diverges: it names checkpoint-2,
-    saves nothing of the bad steps and keeps the earlier export. Resumed from checkpoint-2 at 1e-4, it finishes."""
+    """Resumed at --learning_rate 1e30 (a resumed run trains at its own rate), the run diverges at step 5: it names
+    checkpoint-2 as the last good one (checkpoint-4 holds the weights that gave the NaN), saves nothing of step 5 and
+    keeps the earlier export. Resumed from checkpoint-2 at 1e-4, it finishes."""
     out = copy_of(finished_run, tmp_path)
     export_before = snapshot(out / "export")
     args = ["--model", "spanbert", *TINY, "--save_steps", "2", "--max_steps", "6", "--output_dir", out]
     code, stderr = run("pretrain.py", [*args, "--learning_rate", "1e30", "--resume_from_checkpoint", "true"], monkeypatch, capsys)
-    assert code == 3, stderr[-3000:]
-    assert f"The last good checkpoint is {out / 'checkpoint-2'}" in stderr
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    message = stderr.strip().splitlines()[-1]
+    assert code == 3 and "training diverged at step 5: " in message, stderr[-3000:]
+    assert f"{out / 'checkpoint-4'} holds the weights that gave the first non-finite value" in message
+    assert f"The last good checkpoint is {out / 'checkpoint-2'}: resume from it at a lower learning rate" in message
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert snapshot(out / "export") == export_before
 
     code, stderr = run("pretrain.py", [*args, "--learning_rate", "1e-4", "--resume_from_checkpoint", out / "checkpoint-2"],
@@ -118,7 +121,8 @@ def test_a_diverged_run_resumes_from_its_last_good_checkpoint_at_a_lower_learnin
     assert "at --learning_rate 0.0001; it was trained at 0.001" in caplog.text
     logs = [e for e in json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"] if "loss" in e]
     assert [e["step"] for e in logs] == [1, 2, 3, 4, 5, 6]
-    assert all(0 < e["learning_rate"] <= 1e-4 for e in logs[2:]) and all(e["loss"] < 20 for e in logs)
+    assert all(e["learning_rate"] <= 1e-4 for e in logs[2:]) and logs[3]["learning_rate"] > 1e-5
+    assert all(e["loss"] < 20 for e in logs)
     assert all_finite(out / "export" / "model.safetensors")
     assert len(list(out.glob("export.replaced-*"))) == 1  # the first export, kept
 

@@ -458,7 +458,7 @@ class DivergenceGuard(TrainerCallback):
             advice += f"The last good checkpoint is {good[-1]}. Rerun with a lower --learning_rate (e.g. {lower})."
         else:
             advice += f"No good checkpoint was saved before it. Rerun with a lower --learning_rate (e.g. {lower})."
-        return f"training diverged at step {step}: {what}; {stopped}, and nothing was exported. {advice}"
+        return f"training diverged at step {step}: {what}; {stopped}, and no model was saved or exported. {advice}"
 
 
 def add_divergence_guard(trainer, max_nonfinite_steps: int | None = None, resumable: bool = False) -> None:
