@@ -23,8 +23,12 @@ class Budget:
     cnn_steps: int
     cnn_documents: int | None
     cnn_batch_size: int
-    finetune_seeds: tuple[int, ...]
-    pretrain_seeds: tuple[int, ...]
+    # The unit of replication is one independently trained model: a pretraining seed of a pretrained arm, an
+    # initialisation seed of a fusion's new layers (with, for BERTAC, its CNN's pretraining seed), a fine-tuning
+    # seed of the plain backbone. Every arm trains one model per unit seed; fine-tuning seeds within a unit measure
+    # that model more precisely and are averaged, never counted as units (repro/stats.py).
+    unit_seeds: tuple[int, ...]
+    finetune_seeds: tuple[int, ...]  # within a unit; the seed run is `finetune_seed(unit, seed)`
     finetune_epochs: float | None  # None: each experiment's fine-tuning preset's own (the paper's)
     # Arms over the offline MiniLM (HIRE, BERTAC): it learns the tasks in 2 epochs, and their presets' 8-10 epochs
     # would take hours on a CPU.
@@ -35,6 +39,12 @@ class Budget:
     max_eval_samples: int | None
     tasks: tuple[str, ...]  # evaluation tasks allowed at this budget (intersected with the experiment's)
     bf16: bool = False
+
+    @staticmethod
+    def finetune_seed(unit: int, seed: int) -> int:
+        """The fine-tuning seed of `unit`'s `seed`-th run: distinct across units, so that even a fixed backbone's
+        units are different models; shared by the arms' units of one seed, so that they pair."""
+        return 100 * unit + seed
 
     def pretrain_flags(self) -> list[str]:
         return ["--model_size", self.model_size, "--max_steps", str(self.pretrain_steps),
@@ -65,25 +75,25 @@ BUDGETS = {
         name="smoke", description="plumbing only: tiny models, 10 pretraining steps, 32 fine-tuning examples; "
         "its numbers mean nothing", model_size="tiny", pretrain_steps=10, pretrain_batch_size=4, max_seq_length=64,
         max_documents=120, validation_documents=10, tokenizer_vocab_size=1000, cnn_size="tiny", cnn_steps=6,
-        cnn_documents=6, cnn_batch_size=16, finetune_seeds=(1, 2), pretrain_seeds=(1,), finetune_epochs=1,
+        cnn_documents=6, cnn_batch_size=16, unit_seeds=(1, 2), finetune_seeds=(1,), finetune_epochs=1,
         minilm_finetune_epochs=1, finetune_batch_size=8, finetune_max_seq_length=48, max_train_samples=32,
         max_eval_samples=32, tasks=("rotten_tomatoes", "heldout_mlm")),
     "cpu": Budget(
-        name="cpu", description="about 17-20 minutes per pretrained arm on 2 CPU cores (measured for teams: 2 arms, "
-        "37 minutes): tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia documents, 3 "
-        "fine-tuning seeds",
+        name="cpu", description="tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia "
+        "documents; 3 units (independently trained models) per arm, one fine-tuning run each; each paper under 2 hours "
+        "on 2 CPU cores (its report gives the measured time)",
         model_size="tiny", pretrain_steps=2000, pretrain_batch_size=16, max_seq_length=128, max_documents=3000,
         validation_documents=100, tokenizer_vocab_size=8000, cnn_size="tiny", cnn_steps=400, cnn_documents=60,
-        cnn_batch_size=64, finetune_seeds=(1, 2, 3), pretrain_seeds=(1,), finetune_epochs=None,
+        cnn_batch_size=64, unit_seeds=(1, 2, 3), finetune_seeds=(1,), finetune_epochs=None,
         minilm_finetune_epochs=2, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=2000,
         max_eval_samples=500,
         tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "heldout_mlm")),
     "gpu": Budget(
         name="gpu", description="about 1 hour per experiment on one H100 in bf16 (an estimate, not yet measured): "
-        "small models, 10,000 pretraining steps of 128 x 128 tokens on the 10k embedded Wikipedia documents, 5 "
-        "fine-tuning seeds, 2 pretraining seeds", model_size="small", pretrain_steps=10_000, pretrain_batch_size=128,
+        "small models, 10,000 pretraining steps of 128 x 128 tokens on the 10k embedded Wikipedia documents, 3 "
+        "units (independently trained models) per arm, 3 fine-tuning seeds each", model_size="small", pretrain_steps=10_000, pretrain_batch_size=128,
         max_seq_length=128, max_documents=None, validation_documents=200, tokenizer_vocab_size=16000,
-        cnn_size="w123-f100", cnn_steps=2000, cnn_documents=None, cnn_batch_size=4000, finetune_seeds=(1, 2, 3, 4, 5),
-        pretrain_seeds=(1, 2), finetune_epochs=3, minilm_finetune_epochs=3, finetune_batch_size=32,
+        cnn_size="w123-f100", cnn_steps=2000, cnn_documents=None, cnn_batch_size=4000, unit_seeds=(1, 2, 3),
+        finetune_seeds=(1, 2, 3), finetune_epochs=3, minilm_finetune_epochs=3, finetune_batch_size=32,
         finetune_max_seq_length=128, max_train_samples=None, max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
 }

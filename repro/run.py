@@ -1,5 +1,7 @@
-"""Reproduce one paper's key comparison at a declared budget: pretrain every arm on the same data and budget,
-fine-tune each with several seeds, and write a report with bootstrap intervals and a verdict per claim.
+"""Reproduce one paper's key comparison at a declared budget: train every arm's units (independently trained
+models: one per pretraining or initialisation seed) on the same data and budget, fine-tune each, and write a report
+with a verdict per claim from `repro.stats.decide_family` (t-test on unit means, Holm across the paper's claims),
+its interval and its minimum detectable difference.
 
     python repro/run.py spanbert --budget smoke|cpu|gpu [--dataset PATH_OR_HUB_ID] [--output_dir runs/repro]
 
@@ -111,16 +113,37 @@ class Sweep:
                  tasks: list[str] | None = None):
         self.experiment, self.budget, self.dataset = experiment, budget, dataset
         self.cache = output_dir / "cache"
-        self.tasks = [t for t in experiment.tasks if t in (tasks or budget.tasks)]
+        self.tasks = [t for t in experiment.tasks_at(budget.name) if t in (tasks or budget.tasks)]
         self.jobs: list[Job] = []
-        self.results: dict = {}  # (arm, task) -> {(pretrain_seed, finetune_seed): (value, source json)}
-        self.sources: dict = {}  # (arm, task, pretrain_seed) -> (job producing the number, how to read it)
+        # (arm, task, unit, finetune_seed or None) -> (job producing the number, the file it is read from)
+        self.sources: dict = {}
+        self.warmup_steps = self.shared_warmup_steps()
         for arm in experiment.arms:
-            for pretrain_seed in self.pretrain_seeds(arm):
-                self.add_arm(arm, pretrain_seed)
+            for unit in budget.unit_seeds:
+                self.add_arm(arm, unit)
 
-    def pretrain_seeds(self, arm: Arm):
-        return self.budget.pretrain_seeds if arm.pretrain or arm.cnn is not None else (None,)
+    def shared_warmup_steps(self) -> int | None:
+        """One warmup for every pretrained arm: the schedule arm's recipe at this run length (each recipe's own rule
+        would give TEAMS and ELECTRA different warmups at the same steps)."""
+        arm = self.experiment.schedule_arm()
+        if arm is None:
+            return None
+        from encoder_zoo.training.recipes import get_recipe
+
+        model = arm.pretrain[arm.pretrain.index("--model") + 1]
+        return get_recipe(model).training_defaults[self.budget.model_size].warmup_steps_of_run(self.budget.pretrain_steps)
+
+    def schedules(self) -> dict:
+        """Each pretrained arm's schedule shape and peak learning rate (its recipe's), and the shared warmup."""
+        from encoder_zoo.training.recipes import get_recipe
+
+        out = {}
+        for arm in self.experiment.arms:
+            if arm.pretrain:
+                defaults = get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).training_defaults[self.budget.model_size]
+                out[arm.name] = {"lr_scheduler_type": defaults.lr_scheduler_type, "learning_rate": defaults.learning_rate,
+                                 "warmup_steps": self.warmup_steps}
+        return out
 
     # --------------------------------------------------------------------------------------------- building jobs
     def pretrain_job(self, arm: Arm, flags: list[str], seed: int, label: str) -> Job:
@@ -149,18 +172,21 @@ class Sweep:
         steps = self.steps(flags)
         return steps // 4 if steps >= 200 else steps
 
-    def add_arm(self, arm: Arm, pretrain_seed: int | None) -> None:
+    def add_arm(self, arm: Arm, unit: int) -> None:
+        """The jobs of `arm`'s unit `unit`: its pretraining (seed `unit`), or its CNN pretraining and new layers
+        (seed `unit`), then its fine-tuning runs."""
         budget = self.budget
         needs: list[Job] = []
         if arm.pretrain:
-            flags = [*arm.pretrain, *budget.pretrain_flags(), *(["--dataset", self.dataset] if self.dataset else [])]
-            job = self.pretrain_job(arm, flags, pretrain_seed, "pretrain")
+            flags = [*arm.pretrain, *budget.pretrain_flags(), *(["--dataset", self.dataset] if self.dataset else []),
+                     "--warmup_steps", str(self.warmup_steps)]
+            job = self.pretrain_job(arm, flags, unit, "pretrain")
             needs, model = [job], str(job.folder / "export")
             if "heldout_mlm" in self.tasks:
-                self.sources[(arm.name, "heldout_mlm", pretrain_seed)] = (job, job.folder / "trainer_state.json")
+                self.sources[(arm.name, "heldout_mlm", unit, None)] = (job, job.folder / "trainer_state.json")
         cnn_job = None
         if arm.cnn is not None:
-            cnn_job = self.pretrain_job(arm, [*budget.cnn_flags(), *arm.cnn], pretrain_seed, "cnn")
+            cnn_job = self.pretrain_job(arm, [*budget.cnn_flags(), *arm.cnn], unit, "cnn")
             needs = [cnn_job]
         for task in self.tasks:
             if task == "heldout_mlm":
@@ -168,7 +194,7 @@ class Sweep:
             if arm.init:
                 if task in QA_TASKS and arm.init != "bertac":
                     continue
-                model_job = self.init_job(arm, task, cnn_job)
+                model_job = self.init_job(arm, task, cnn_job, unit)
                 needs_task, model = [*needs, model_job], str(model_job.folder / "model")
             elif arm.pretrain:
                 needs_task = needs
@@ -176,12 +202,13 @@ class Sweep:
                 from encoder_zoo.training.run import minilm_path
 
                 needs_task, model = needs, minilm_path()
-            self.finetune_jobs(arm, task, model, needs_task, pretrain_seed)
+            self.finetune_jobs(arm, task, model, needs_task, unit)
 
-    def init_job(self, arm: Arm, task: str, cnn_job: Job | None) -> Job:
+    def init_job(self, arm: Arm, task: str, cnn_job: Job | None, unit: int) -> Job:
         head = ["--head", "question_answering"] if task in QA_TASKS else \
             ["--num_labels", "1" if task == "movie_sentiment_regression" else "2"]
-        flags = [*arm.init_flags, *(head if arm.init == "bertac" else head[-2:] if task not in QA_TASKS else [])]
+        flags = [*arm.init_flags, *(head if arm.init == "bertac" else head[-2:] if task not in QA_TASKS else []),
+                 "--seed", str(unit)]
         key = {"init": arm.init, "flags": flags, "cnn": str(cnn_job.folder) if cnn_job else None}
         folder = self.cache / "init" / f"{arm.init}-{digest(key)}"
         for job in self.jobs:
@@ -195,38 +222,40 @@ class Sweep:
         self.jobs.append(job)
         return job
 
-    def finetune_jobs(self, arm: Arm, task: str, model: str, needs: list[Job], pretrain_seed) -> None:
+    def finetune_jobs(self, arm: Arm, task: str, model: str, needs: list[Job], unit: int) -> None:
         budget = self.budget
+        seeds = tuple(budget.finetune_seed(unit, seed) for seed in budget.finetune_seeds)
         budget_flags = budget.finetune_flags(over_minilm=arm.pretrain is None)
         remote = ["--trust_remote_code"]
         if arm.init:
             remote.append("--ignore_mismatched_sizes")
+        jobs = []
         if task in GLUE_TASKS:
             preset = ["--preset", self.experiment.glue_preset] if self.experiment.glue_preset else []
             flags = [*remote, *preset, "--task_name", task, *budget_flags, "--report_to", "none",
                      "--save_strategy", "no", "--disable_tqdm", "true"]
-            key = {"model": model, "flags": flags, "seeds": budget.finetune_seeds}
+            key = {"model": model, "flags": flags, "seeds": seeds}
             folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
-            outputs = [folder / f"seed-{s}.json" for s in budget.finetune_seeds]
             command = [sys.executable, str(RUN_GLUE), "--model_name_or_path", model, *flags, "--seeds",
-                       *map(str, budget.finetune_seeds), "--output_dir", str(folder / "run")]
-            self.jobs.append(Job("finetune", arm.name, f"{task} {arm.name} seeds {list(budget.finetune_seeds)}",
-                                 folder, command, outputs, needs=needs, seeds=budget.finetune_seeds))
+                       *map(str, seeds), "--output_dir", str(folder / "run")]
+            jobs.append(Job("finetune", arm.name, f"{task} {arm.name} unit {unit} seeds {list(seeds)}", folder,
+                            command, [folder / f"seed-{s}.json" for s in seeds], needs=needs, seeds=seeds))
         else:
             length = max(budget.finetune_max_seq_length, 96)
             flags = [*remote, "--dataset", task, *budget_flags, "--max_seq_length", str(length),
                      "--doc_stride", str(length // 4), "--max_question_length", str(length // 3),
                      "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
-            for seed in budget.finetune_seeds:
+            for seed in seeds:
                 key = {"model": model, "flags": flags, "seed": seed}
                 folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
                 command = [sys.executable, str(RUN_QA), "--model_name_or_path", model, *flags, "--seed", str(seed),
                            "--output_dir", str(folder / "run")]
-                self.jobs.append(Job("finetune", arm.name, f"{task} {arm.name} seed {seed}", folder, command,
-                                     [folder / f"seed-{seed}.json"], needs=needs, seeds=(seed,)))
-        for job in self.jobs[-1 if task in GLUE_TASKS else -len(budget.finetune_seeds):]:
+                jobs.append(Job("finetune", arm.name, f"{task} {arm.name} unit {unit} seed {seed}", folder, command,
+                                [folder / f"seed-{seed}.json"], needs=needs, seeds=(seed,)))
+        self.jobs += jobs
+        for job in jobs:
             for seed in job.seeds:
-                self.sources[(arm.name, task, pretrain_seed, seed)] = (job, job.folder / f"seed-{seed}.json")
+                self.sources[(arm.name, task, unit, seed)] = (job, job.folder / f"seed-{seed}.json")
 
     # --------------------------------------------------------------------------------------------------- running
     def run(self, log_path: Path) -> None:
@@ -311,6 +340,7 @@ class Sweep:
 
     # --------------------------------------------------------------------------------------------------- results
     def values(self, arm: str, task: str) -> dict:
+        """{(unit, finetune_seed): score} of `arm` on `task` (finetune_seed None for a pretraining metric)."""
         metric = METRICS[task]
         out = {}
         for key, (job, path) in self.sources.items():
@@ -326,12 +356,26 @@ class Sweep:
                     continue
                 evals = [e[metric.key] for e in history if metric.key in e]
                 if evals:
-                    out[f"pretrain-{key[2]}"] = float(evals[-1])
+                    out[key[2:]] = float(evals[-1])
             else:
                 value = json.loads(path.read_text()).get(metric.key)
                 if value is not None:
-                    out[f"pretrain-{key[2]}/finetune-{key[3]}"] = float(value)
+                    out[key[2:]] = float(value)
         return out
+
+    def run_seconds(self) -> float:
+        """Seconds the sweep's jobs took, each job's last successful run as `run` logged it (cached ones included)."""
+        log = self.cache / "runs.jsonl"
+        seconds = {}
+        if log.exists():
+            for line in log.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if entry.get("status") == "done":
+                    seconds[entry["folder"]] = entry["seconds"]
+        return float(sum(seconds.get(str(job.folder), 0.0) for job in self.jobs))
 
     def failures(self, arm: str) -> list[dict]:
         return [{"run": j.name, "status": j.status, "log": str(j.log)} for j in self.jobs
@@ -339,22 +383,6 @@ class Sweep:
 
 
 # ------------------------------------------------------------------------------------------------------- report
-def aligned(arm: dict, baseline: dict) -> tuple[dict, dict]:
-    """Pair runs by (pretraining seed, fine-tuning seed); an arm without pretraining (a fixed backbone) pairs by
-    fine-tuning seed with each pretraining seed of the other."""
-    def unpretrained(runs):
-        return all(k.startswith("pretrain-None/") for k in runs)
-
-    def finetune_key(key):
-        return "pretrain-None/" + key.split("/", 1)[1]
-
-    if unpretrained(baseline) and not unpretrained(arm):
-        baseline = {k: baseline[finetune_key(k)] for k in arm if finetune_key(k) in baseline}
-    elif unpretrained(arm) and not unpretrained(baseline):
-        arm = {k: arm[finetune_key(k)] for k in baseline if finetune_key(k) in arm}
-    return arm, baseline
-
-
 def chance_level(task: str, budget: Budget) -> float | None:
     """What a model that learned nothing scores on `task` at `budget`: no correlation (regression); the accuracy of
     one constant answer, the most frequent label of the scored rows (classification scored by accuracy); None where
@@ -374,38 +402,49 @@ def chance_level(task: str, budget: Budget) -> float | None:
 
 
 def analyse(sweep: Sweep, seed: int) -> dict:
-    from encoder_zoo.repro.stats import above_chance, median_ci, paired_difference_ci, verdict
+    """Per arm and task: every run, each unit's mean and the median over units; per claim and task: the verdict of
+    `decide_family` (one family per experiment: Holm across its claims and tasks)."""
+    from encoder_zoo.repro.stats import above_chance, decide_family, median_ci, unit_means
 
     experiment = sweep.experiment
     chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
-    arms = {}
+    arms, runs = {}, {}
     for arm in experiment.arms:
         per_task = {}
         for task in sweep.tasks:
-            values = sweep.values(arm.name, task)
-            if values:
-                median, low, high = median_ci(list(values.values()), seed=seed)
-                per_task[task] = {"metric": METRICS[task].key, "runs": values, "n": len(values), "median": median,
-                                  "low": low, "high": high,
-                                  "above_chance": above_chance(low, high, chance[task], METRICS[task].higher_is_better)}
+            runs[(arm.name, task)] = values = sweep.values(arm.name, task)
+            if not values:
+                continue
+            units = unit_means(values)
+            median, low, high = median_ci(list(units.values()), seed=seed)
+            per_task[task] = {
+                "metric": METRICS[task].key, "n_units": len(units), "median": median, "low": low, "high": high,
+                "above_chance": above_chance(low, high, chance[task], METRICS[task].higher_is_better),
+                "units": {str(unit): mean for unit, mean in units.items()},
+                "runs": [{"unit": unit, "finetune_seed": finetune_seed, "value": value}
+                         for (unit, finetune_seed), value in values.items()]}
         arms[arm.name] = {"description": arm.description, "tasks": per_task, "failed": sweep.failures(arm.name)}
-    claims = []
+    claims, family = [], []
     for claim in experiment.claims:
         for task in sweep.tasks:
-            a, b = arms[claim.arm]["tasks"].get(task), arms[claim.baseline]["tasks"].get(task)
             if task == "heldout_mlm":
                 continue  # no paper claims a pretraining-loss difference
+            entry = {**asdict(claim), "task": task, "metric": METRICS[task].key,
+                     "margin": METRICS[task].margin(claim)}
+            claims.append(entry)
+            a, b = arms[claim.arm]["tasks"].get(task), arms[claim.baseline]["tasks"].get(task)
             if a is None or b is None:
-                missing = claim.arm if a is None else claim.baseline
-                claims.append({**asdict(claim), "task": task, "verdict": f"unavailable ({missing} has no results)"})
+                entry["verdict"] = f"unavailable ({claim.arm if a is None else claim.baseline} has no results)"
                 continue
-            difference = paired_difference_ci(*aligned(a["runs"], b["runs"]), seed=seed)
-            learned = chance[task] is None or a["above_chance"] or b["above_chance"]
-            claims.append({**asdict(claim), "task": task, "metric": METRICS[task].key, "difference": difference,
-                           "learned": learned,
-                           "verdict": verdict(difference, claim.direction, METRICS[task].higher_is_better, learned)})
+            entry["learned"] = chance[task] is None or bool(a["above_chance"] or b["above_chance"])
+            family.append((entry, {"arm": runs[(claim.arm, task)], "baseline": runs[(claim.baseline, task)],
+                                   "direction": claim.direction, "higher_is_better": METRICS[task].higher_is_better,
+                                   "margin": entry["margin"], "learned": entry["learned"]}))
+    for (entry, _), decision in zip(family, decide_family([arguments for _, arguments in family])):
+        entry["decision"], entry["verdict"] = decision, decision["verdict"]
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
-            "bootstrap_seed": seed, "chance": chance, "arms": arms, "claims": claims}
+            "bootstrap_seed": seed, "chance": chance, "schedules": sweep.schedules(),
+            "untested_tasks": [t for t in experiment.tasks if t not in sweep.tasks], "arms": arms, "claims": claims}
 
 
 def machine() -> str:
@@ -438,52 +477,128 @@ def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.4g}"
 
 
+# Shell variables the report's commands use for paths that differ between machines (defined above its commands).
+MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'
+
+
+def relative(command: list[str], output_dir: Path) -> str:
+    """A command as a reader of the report runs it: from the repository root, `python`, the sweep's folder relative to
+    the root (or $OUTPUT_DIR when it lies elsewhere), the embedded MiniLM as $MINILM; no path of the machine that
+    ran it."""
+    from encoder_zoo.training.run import minilm_path
+
+    places = [(Path(minilm_path()), "$MINILM"), (output_dir, os.path.relpath(output_dir, REPO)
+                                                 if output_dir.is_relative_to(REPO) else "$OUTPUT_DIR"), (REPO, "")]
+
+    def shown(part: str) -> str:
+        if part == sys.executable:
+            return "python"
+        for root, name in places:
+            try:
+                rest = Path(part).relative_to(root)
+            except ValueError:
+                continue
+            text = str(Path(name) / rest) if name else str(rest)
+            return text.rstrip("/.") if text.endswith("/.") else text
+        return shlex.quote(part)
+
+    return " ".join(shown(part) for part in command)
+
+
 def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> None:
-    experiment = sweep.experiment
+    from encoder_zoo.repro.stats import NO_SIGNAL
+
+    experiment, budget = sweep.experiment, sweep.budget
+    output_dir = sweep.cache.parent
     folder.mkdir(parents=True, exist_ok=True)
-    results = {**results, "command": shlex.join([sys.executable, "repro/run.py", *argv]), "commit": git_commit(),
-               "machine": machine(), "commands": [{"run": j.name, "status": j.status, "command": shlex.join(j.command),
-                                                   "log": str(j.log)} for j in sweep.jobs]}
+    results = {**results, "command": relative([sys.executable, str(REPO / "repro" / "run.py"), *argv], output_dir),
+               "commit": git_commit(),
+               "machine": machine(),
+               "commands": [{"run": j.name, "status": j.status, "command": relative(j.command, output_dir),
+                             "log": relative([str(j.log)], output_dir)} for j in sweep.jobs]}
+    results["run_seconds"] = sweep.run_seconds()
     (folder / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, sweep, folder / "plot.png")
-    lines = [f"# {experiment.name} at the `{sweep.budget.name}` budget", "",
-             f"**Paper:** {experiment.paper}. **Budget:** {sweep.budget.description}.", "",
+    units = len(budget.unit_seeds)
+    lines = [f"# {experiment.name} at the `{budget.name}` budget", "",
+             f"**Paper:** {experiment.paper}. **Budget:** {budget.description}.", "",
              "## The paper's numbers", "", "```", experiment.paper_table, "```", "",
-             "## Ours: median and 95% bootstrap interval (n runs)", "",
+             "## Ours: median over units and its 95% bootstrap interval (units)", "",
+             f"A unit is one independently trained model (seeds {list(budget.unit_seeds)}: pretraining seed, or the "
+             f"seed of a fusion's new layers, or a fixed backbone's fine-tuning seed); its score is the mean over its "
+             f"{len(budget.finetune_seeds)} fine-tuning run(s).", "",
              "| arm | " + " | ".join(METRICS[t].label for t in sweep.tasks) + " |",
              "| --- |" + " --- |" * len(sweep.tasks)]
     for name, arm in results["arms"].items():
         cells = []
         for task in sweep.tasks:
             r = arm["tasks"].get(task)
-            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] (n={r['n']})" if r else "failed"
+            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else "failed"
                          if arm["failed"] else "—")
         lines.append(f"| {name}{' (baseline)' if name == experiment.baseline else ''} | " + " | ".join(cells) + " |")
     lines.append("| chance (a model that learned nothing) | " + " | ".join(
         "—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}" for t in sweep.tasks) + " |")
     lines += ["", "![plot](plot.png)", "", "## Verdicts", "",
-              "Difference = arm − baseline, mean over runs paired by (pretraining seed, fine-tuning seed), 95% "
-              "percentile-bootstrap interval. Where a task has a chance level (always the most frequent label of the "
-              "scored rows; a Pearson of 0) and neither arm's interval lies above it, the verdict is *no signal*: two "
-              "models that learned nothing differ by noise, whatever the interval says.", "",
-              "| claim | task | difference [95% CI] (pairs) | verdict |", "| --- | --- | --- | --- |"]
+              "Difference = arm − baseline, mean over units paired by seed, with its two-sided 90% t interval (whose "
+              "ends are the one-sided 95% bounds the verdict uses). Verdict: a one-sided t-test on unit means "
+              "(`repro.stats.decide`), p-values Holm-adjusted across this report's claims and tasks (one family). "
+              "MDD: the true difference this test finds 80% of the time with these units and the observed unit "
+              "spread; a *not reproduced* reads as \"no difference of at least the MDD at this scale\". Where a task "
+              "has a chance level and neither arm's interval lies above it, the verdict is *no signal*.", "",
+              "| claim | task | difference [90% CI] | units | p (Holm) | MDD | verdict |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for claim in results["claims"]:
-        d = claim.get("difference")
-        cell = f"{fmt(d['mean'])} [{fmt(d['low'])}, {fmt(d['high'])}] ({d['pairs']})" if d else "—"
+        d = claim.get("decision")
         what = f"{claim['arm']} {'>' if claim['direction'] == 'better' else '≤'} {claim['baseline']} ({claim['source']})"
-        lines.append(f"| {what} | {METRICS[claim['task']].label} | {cell} | **{claim['verdict']}** |")
+        if claim.get("margin") is not None:
+            what += f"; margin {claim['margin']:.4g}"
+        if d:
+            cells = [f"{fmt(d['estimate'])} [{fmt(d['low'])}, {fmt(d['high'])}]",
+                     f"{d['units']['arm']}/{d['units']['baseline']}{' paired' if d['paired'] else ''}",
+                     fmt(d["p_value"]), fmt(d["mdd"])]
+        else:
+            cells = ["—"] * 4
+        verdict = claim["verdict"] + (f" ({d['reason']})" if d and d.get("reason") and d["reason"] not in claim["verdict"]
+                                      and claim["verdict"] != NO_SIGNAL else "")
+        lines.append(f"| {what} | {METRICS[claim['task']].label} | " + " | ".join(cells) + f" | **{verdict}** |")
+    margins = {c["margin_source"] for c in results["claims"] if c.get("margin_source")}
+    lines += [""] + [f"Margin: {m}." for m in sorted(margins)]
+    if results["untested_tasks"]:
+        lines += ["", f"Not tested at this budget: the claims on {', '.join(results['untested_tasks'])} (this report "
+                  f"evaluates {', '.join(sweep.tasks)}; see the notes)."]
     failed = [f for arm in results["arms"].values() for f in arm["failed"]]
     if failed:
-        lines += ["", "## Failed runs", ""] + [f"- {f['run']}: {f['status']} — log `{f['log']}`" for f in failed]
+        lines += ["", "## Failed runs", ""] + [f"- {f['run']}: {f['status']} — log `{relative([f['log']], output_dir)}`"
+                                              for f in failed]
+    schedules = results["schedules"]
+    if schedules:
+        shapes = {(v["lr_scheduler_type"]) for v in schedules.values()}
+        lines += ["", "## Schedules", "", f"Every pretrained arm warms up for {sweep.warmup_steps} of "
+                  f"{budget.pretrain_steps} steps (the `{experiment.schedule_arm().name}` recipe's rule at this length)."
+                  + ("" if len(shapes) == 1 else " Their schedule shapes differ (each its paper's): "
+                     + ", ".join(f"{k} {v['lr_scheduler_type']}" for k, v in schedules.items()) + "."),
+                  "", "| arm | schedule | peak learning rate | warmup steps |", "| --- | --- | --- | --- |"]
+        lines += [f"| {k} | {v['lr_scheduler_type']} | {v['learning_rate']:g} | {v['warmup_steps']} |"
+                  for k, v in schedules.items()]
     lines += ["", "## Notes", "", experiment.notes or "—", "",
               "## How this was run", "", f"- Command: `{results['command']}`", f"- Commit: `{results['commit']}`",
-              f"- Machine: {results['machine']}", f"- Budget preset: `{json.dumps(results['budget'])}`", "",
-              "Every subprocess (cached ones included):", "", "```"]
-    lines += [c["command"] for c in results["commands"]] + ["```", ""]
+              f"- Machine: {results['machine']}",
+              f"- Time: {results['run_seconds'] / 60:.0f} minutes of runs (every job's last successful run, from "
+              "the cache's runs.jsonl; cached jobs count with the time they took when they ran)",
+              f"- Budget preset: `{json.dumps(results['budget'])}`", "",
+              f"Every subprocess (cached ones included), from the repository root ({units} units per arm):", "", "```"]
+    commands = [c["command"] for c in results["commands"]]
+    if any("$OUTPUT_DIR" in c for c in commands):
+        lines.append("OUTPUT_DIR=...  # the sweep's --output_dir")
+    if any("$MINILM" in c for c in commands):
+        lines.append(MINILM_VARIABLE)
+    lines += commands + ["```", ""]
     (folder / "report.md").write_text("\n".join(lines))
 
 
 def plot(results: dict, sweep: Sweep, path: Path) -> None:
+    """One panel per task: every unit's score (dots; the runs of a unit in gray), the median over units and its
+    interval, chance in red."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -496,18 +611,19 @@ def plot(results: dict, sweep: Sweep, path: Path) -> None:
         for i, name in enumerate(names):
             r = results["arms"][name]["tasks"].get(task)
             if r:
-                ax.errorbar([i], [r["median"]], yerr=[[r["median"] - r["low"]], [r["high"] - r["median"]]], fmt="o",
-                            capsize=4)
-                ax.scatter([i] * r["n"], list(r["runs"].values()), s=8, alpha=0.4, color="gray")
+                ax.scatter([i + 0.12] * len(r["runs"]), [run["value"] for run in r["runs"]], s=6, alpha=0.35,
+                           color="gray")
+                ax.scatter([i] * r["n_units"], list(r["units"].values()), s=18, color=f"C{i}", zorder=3)
+                ax.errorbar([i - 0.12], [r["median"]], yerr=[[r["median"] - r["low"]], [r["high"] - r["median"]]],
+                            fmt="_", color="black", capsize=4, markersize=10)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
         ax.set_xlim(-0.5, len(names) - 0.5)
         if results["chance"].get(task) is not None:
             ax.axhline(results["chance"][task], color="red", linestyle=":", linewidth=1, label="chance")
             ax.legend(fontsize=7, loc="best")
         ax.set_title(METRICS[task].label, fontsize=9)
-    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: median, 95% bootstrap CI, runs (gray), "
-                    "chance (red)",
-                    fontsize=10)
+    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: every unit (dots), median over units and "
+                    "95% bootstrap CI (black), fine-tuning runs (gray), chance (red)", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -517,13 +633,16 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
-                        help="smoke: plumbing in minutes; cpu: about 17-20 min per pretrained arm on 2 cores; "
-                        "gpu: about 1 h on one H100 (estimate).")
+                        help="smoke: plumbing in minutes; cpu: under 2 hours per paper on 2 cores; gpu: one H100 "
+                        "(see repro/budgets.py).")
     parser.add_argument("--dataset", help="Pretraining corpus (pretrain.py --dataset); default: the embedded "
                                           "Wikipedia text. BERTAC's CNN keeps its enwiki excerpt.")
     parser.add_argument("--output_dir", default="runs/repro", help="Cache and reports (default: runs/repro).")
     parser.add_argument("--tasks", nargs="+", help="Restrict the evaluation tasks (default: the budget's).")
-    parser.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds (default: the budget's).")
+    parser.add_argument("--units", nargs="+", type=int, help="Unit seeds: one independently trained model per arm "
+                        "and seed (pretraining or initialisation seed; default: the budget's).")
+    parser.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds within each unit (default: the "
+                        "budget's); unit u runs seed s as 100 u + s.")
     parser.add_argument("--bootstrap_seed", type=int, default=0)
     args = parser.parse_args(argv)
     unknown = set(args.tasks or []) - set(METRICS)
@@ -536,10 +655,11 @@ def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     budget = BUDGETS[args.budget]
-    if args.seeds:
+    if args.seeds or args.units:
         import dataclasses
 
-        budget = dataclasses.replace(budget, finetune_seeds=tuple(args.seeds))
+        budget = dataclasses.replace(budget, finetune_seeds=tuple(args.seeds or budget.finetune_seeds),
+                                     unit_seeds=tuple(args.units or budget.unit_seeds))
     output_dir = Path(args.output_dir).resolve()
     sweep = Sweep(EXPERIMENTS[args.experiment], budget, output_dir, args.dataset, args.tasks)
     sweep.run(output_dir / "cache" / "runs.jsonl")

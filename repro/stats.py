@@ -5,7 +5,8 @@ The verdict (`decide`, `decide_family`)
 *Unit of replication.* A claim compares two training procedures, so the independent replicate is one independently
 trained model: a pretraining seed, or, for a fusion over a fixed backbone, an initialisation seed. Fine-tuning seeds
 of one model measure that model more precisely but are not new models: they are averaged to one unit mean and never
-counted as units. Counting them (the old `paired_difference_ci` + `verdict`) treats one lucky pretraining run as
+counted as units. Counting them (the harness's former percentile bootstrap over paired runs, kept in
+`tests/test_repro_stats.py` as the rule the simulation must catch) treats one lucky pretraining run as
 several, and says "reproduced" for two equal arms 14-35% of the time at the budgets' sizes.
 
 *Test.* A one-sided t-test on unit means: paired by unit seed when the arms share at least 2 unit seeds (the
@@ -55,7 +56,6 @@ difference of at least `mdd` at this scale", not as evidence against the paper.
 from __future__ import annotations
 
 import math
-import re
 from functools import cache
 
 import numpy as np
@@ -65,7 +65,6 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced at this scale"
 OPPOSITE = "opposite"
 INSUFFICIENT = "insufficient (fewer than 2 units per arm)"
-NO_VERDICT = "no verdict (fewer than 2 paired runs)"  # the old rule's; `decide` says INSUFFICIENT
 NO_SIGNAL = "no signal at this scale (neither arm above chance)"
 RESAMPLES = 10_000
 DIRECTIONS = ("better", "not_better")
@@ -89,27 +88,12 @@ def above_chance(low: float, high: float, chance: float | None, higher_is_better
 
 
 # ------------------------------------------------------------------------------------------------------- verdict
-def runs_by_unit(runs: dict[str, float]) -> dict[tuple, float]:
-    """The harness's run keys ("pretrain-<seed>/finetune-<seed>", or "pretrain-<seed>" for a pretraining metric) as
-    the (unit_seed, finetune_seed) keys `decide` takes; a seed "None" (nothing pretrained) becomes None."""
-    def seed(text):
-        return None if text == "None" else int(text) if re.fullmatch(r"-?\d+", text) else text
-
-    out = {}
-    for key, value in runs.items():
-        match = re.fullmatch(r"pretrain-([^/]+)(?:/finetune-(.+))?", key)
-        if match is None:
-            raise ValueError(f"run key {key!r} is not 'pretrain-<seed>[/finetune-<seed>]'")
-        out[(seed(match[1]), None if match[2] is None else seed(match[2]))] = float(value)
-    return out
-
-
 def unit_means(runs: dict[tuple, float]) -> dict:
     """unit_seed -> mean over that unit's fine-tuning seeds (insertion order of first appearance)."""
     grouped: dict = {}
     for key, value in runs.items():
         if not (isinstance(key, tuple) and len(key) == 2):
-            raise TypeError(f"run key {key!r} is not (unit_seed, finetune_seed); see runs_by_unit")
+            raise TypeError(f"run key {key!r} is not (unit_seed, finetune_seed)")
         grouped.setdefault(key[0], []).append(float(value))
     return {unit: float(np.mean(values)) for unit, values in grouped.items()}
 
@@ -191,7 +175,7 @@ def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
 def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = True, margin: float | None = None,
            alpha: float = 0.05, learned: bool = True) -> dict:
     """The verdict on one claim ("better" or "not_better", see the module docstring) from `arm` and `baseline`,
-    each {(unit_seed, finetune_seed): score} (`runs_by_unit` converts the harness's run keys).
+    each {(unit_seed, finetune_seed): score}, as `repro/run.py` collects them.
 
     Returns verdict, reason (None or why), estimate (mean arm - baseline in the metric's units), low, high (two-sided
     1 - 2 alpha interval of it = the one-sided bounds), confidence, p_value (one-sided, of the claimed hypothesis:
@@ -262,36 +246,3 @@ def decide_family(claims: list[dict], alpha: float = 0.05) -> list[dict]:
         r["family_size"] = family_size
         r["verdict"], r["reason"] = _classify(r, alpha)
     return results
-
-
-# ---------------------------------------------------------------------------------- old rule (repro/run.py still)
-def paired_difference_ci(arm: dict, baseline: dict, seed: int = 0, confidence: float = 0.95) -> dict:
-    """Old rule, too lenient (counts fine-tuning seeds as independent pairs; use `decide`). Mean of paired
-    differences arm - baseline (pairs: runs sharing a key) and its percentile-bootstrap interval, resampling pairs."""
-    keys = sorted(set(arm) & set(baseline))
-    differences = np.array([arm[k] - baseline[k] for k in keys], dtype=float)
-    if len(differences) == 0:
-        return {"pairs": 0, "mean": None, "low": None, "high": None}
-    rng = np.random.default_rng(seed)
-    means = differences[rng.integers(0, len(differences), (RESAMPLES, len(differences)))].mean(axis=1)
-    tail = (1 - confidence) / 2 * 100
-    return {"pairs": len(differences), "mean": float(differences.mean()), "low": float(np.percentile(means, tail)),
-            "high": float(np.percentile(means, 100 - tail))}
-
-
-def verdict(difference: dict, direction: str, higher_is_better: bool = True, learned: bool = True) -> str:
-    """Old rule, too lenient (see `paired_difference_ci`; use `decide`). direction "better": reproduced when the
-    interval of the difference excludes 0 on the better side, opposite when it excludes 0 on the worse side,
-    otherwise not reproduced at this scale. "not_better": reproduced unless the interval shows the arm better (then
-    opposite). `learned=False`: no signal."""
-    if direction not in DIRECTIONS:
-        raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
-    if difference["pairs"] < 2:
-        return NO_VERDICT
-    if not learned:
-        return NO_SIGNAL
-    sign = 1 if higher_is_better else -1
-    low, high = sorted((sign * difference["low"], sign * difference["high"]))  # in "better is positive" units
-    if direction == "better":
-        return REPRODUCED if low > 0 else OPPOSITE if high < 0 else NOT_REPRODUCED
-    return OPPOSITE if low > 0 else REPRODUCED

@@ -124,6 +124,15 @@ def test_quoted_paths_exist(page):
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+def test_named_tests_exist(page):
+    """A page that names the test holding a guarantee (`tests/FILE.py::NAME`) names one that exists."""
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", page.read_text())
+    missing = [f"{path}::{name}" for path, name in named
+               if not (REPO / path).exists() or not re.search(rf"^def {name}\(", (REPO / path).read_text(), re.M)]
+    assert not missing, f"{page.name} names tests that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_links_resolve(page):
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
     broken = [link for link in links if "://" not in link and not (page.parent / link).exists()]

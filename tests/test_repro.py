@@ -16,20 +16,17 @@ import numpy as np
 import pytest
 
 from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
+from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.stats import (
-    NO_SIGNAL, NO_VERDICT, NOT_REPRODUCED, OPPOSITE, REPRODUCED, above_chance, median_ci, paired_difference_ci, verdict,
+    INSUFFICIENT, NO_SIGNAL, NOT_REPRODUCED, OPPOSITE, REPRODUCED, above_chance, decide_family, median_ci,
 )
 
 REPO = Path(__file__).resolve().parent.parent
-VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, NO_VERDICT, NO_SIGNAL}
+VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, INSUFFICIENT, NO_SIGNAL}
 
 
 def env():
     return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def paired(values):
-    return {f"seed-{i}": float(v) for i, v in enumerate(values)}
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
@@ -42,51 +39,13 @@ def test_median_ci_is_seeded_and_brackets_the_median():
     assert median_ci([0.5] * 4) == (0.5, 0.5, 0.5)
 
 
-@pytest.mark.parametrize("shift, expected", [(0.05, REPRODUCED), (0.0, NOT_REPRODUCED), (-0.05, OPPOSITE)])
-def test_verdict_on_a_clear_win_a_tie_and_a_loss(shift, expected):
-    rng = np.random.default_rng(0)
-    baseline = 0.70 + rng.normal(0, 0.01, 5)
-    arm = baseline + shift + rng.normal(0, 0.005, 5)  # paired by seed: shared seed noise cancels
-    difference = paired_difference_ci(paired(arm), paired(baseline), seed=0)
-    assert difference["pairs"] == 5 and difference["low"] <= difference["mean"] <= difference["high"]
-    assert verdict(difference, "better") == expected
-    # a loss (lower is better): the same numbers read the other way round
-    assert verdict(difference, "better", higher_is_better=False) == {
-        REPRODUCED: OPPOSITE, OPPOSITE: REPRODUCED, NOT_REPRODUCED: NOT_REPRODUCED}[expected]
-    # "no better than the baseline" holds unless the arm is shown better
-    assert verdict(difference, "not_better") == (OPPOSITE if expected == REPRODUCED else REPRODUCED)
-
-
-def test_pairing_is_by_key_and_needs_two_pairs():
-    arm, baseline = {"a": 1.0, "b": 2.0, "c": 9.0}, {"a": 0.5, "b": 1.5, "z": 0.0}
-    difference = paired_difference_ci(arm, baseline)
-    assert difference["pairs"] == 2 and difference["mean"] == pytest.approx(0.5)
-    assert verdict(paired_difference_ci({"a": 1.0}, {"a": 0.0}), "better") == NO_VERDICT
-    with pytest.raises(ValueError, match="direction"):
-        verdict(difference, "worse")
-
-
-def test_two_arms_at_chance_get_no_verdict_however_they_differ():
-    """The teams cpu report's case: both classifiers at the majority-class accuracy, or Pearsons around 0. A
-    steady gap between two models that learned nothing is not the paper's effect."""
-    rng = np.random.default_rng(1)
-    noise = rng.normal(0, 0.01, 5)
-    baseline, arm = -0.06 + noise, -0.015 + noise  # Pearsons: the arm is "better" on every seed
-    difference = paired_difference_ci(paired(arm), paired(baseline))
-    assert verdict(difference, "better") == REPRODUCED
-    learned = [above_chance(*median_ci(values)[1:], chance=0.0) for values in (arm, baseline)]
-    assert learned == [False, False]
-    assert verdict(difference, "better", learned=any(learned)) == NO_SIGNAL
-    # One arm above chance is a real comparison again; below chance is better for a loss.
+def test_above_chance_reads_the_metrics_direction():
     assert above_chance(0.60, 0.64, chance=0.572) and not above_chance(0.55, 0.60, chance=0.572)
     assert above_chance(2.0, 2.5, chance=3.0, higher_is_better=False) and above_chance(0.1, 0.2, chance=None) is None
-    assert verdict(difference, "better", learned=True) == REPRODUCED
-    assert verdict(paired_difference_ci({"a": 1.0}, {"a": 0.0}), "better", learned=False) == NO_VERDICT
 
 
 def test_chance_is_one_constant_answer_on_the_scored_rows():
     from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
-    from encoder_zoo.repro.budgets import BUDGETS
     from encoder_zoo.repro.run import chance_level
 
     assert majority_class_accuracy([1, 0, 0, 0]) == 0.75 and majority_class_accuracy([2, 1]) == 0.5
@@ -102,7 +61,6 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
     """The sweep's own tiny pretrained models fine-tune for their preset's epochs (TEAMS Table 6: 5; at 2 the tiny
     TEAMS model stayed at the label prior); arms over the offline MiniLM for the budget's 2."""
     from encoder_zoo.glue.run_glue import parse_args
-    from encoder_zoo.repro.budgets import BUDGETS
     from encoder_zoo.repro.run import Sweep
 
     def glue_epochs(experiment, arm):
@@ -111,28 +69,73 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
         return parse_args(job.command[2:])[1].num_train_epochs
 
     assert glue_epochs("teams", "electra") == glue_epochs("teams", "teams") == 5
-    assert glue_epochs("spanbert", "bert") == 10
     assert glue_epochs("hire", "hire") == glue_epochs("hire", "backbone") == glue_epochs("bertac", "gan_cnn") == 2
 
 
-def test_a_fixed_backbone_pairs_by_finetuning_seed():
-    from encoder_zoo.repro.run import aligned
+def sweep_jobs(experiment, budget="cpu", tmp_path=Path("/nonexistent")):
+    from encoder_zoo.repro.run import Sweep
 
-    arm = {"pretrain-1/finetune-1": 0.8, "pretrain-1/finetune-2": 0.7, "pretrain-2/finetune-1": 0.9}
-    backbone = {"pretrain-None/finetune-1": 0.5, "pretrain-None/finetune-2": 0.6}
-    a, b = aligned(arm, backbone)
-    assert b == {"pretrain-1/finetune-1": 0.5, "pretrain-1/finetune-2": 0.6, "pretrain-2/finetune-1": 0.5}
-    assert paired_difference_ci(a, b)["pairs"] == 3 and aligned(backbone, backbone) == (backbone, backbone)
+    return Sweep(EXPERIMENTS[experiment], BUDGETS[budget], tmp_path, None).jobs
 
 
-def test_unpaired_seed_noise_blurs_a_small_win():
-    """Paired differences see a win that the per-arm spread hides: the reason runs are paired by seed."""
-    seeds = np.array([0.0, 0.03, -0.02, 0.05, -0.04])
-    difference = paired_difference_ci(paired(0.7 + seeds + 0.01), paired(0.7 + seeds))
-    assert verdict(difference, "better") == REPRODUCED
-    _, arm_low, _ = median_ci(0.7 + seeds + 0.01)
-    _, _, base_high = median_ci(0.7 + seeds)
-    assert arm_low < base_high  # the arms' own intervals overlap
+def flag(command, name):
+    return command[command.index(name) + 1] if name in command else None
+
+
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_every_arm_trains_one_model_per_unit_seed_and_no_run_counts_in_two_arms(experiment, tmp_path):
+    """Units are independently trained models: one pretraining (or init, or CNN pretraining) per arm and unit seed,
+    with that seed; fine-tuning seeds differ across units (so a fixed backbone's units are different models) and are
+    shared by the arms' units of one seed (so they pair); no pretraining, init or fine-tuning serves two arms."""
+    budget = BUDGETS["cpu"]
+    assert len(budget.unit_seeds) >= 3 and len(BUDGETS["gpu"].unit_seeds) >= 3
+    jobs = sweep_jobs(experiment, tmp_path=tmp_path)
+    for arm in EXPERIMENTS[experiment].arms:
+        mine = [j for j in jobs if j.arm == arm.name]
+        for kind in ("pretrain", "init"):
+            seeds = sorted({int(flag(j.command, "--seed")) for j in mine if j.kind == kind})
+            assert seeds in ([], list(budget.unit_seeds)), (arm.name, kind, seeds)
+        finetuned = sorted(s for j in mine if j.kind == "finetune" and "run_glue.py" in j.command[1] for s in j.seeds)
+        tasks = [t for t in EXPERIMENTS[experiment].tasks_at("cpu") if t in budget.tasks and t in ("rotten_tomatoes",
+                                                                                                    "movie_sentiment_regression")]
+        assert finetuned == sorted(budget.finetune_seed(u, f) for u in budget.unit_seeds for f in budget.finetune_seeds
+                                   for _ in tasks)
+    folders = [j.folder for j in jobs if j.kind in ("init", "finetune")] + [
+        j.folder for j in jobs if j.kind == "pretrain" and "--cnn" not in " ".join(j.command) and "bertac_cnn" not in j.command]
+    assert len(folders) == len(set(folders))
+
+
+def test_every_pretrained_arm_of_a_comparison_warms_up_for_the_same_steps(tmp_path):
+    """Each recipe's own rule gives TEAMS 40 and ELECTRA 20 warmup steps at 2,000 steps: the sweep passes the
+    schedule arm's to every arm, and every schedule shape of one experiment is the same."""
+    from encoder_zoo.training.recipes import get_recipe
+
+    for name, experiment in EXPERIMENTS.items():
+        pretrain = [j for j in sweep_jobs(name, tmp_path=tmp_path) if j.kind == "pretrain" and "bertac_cnn" not in j.command]
+        warmups = {flag(j.command, "--warmup_steps") for j in pretrain}
+        assert len(warmups) <= 1, (name, warmups)
+        shapes = {get_recipe(flag(j.command, "--model")).training_defaults["tiny"].lr_scheduler_type for j in pretrain}
+        assert len(shapes) <= 1, (name, shapes)
+    teams = [j for j in sweep_jobs("teams", tmp_path=tmp_path) if j.kind == "pretrain"]
+    assert {flag(j.command, "--warmup_steps") for j in teams} == {"40"}
+
+
+def test_spanbert_tests_table_6_and_7_in_the_papers_ablation_settings(tmp_path):
+    experiment = EXPERIMENTS["spanbert"]
+    claims = {(c.arm, c.baseline) for c in experiment.claims}
+    assert {("spanbert", "bert"), ("span_2seq_nsp", "bert_2seq_nsp"), ("span_1seq", "span_2seq_nsp"),
+            ("spanbert", "span_1seq")} == claims
+    commands = {j.arm: j.command for j in sweep_jobs("spanbert", tmp_path=tmp_path) if j.kind == "pretrain"}
+    assert flag(commands["span_2seq_nsp"], "--model") == "bert_2seq_nsp"  # two segments + NSP, no SBO...
+    assert flag(commands["span_2seq_nsp"], "--masking_scheme") == "span"  # ...with geometric spans
+    assert flag(commands["bert_2seq_nsp"], "--masking_scheme") is None  # the recipe's subword masking
+    assert flag(commands["span_1seq"], "--config_overrides") == "use_span_boundary_objective=False"
+
+
+def test_init_scripts_get_each_units_seed(tmp_path):
+    for name in ("hire", "bertac"):
+        inits = [j for j in sweep_jobs(name, tmp_path=tmp_path) if j.kind == "init"]
+        assert inits and {flag(j.command, "--seed") for j in inits} == {str(u) for u in BUDGETS["cpu"].unit_seeds}
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -150,19 +153,21 @@ def run_log(out):
 
 
 def check_report(out, name):
-    from encoder_zoo.repro.budgets import BUDGETS
-
     experiment, budget = EXPERIMENTS[name], BUDGETS["smoke"]
     folder = Path(out) / name / "smoke"
     results = json.loads((folder / "results.json").read_text())
     report = (folder / "report.md").read_text()
     assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
-    for heading in ("## The paper's numbers", "## Ours", "## Verdicts", "## How this was run", "Commit:", "Machine:"):
+    for heading in ("## The paper's numbers", "## Ours", "## Verdicts", "## How this was run", "Commit:", "Machine:",
+                    "| claim | task | difference [90% CI] | units | p (Holm) | MDD | verdict |"):
         assert heading in report
     assert experiment.paper_table.splitlines()[0] in report
     assert "| chance (a model that learned nothing) |" in report
+    assert str(out) not in report and str(REPO) not in report and sys.executable not in report  # no machine path
+    assert all(c["command"].startswith("python ") and str(out) not in c["command"] for c in results["commands"])
     tasks = [t for t in experiment.tasks if t in budget.tasks]
     assert set(results["arms"]) == {arm.name for arm in experiment.arms}
+    runs = {}
     for arm in experiment.arms:
         entry = results["arms"][arm.name]
         assert entry["failed"] == [], entry["failed"]
@@ -170,19 +175,24 @@ def check_report(out, name):
             if task == "heldout_mlm" and not arm.pretrain:
                 continue
             r = entry["tasks"][task]
-            expected_runs = len(budget.pretrain_seeds) * (1 if task == "heldout_mlm" else len(budget.finetune_seeds))
-            assert r["n"] == expected_runs and r["low"] <= r["median"] <= r["high"]
-            assert all(np.isfinite(list(r["runs"].values())))
+            assert r["n_units"] == len(budget.unit_seeds) and r["low"] <= r["median"] <= r["high"]
+            assert sorted(run["unit"] for run in r["runs"]) == sorted(
+                u for u in budget.unit_seeds for _ in ([None] if task == "heldout_mlm" else budget.finetune_seeds))
+            assert all(np.isfinite(run["value"]) for run in r["runs"])
+            runs[(arm.name, task)] = {(run["unit"], run["finetune_seed"]): run["value"] for run in r["runs"]}
     claims = results["claims"]
     assert {(c["arm"], c["baseline"]) for c in claims} == {(c.arm, c.baseline) for c in experiment.claims}
-    for claim in claims:  # the verdict follows from the interval, as stats.verdict says
-        assert claim["verdict"] in VERDICTS - {NO_VERDICT}
-        assert claim["difference"]["pairs"] == len(budget.pretrain_seeds) * len(budget.finetune_seeds)
+    # the verdicts are decide_family's on the runs results.json keeps: one family per report
+    again = decide_family([{"arm": runs[(c["arm"], c["task"])], "baseline": runs[(c["baseline"], c["task"])],
+                            "direction": c["direction"], "margin": c["margin"], "learned": c["learned"],
+                            "higher_is_better": METRICS[c["task"]].higher_is_better} for c in claims])
+    for claim, decision in zip(claims, again):
+        assert claim["verdict"] == decision["verdict"] in VERDICTS
+        assert claim["decision"]["units"] == {"arm": len(budget.unit_seeds), "baseline": len(budget.unit_seeds)}
+        assert claim["decision"]["p_value"] == decision["p_value"] and claim["decision"]["mdd"] == decision["mdd"]
         arm, baseline = (results["arms"][claim[side]]["tasks"][claim["task"]] for side in ("arm", "baseline"))
         assert claim["learned"] == (results["chance"][claim["task"]] is None or arm["above_chance"] or baseline["above_chance"])
-        assert claim["verdict"] == verdict(claim["difference"], claim["direction"],
-                                           METRICS[claim["task"]].higher_is_better, claim["learned"])
-        assert f"**{claim['verdict']}**" in report
+        assert f"**{claim['verdict']}" in report
     scripts = {Path(shlex.split(c["command"])[1]).name for c in results["commands"]}
     assert scripts <= {"pretrain.py", "run_glue.py", "run_qa.py", "init_hire.py", "init_bertac.py"}
     assert all(c["status"] in ("done", "cached") for c in results["commands"])
@@ -199,13 +209,14 @@ def test_smoke_budget_end_to_end(name, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
-    """teams at smoke: SIGKILL the sweep once the first arm is finished, rerun (only the second arm trains), then
+    """teams at smoke: SIGKILL the sweep once the first arm's units are finished, rerun (only the second arm trains), then
     rerun again (nothing trains, same numbers)."""
     process = subprocess.Popen([sys.executable, "repro/run.py", "teams", "--budget", "smoke", "--output_dir",
                                 str(tmp_path)], cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 900
-    while not any(e["arm"] == "teams" and e["kind"] == "finetune" for e in run_log(tmp_path)):
+    last_unit = f"unit {BUDGETS['smoke'].unit_seeds[-1]} "
+    while not any(e["arm"] == "teams" and e["kind"] == "finetune" and last_unit in e["job"] for e in run_log(tmp_path)):
         assert process.poll() is None and time.time() < deadline, "the sweep ended before its first arm finished"
         time.sleep(1)
     os.killpg(process.pid, signal.SIGKILL)
@@ -238,10 +249,12 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
     """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
     moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
     valid results stays cached."""
-    from encoder_zoo.repro.budgets import BUDGETS
+    import dataclasses
+
     from encoder_zoo.repro.run import Sweep
 
-    sweep = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    budget = dataclasses.replace(BUDGETS["smoke"], finetune_seeds=(1, 2))
+    sweep = Sweep(EXPERIMENTS["hire"], budget, tmp_path, None, ["rotten_tomatoes"])
     backbone = next(j for j in sweep.jobs if j.kind == "finetune" and j.arm == "backbone")
     init = next(j for j in sweep.jobs if j.kind == "init" and j.arm == "hire")
     for job in sweep.jobs:  # every result cached and valid...

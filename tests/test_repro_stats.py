@@ -17,7 +17,7 @@ import pytest
 
 from encoder_zoo.repro.stats import (
     INSUFFICIENT, NO_SIGNAL, NOT_REPRODUCED, OPPOSITE, REPRODUCED, decide, decide_family, holm,
-    minimum_detectable_difference, paired_difference_ci, runs_by_unit, verdict,
+    minimum_detectable_difference,
 )
 
 UNIT_SD, FINETUNE_SD, FINETUNE_SEEDS = 1.0, 0.5, 3
@@ -47,8 +47,14 @@ def decide_all(arms, **kwargs):
     return [decide(arm, baseline, **kwargs) for arm, baseline in arms]
 
 
-def old_rule(arm, baseline, direction="better"):
-    return verdict(paired_difference_ci(arm, baseline), direction)
+def old_rule(arm, baseline, seed=0):
+    """The harness's former rule, kept as the lenient reference the simulation must catch: "reproduced" when the
+    percentile-bootstrap 95% interval of the mean paired difference (fine-tuning runs counted as pairs) excludes 0."""
+    keys = sorted(set(arm) & set(baseline))
+    differences = np.array([arm[k] - baseline[k] for k in keys])
+    rng = np.random.default_rng(seed)
+    means = differences[rng.integers(0, len(differences), (2000, len(differences)))].mean(axis=1)
+    return REPRODUCED if np.percentile(means, 2.5) > 0 else NOT_REPRODUCED
 
 
 # ------------------------------------------------------------------------------------------------------- errors
@@ -234,15 +240,12 @@ def test_decide_family_leaves_untestable_claims_out_and_recomputes_verdicts():
 
 
 # ----------------------------------------------------------------------------------------------- the harness's keys
-def test_harness_run_keys_and_no_signal():
-    runs = {f"pretrain-{u}/finetune-{f}": 0.7 + 0.05 * u + 0.001 * f for u in (1, 2, 3) for f in (1, 2, 3)}
-    base = {f"pretrain-{u}/finetune-{f}": 0.6 + 0.05 * u + 0.002 * f for u in (1, 2, 3) for f in (1, 2, 3)}
-    assert runs_by_unit({"pretrain-None/finetune-2": 0.5, "pretrain-4": 3.0}) == {(None, 2): 0.5, (4, None): 3.0}
-    result = decide(runs_by_unit(runs), runs_by_unit(base), "better")
+def test_no_signal_when_neither_arm_learned():
+    runs = {(u, f): 0.7 + 0.05 * u + 0.001 * f for u in (1, 2, 3) for f in (1, 2, 3)}
+    base = {(u, f): 0.6 + 0.05 * u + 0.002 * f for u in (1, 2, 3) for f in (1, 2, 3)}
+    result = decide(runs, base, "better")
     assert result["verdict"] == REPRODUCED and result["paired"] and result["units"] == {"arm": 3, "baseline": 3}
     assert result["estimate"] == pytest.approx(0.1 - 0.002)
-    assert decide(runs_by_unit(runs), runs_by_unit(base), "better", learned=False)["verdict"] == NO_SIGNAL
+    assert decide(runs, base, "better", learned=False)["verdict"] == NO_SIGNAL
     with pytest.raises(TypeError, match="unit_seed"):
-        decide(runs, base, "better")
-    with pytest.raises(ValueError, match="pretrain"):
-        runs_by_unit({"seed-1": 0.5})
+        decide({"seed-1": 0.5}, base, "better")
