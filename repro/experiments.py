@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 class Arm:
     """One model of a comparison. `pretrain`: training/pretrain.py flags (None: no pretraining). `init`: "hire" or
     "bertac" to build the classifier with glue/init_hire.py / glue/init_bertac.py from `init_flags` (over the offline
-    MiniLM); `cnn`: the bertac_cnn pretraining flags whose export init_bertac reads (--cnn)."""
+    MiniLM, or over the same unit of the pretrained arm `backbone_from`); `cnn`: the bertac_cnn pretraining flags whose
+    export init_bertac reads (--cnn)."""
 
     name: str
     description: str
@@ -17,6 +18,8 @@ class Arm:
     init: str | None = None
     init_flags: tuple[str, ...] = ()
     cnn: tuple[str, ...] | None = None
+    backbone_from: str | None = None  # init over the export of this pretrained arm's unit (None: the MiniLM)
+    glue_preset: str | None = None  # run_glue --preset for this arm (None: the experiment's)
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,9 @@ class Experiment:
     paper_table: str  # the paper's rows, quoted from /work/shared/papers
     notes: str = ""
     # The pretrained arm whose recipe sets every pretrained arm's warmup (the same steps for all: one schedule shape
-    # per comparison); None: the first pretrained arm.
+    # per comparison); None: the first pretrained arm. `shared_warmup=False`: each arm its own recipe's (the zoo).
     schedule_from: str | None = None
+    shared_warmup: bool = True
     # Budget name -> the tasks evaluated at that budget, where fewer than `tasks` fit its time (the report lists the
     # claims left untested).
     budget_tasks: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -170,7 +174,11 @@ cloze + bilm 52.6 93.2 88.9 87.9 87.2 82.1 86.1 65.5 80.4""",
 Table 4 (CoLA Mc / STS-B Pearson): our model 69.7 / 92.4; w/o HIRE 68.5 / 91.5; w/o fusion network 68.2 / 92.2.
 Table 5 (CoLA Mc): HIRE (dynamic) 69.7; mean, all 25 layers 68.9.""",
         notes="The backbone is the embedded MiniLM (6 layers), not RoBERTa-large: nothing is pretrained, the "
-              "budget only sets fine-tuning."),
+              "budget only sets fine-tuning. A unit is one seed of HIRE's new layers (init_hire --seed) with its own "
+              "fine-tuning seed; the plain backbone's units differ by fine-tuning seed. At the `cpu` budget the claims "
+              "are tested on rotten_tomatoes only, over 1,000 training examples: a HIRE step costs 3.8x a MiniLM "
+              "step on a CPU (bench/results/hire.json), and 4 HIRE arms x 3 units x 2 tasks would take about 5 hours.",
+        budget_tasks={"cpu": ("rotten_tomatoes",)}),
     Experiment(
         name="bertac", paper="BERTAC (Oh et al., 2021), Tables 4 and 8",
         arms=(Arm("gan_cnn", "GAN-style pretrained CNN + TIER", init="bertac", cnn=CNN_GAN),
@@ -192,5 +200,10 @@ ALBERT-xxlarge 90.8/- 95.3 92.2 89.2 96.9 90.9 71.4 93.0 90.0
 Table 8 (Quasar-T EM/F1, SearchQA EM/F1): BERTAC 58.0/65.8, 74.0/79.2; w/o CNN and TIER 55.6/63.5, 72.7/78.0; w/o GAN-style CNN 56.1/63.9, 73.1/78.4""",
         notes="The encoder is the embedded MiniLM, not ALBERT-xxlarge; the CNNs are pretrained on the embedded enwiki "
               "excerpt with fastText vectors trained on it. The random CNN uses the GAN export's word table and "
-              "vocabulary with re-initialised, trainable CNN weights (init_bertac --cnn_weights random)."),
+              "vocabulary with re-initialised, trainable CNN weights (init_bertac --cnn_weights random): it reads "
+              "that export's fixed vocabulary and fastText table only, which GAN training leaves unchanged. A unit is "
+              "one CNN pretraining seed with the same seed for the new TIER layers. At the `cpu` budget the claims "
+              "are tested on rotten_tomatoes only, over 1,000 training examples (a BERTAC step costs 1.6x a MiniLM "
+              "step on a CPU, bench/results/bertac.json; three tasks would take about 3 hours).",
+        budget_tasks={"cpu": ("rotten_tomatoes",)}),
 )}

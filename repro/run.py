@@ -5,7 +5,8 @@ its interval and its minimum detectable difference.
 
     python repro/run.py spanbert --budget smoke|cpu|gpu [--dataset PATH_OR_HUB_ID] [--output_dir runs/repro]
 
-Experiments: spanbert, teams, cloze, hire, bertac. Every model is trained by the project's own entry points
+Experiments: spanbert, teams, cloze, hire, bertac; `zoo` puts every method on one budget in one table
+(repro/zoo.py). Every model is trained by the project's own entry points
 (training/pretrain.py, glue/init_hire.py, glue/init_bertac.py, glue/run_glue.py, qa/run_qa.py), run as
 subprocesses with their logs in OUTPUT_DIR/cache/. Work is cached: a pretraining export is keyed by a hash of its
 flags and data and reused across seeds, experiments and reruns; each fine-tuning result is a JSON. A killed sweep
@@ -126,8 +127,9 @@ class Sweep:
         """One warmup for every pretrained arm: the schedule arm's recipe at this run length (each recipe's own rule
         would give TEAMS and ELECTRA different warmups at the same steps)."""
         arm = self.experiment.schedule_arm()
-        if arm is None:
-            return None
+        return None if arm is None or not self.experiment.shared_warmup else self.own_warmup_steps(arm)
+
+    def own_warmup_steps(self, arm: Arm) -> int:
         from encoder_zoo.training.recipes import get_recipe
 
         model = arm.pretrain[arm.pretrain.index("--model") + 1]
@@ -142,7 +144,7 @@ class Sweep:
             if arm.pretrain:
                 defaults = get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).training_defaults[self.budget.model_size]
                 out[arm.name] = {"lr_scheduler_type": defaults.lr_scheduler_type, "learning_rate": defaults.learning_rate,
-                                 "warmup_steps": self.warmup_steps}
+                                 "warmup_steps": self.warmup_steps or self.own_warmup_steps(arm)}
         return out
 
     # --------------------------------------------------------------------------------------------- building jobs
@@ -178,23 +180,24 @@ class Sweep:
         budget = self.budget
         needs: list[Job] = []
         if arm.pretrain:
-            flags = [*arm.pretrain, *budget.pretrain_flags(), *(["--dataset", self.dataset] if self.dataset else []),
-                     "--warmup_steps", str(self.warmup_steps)]
-            job = self.pretrain_job(arm, flags, unit, "pretrain")
+            job = self.encoder_job(arm, unit)
             needs, model = [job], str(job.folder / "export")
             if "heldout_mlm" in self.tasks:
                 self.sources[(arm.name, "heldout_mlm", unit, None)] = (job, job.folder / "trainer_state.json")
+        backbone_job = self.encoder_job(self.experiment.arm(arm.backbone_from), unit) if arm.backbone_from else None
         cnn_job = None
         if arm.cnn is not None:
             cnn_job = self.pretrain_job(arm, [*budget.cnn_flags(), *arm.cnn], unit, "cnn")
             needs = [cnn_job]
+        if backbone_job is not None:
+            needs = [*needs, backbone_job]
         for task in self.tasks:
             if task == "heldout_mlm":
                 continue
             if arm.init:
                 if task in QA_TASKS and arm.init != "bertac":
                     continue
-                model_job = self.init_job(arm, task, cnn_job, unit)
+                model_job = self.init_job(arm, task, cnn_job, unit, backbone_job)
                 needs_task, model = [*needs, model_job], str(model_job.folder / "model")
             elif arm.pretrain:
                 needs_task = needs
@@ -204,10 +207,18 @@ class Sweep:
                 needs_task, model = needs, minilm_path()
             self.finetune_jobs(arm, task, model, needs_task, unit)
 
-    def init_job(self, arm: Arm, task: str, cnn_job: Job | None, unit: int) -> Job:
+    def encoder_job(self, arm: Arm, unit: int) -> Job:
+        """The pretraining of a pretrained arm's unit (one job, however many arms build on it)."""
+        warmup = self.warmup_steps or self.own_warmup_steps(arm)
+        flags = [*arm.pretrain, *self.budget.pretrain_flags(), *(["--dataset", self.dataset] if self.dataset else []),
+                 "--warmup_steps", str(warmup)]
+        return self.pretrain_job(arm, flags, unit, "pretrain")
+
+    def init_job(self, arm: Arm, task: str, cnn_job: Job | None, unit: int, backbone_job: Job | None = None) -> Job:
         head = ["--head", "question_answering"] if task in QA_TASKS else \
             ["--num_labels", "1" if task == "movie_sentiment_regression" else "2"]
-        flags = [*arm.init_flags, *(head if arm.init == "bertac" else head[-2:] if task not in QA_TASKS else []),
+        backbone = ["--backbone", str(backbone_job.folder / "export"), "--trust_remote_code"] if backbone_job else []
+        flags = [*arm.init_flags, *backbone, *(head if arm.init == "bertac" else head[-2:] if task not in QA_TASKS else []),
                  "--seed", str(unit)]
         key = {"init": arm.init, "flags": flags, "cnn": str(cnn_job.folder) if cnn_job else None}
         folder = self.cache / "init" / f"{arm.init}-{digest(key)}"
@@ -218,20 +229,22 @@ class Sweep:
         if cnn_job is not None:
             command += ["--cnn", str(cnn_job.folder / "export")]
         job = Job("init", arm.name, f"{arm.init} init {' '.join(flags)}", folder, command,
-                  [folder / "model" / "config.json"], needs=[cnn_job] if cnn_job else [])
+                  [folder / "model" / "config.json"], needs=[j for j in (cnn_job, backbone_job) if j])
         self.jobs.append(job)
         return job
 
     def finetune_jobs(self, arm: Arm, task: str, model: str, needs: list[Job], unit: int) -> None:
         budget = self.budget
         seeds = tuple(budget.finetune_seed(unit, seed) for seed in budget.finetune_seeds)
-        budget_flags = budget.finetune_flags(over_minilm=arm.pretrain is None)
+        # Over the MiniLM the budget's MiniLM epochs; an encoder of ours, or a fusion over one, fine-tunes alike.
+        budget_flags = budget.finetune_flags(over_minilm=arm.pretrain is None and arm.backbone_from is None)
         remote = ["--trust_remote_code"]
         if arm.init:
             remote.append("--ignore_mismatched_sizes")
         jobs = []
         if task in GLUE_TASKS:
-            preset = ["--preset", self.experiment.glue_preset] if self.experiment.glue_preset else []
+            preset_name = arm.glue_preset or self.experiment.glue_preset
+            preset = ["--preset", preset_name] if preset_name else []
             flags = [*remote, *preset, "--task_name", task, *budget_flags, "--report_to", "none",
                      "--save_strategy", "no", "--disable_tqdm", "true"]
             key = {"model": model, "flags": flags, "seeds": seeds}
@@ -401,15 +414,13 @@ def chance_level(task: str, budget: Budget) -> float | None:
     return majority_class_accuracy(raw[spec.validation_splits[0]]["label"])
 
 
-def analyse(sweep: Sweep, seed: int) -> dict:
-    """Per arm and task: every run, each unit's mean and the median over units; per claim and task: the verdict of
-    `decide_family` (one family per experiment: Holm across its claims and tasks)."""
-    from encoder_zoo.repro.stats import above_chance, decide_family, median_ci, unit_means
+def describe_arms(sweep: Sweep, seed: int, chance: dict) -> tuple[dict, dict]:
+    """Per arm and task: every run, each unit's mean and the median over units with its bootstrap interval; and the
+    runs themselves, {(arm, task): {(unit, finetune_seed): score}}."""
+    from encoder_zoo.repro.stats import above_chance, median_ci, unit_means
 
-    experiment = sweep.experiment
-    chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
     arms, runs = {}, {}
-    for arm in experiment.arms:
+    for arm in sweep.experiment.arms:
         per_task = {}
         for task in sweep.tasks:
             runs[(arm.name, task)] = values = sweep.values(arm.name, task)
@@ -424,6 +435,17 @@ def analyse(sweep: Sweep, seed: int) -> dict:
                 "runs": [{"unit": unit, "finetune_seed": finetune_seed, "value": value}
                          for (unit, finetune_seed), value in values.items()]}
         arms[arm.name] = {"description": arm.description, "tasks": per_task, "failed": sweep.failures(arm.name)}
+    return arms, runs
+
+
+def analyse(sweep: Sweep, seed: int) -> dict:
+    """Per arm and task: `describe_arms`; per claim and task: the verdict of `decide_family` (one family per
+    experiment: Holm across its claims and tasks)."""
+    from encoder_zoo.repro.stats import decide_family
+
+    experiment = sweep.experiment
+    chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
+    arms, runs = describe_arms(sweep, seed, chance)
     claims, family = [], []
     for claim in experiment.claims:
         for task in sweep.tasks:
@@ -631,7 +653,8 @@ def plot(results: dict, sweep: Sweep, path: Path) -> None:
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("experiment", choices=[*sorted(EXPERIMENTS), "zoo"],
+                        help="A paper's comparison, or `zoo`: every method on one budget (repro/zoo.py).")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
                         help="smoke: plumbing in minutes; cpu: under 2 hours per paper on 2 cores; gpu: one H100 "
                         "(see repro/budgets.py).")
@@ -661,6 +684,10 @@ def main(argv=None) -> dict:
         budget = dataclasses.replace(budget, finetune_seeds=tuple(args.seeds or budget.finetune_seeds),
                                      unit_seeds=tuple(args.units or budget.unit_seeds))
     output_dir = Path(args.output_dir).resolve()
+    if args.experiment == "zoo":
+        from encoder_zoo.repro.zoo import run_zoo
+
+        return run_zoo(budget, output_dir, args.dataset, args.tasks, args.bootstrap_seed, argv)
     sweep = Sweep(EXPERIMENTS[args.experiment], budget, output_dir, args.dataset, args.tasks)
     sweep.run(output_dir / "cache" / "runs.jsonl")
     results = analyse(sweep, args.bootstrap_seed)
