@@ -22,13 +22,12 @@ Each model is timed on its own (build, warm-up steps that include compilation, t
 the other in this process. Peak memory is the allocator's peak during the timed steps (GPU only: weights, gradients,
 optimizer state and activations; the other model of the pair is freed before).
 
-MFU = model FLOPs per second / the GPU's peak. Model FLOPs are counted as in the PaLM paper (appendix B; the same
-count as nanoGPT's `estimate_mfu`): 6 FLOPs per multiply-accumulate of every weight matrix for each row it processes
-(forward, and backward for inputs and weights), plus 12 x width x length per token and layer for attention, for the
-work each model really does: real tokens only (padding is waste, not model FLOPs), each sequence attending over its own
-length, vocabulary logits only where a model computes them (ours at the targets, BertForMaskedLM and
-ElectraForMaskedLM at every token), feed-forward blocks only where they run. Embedding lookups, normalisations,
-activations and sampling are not counted. `tests/test_bench_gpu.py` checks the count against torch's FlopCounterMode.
+MFU = model FLOPs per second / the GPU's peak. Model FLOPs are counted as a pretraining run counts them for its
+trainer_state.json's `total_flos` (`training/run/flops.py`, whose docstring states the count: PaLM appendix B, as
+nanoGPT's `estimate_mfu`, for the work each model really does: real tokens only, each sequence attending over its own
+length, vocabulary logits only where a model computes them, feed-forward blocks only where they run), with the same
+formulas for the references: BertForMaskedLM and ElectraForMaskedLM compute vocabulary logits at every token.
+`tests/test_bench_gpu.py` checks the count against torch's FlopCounterMode.
 The peak is `--peak_tflops`, by default the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s).
 """
 
@@ -43,6 +42,9 @@ from pathlib import Path
 
 import torch
 from common import RESULTS, machine
+
+from encoder_zoo.training.run.flops import dense, layer, sequence_lengths
+from encoder_zoo.training.run.flops import train_step_flops as zoo_train_step_flops
 
 VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPiece)
 # Dense bf16 peaks (no sparsity) per device name fragment, TFLOP/s.
@@ -151,94 +153,26 @@ def build(kind: str, size: str, attn: str | None):
 
 
 # ---------------------------------------------------------------------------------------------------- FLOPs
-def dense(rows, n_in: int, n_out: int) -> int:
-    """Forward + backward FLOPs of a weight matrix `n_in x n_out` applied to `rows` rows: 3 matmuls of 2 FLOPs per
-    multiply-accumulate (output; gradients for the input and for the weights)."""
-    return 6 * int(rows) * n_in * n_out
-
-
-def attention(squared_lengths, width: int) -> int:
-    """Forward + backward FLOPs of the score and value products over sequences with sum of squared lengths
-    `squared_lengths` (PaLM's 12 x width x length per token)."""
-    return 12 * int(squared_lengths) * width
-
-
-def layer(tokens, squared_lengths, width: int, intermediate: int, feed_forward_rows=None) -> int:
-    """A BERT/ELECTRA layer; `feed_forward_rows`: where its feed-forward block runs (default every token)."""
-    rows = tokens if feed_forward_rows is None else feed_forward_rows
-    return (dense(tokens, width, 3 * width) + attention(squared_lengths, width) + dense(tokens, width, width)
-            + dense(rows, width, intermediate) + dense(rows, intermediate, width))
-
-
-def sequence_lengths(inputs: dict) -> torch.Tensor:
-    if "attention_mask" in inputs:
-        return inputs["attention_mask"].sum(1)
-    return inputs["cu_seq_lens_q"].diff().long()
-
-
 def train_step_flops(kind: str, model, inputs: dict) -> int:
-    """Model FLOPs of one train step of `model` (of `kind`) on `inputs` (see the module docstring)."""
+    """Model FLOPs of one train step of `model` (of `kind`) on `inputs`: our kinds as a pretraining run counts them
+    (`encoder_zoo.training.run.flops`), the transformers references with the same formulas, their vocabulary logits
+    at every token (see the module docstring)."""
+    if kind not in ("hf_bert_mlm", "hf_bert_mlm_cloze", "hf_electra", "hf_electra_narrow"):
+        return zoo_train_step_flops(kind, model, inputs)
     lengths = sequence_lengths(inputs)
     tokens, squared = int(lengths.sum()), int((lengths * lengths).sum())
-    labels = inputs["labels"]
-    targets = int((labels != -100).sum())
-    config = model.config if hasattr(model, "config") else None
-    if kind in ("spanbert", "bert"):
-        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-        read = labels != -100
-        flops = dense(targets, d, d) + dense(targets, d, vocab)
-        if kind == "spanbert":
-            rows, cols, left, right = model.sbo_targets(inputs["span_left"], inputs["span_right"])
-            read[rows, left] = read[rows, right] = True
-            n = rows.numel()
-            flops += dense(n, 2 * d + config.sbo_position_embedding_size, d) + dense(n, d, d) + dense(n, d, vocab)
-        flops += (config.num_hidden_layers - 1) * layer(tokens, squared, d, ff)
-        return flops + layer(tokens, squared, d, ff, feed_forward_rows=int(read.sum()))
     if kind in ("hf_bert_mlm", "hf_bert_mlm_cloze"):
+        config = model.config
         d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
         return config.num_hidden_layers * layer(tokens, squared, d, ff) + dense(tokens, d, d) + dense(tokens, d, vocab)
-    if kind in ("teams", "electra"):
-        e, d, ff, vocab = config.embedding_size, config.hidden_size, config.intermediate_size, config.vocab_size
-        dg, ffg = config.generator_hidden_size, config.generator_intermediate_size
-        flops = dense(tokens, e, dg) if e != dg else 0
-        flops += (config.generator_num_hidden_layers - 1) * layer(tokens, squared, dg, ffg)
-        flops += layer(tokens, squared, dg, ffg, feed_forward_rows=targets)
-        flops += dense(targets, dg, e) + dense(targets, e, vocab)
-        flops += dense(tokens, e, d) if e != d else 0
-        flops += config.num_hidden_layers * layer(tokens, squared, d, ff)
-        if model.teams.rtd_layer is not None:
-            flops += layer(tokens, squared, d, ff)
-        if model.rtd_head is not None:
-            flops += dense(tokens, d, d) + dense(tokens, d, 1)
-        if model.mws_head is not None:
-            if model.teams.mws_layer is not None:
-                flops += layer(tokens, squared, d, ff, feed_forward_rows=targets)
-            flops += dense(targets, d, e) + dense(targets, config.num_negatives + 1, e)
-        return flops
-    if kind in ("hf_electra", "hf_electra_narrow"):
-        generator, discriminator = model.generator.config, model.discriminator.config
-        e, vocab = generator.embedding_size, generator.vocab_size
-        flops = 0
-        for part in (generator, discriminator):
-            flops += dense(tokens, e, part.hidden_size) if e != part.hidden_size else 0
-            flops += part.num_hidden_layers * layer(tokens, squared, part.hidden_size, part.intermediate_size)
-        d = discriminator.hidden_size
-        return flops + dense(tokens, generator.hidden_size, e) + dense(tokens, e, vocab) + dense(tokens, d, d) + dense(tokens, d, 1)
-    if kind == "cloze":
-        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-        # Each tower's keys start with one zero state: a query attends over its length + 1.
-        tower = layer(tokens, squared + tokens, d, ff)
-        flops = 2 * config.num_hidden_layers * tower
-        # Combination: queries at every token, keys/values = both towers' states (2 per token) plus the zero state.
-        flops += dense(tokens, 2 * d, d) if config.query_combination == "concat" else 0
-        flops += dense(tokens, d, d) + 2 * dense(2 * tokens, d, d) + dense(tokens, d, d)
-        flops += attention(2 * squared + tokens, d) + dense(tokens, d, ff) + dense(tokens, ff, d)
-        if config.use_adaptive_softmax:
-            raise ValueError("The FLOP count covers the flat output layer only (the bench's configuration).")
-        if config.loss_type != "cloze":
-            raise ValueError("The FLOP count covers the cloze loss only (the bench's configuration).")
-        return flops + dense(targets, d, vocab)
-    raise ValueError(f"unknown kind {kind!r}")
+    generator, discriminator = model.generator.config, model.discriminator.config
+    e, vocab = generator.embedding_size, generator.vocab_size
+    flops = 0
+    for part in (generator, discriminator):
+        flops += dense(tokens, e, part.hidden_size) if e != part.hidden_size else 0
+        flops += part.num_hidden_layers * layer(tokens, squared, part.hidden_size, part.intermediate_size)
+    d = discriminator.hidden_size
+    return flops + dense(tokens, generator.hidden_size, e) + dense(tokens, e, vocab) + dense(tokens, d, d) + dense(tokens, d, 1)
 
 
 # ---------------------------------------------------------------------------------------------------- timing

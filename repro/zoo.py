@@ -113,7 +113,7 @@ def unit_compute(sweep, arm: Arm, unit: int) -> dict:
 
 # ----------------------------------------------------------------------------------------------------- analysis
 def analyse_zoo(sweep, best: str, seed: int) -> dict:
-    from encoder_zoo.repro.run import chance_level, describe_arms
+    from encoder_zoo.repro.sweep import chance_level, describe_arms
     from encoder_zoo.repro.stats import REPRODUCED, decide_family, unit_means
 
     experiment = sweep.experiment
@@ -155,7 +155,7 @@ def median(values):
 
 
 def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
-    from encoder_zoo.repro.run import MINILM_VARIABLE, REPO, git_commit, machine, relative
+    from encoder_zoo.repro.sweep import MINILM_VARIABLE, REPO, git_commit, machine, relative
 
     budget, output_dir = sweep.budget, sweep.cache.parent
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,7 +187,7 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
         flops, tokens = median([c["flops"] for c in compute]), median([c["tokens"] for c in compute])
         speed, seconds = median([c["tokens_per_second"] for c in compute]), median([c["seconds"] for c in compute])
         minilm = " + MiniLM" if compute and compute[0]["includes_minilm"] else ""
-        cells += [fmt_flops(flops) + minilm, f"{tokens:,}" if tokens else "—", f"{speed:,.0f}" if speed else "—",
+        cells += [fmt_flops(flops) + minilm, f"{tokens:,.0f}" if tokens else "—", f"{speed:,.0f}" if speed else "—",
                   f"{seconds:.0f}" if seconds else "—"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("| chance | " + " | ".join("—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}"
@@ -257,7 +257,7 @@ def plot_zoo(results: dict, sweep, path: Path) -> None:
 
 # --------------------------------------------------------------------------------------------------------- main
 def run_zoo(budget, output_dir: Path, dataset: str | None, tasks, seed: int, argv: list[str]) -> dict:
-    from encoder_zoo.repro.run import Sweep
+    from encoder_zoo.repro.sweep import Sweep
 
     log = output_dir / "cache" / "runs.jsonl"
     stage_one = Sweep(zoo_experiment(), budget, output_dir, dataset, tasks)

@@ -298,7 +298,7 @@ SWEEP = """
 import json, sys
 from pathlib import Path
 from types import SimpleNamespace
-from encoder_zoo.repro.run import Job, Sweep
+from encoder_zoo.repro.sweep import Job, Sweep
 
 cache = Path(sys.argv[1])
 entry = cache / "init" / "entry"

@@ -46,7 +46,7 @@ def test_above_chance_reads_the_metrics_direction():
 
 def test_chance_is_one_constant_answer_on_the_scored_rows():
     from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
-    from encoder_zoo.repro.run import chance_level
+    from encoder_zoo.repro.sweep import chance_level
 
     assert majority_class_accuracy([1, 0, 0, 0]) == 0.75 and majority_class_accuracy([2, 1]) == 0.5
     budget = BUDGETS["cpu"]
@@ -61,7 +61,7 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
     """The sweep's own tiny pretrained models fine-tune for their preset's epochs (TEAMS Table 6: 5; at 2 the tiny
     TEAMS model stayed at the label prior); arms over the offline MiniLM for the budget's 2."""
     from encoder_zoo.glue.run_glue import parse_args
-    from encoder_zoo.repro.run import Sweep
+    from encoder_zoo.repro.sweep import Sweep
 
     def glue_epochs(experiment, arm):
         job = next(j for j in Sweep(EXPERIMENTS[experiment], BUDGETS["cpu"], tmp_path, None).jobs
@@ -73,7 +73,7 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
 
 
 def sweep_jobs(experiment, budget="cpu", tmp_path=Path("/nonexistent")):
-    from encoder_zoo.repro.run import Sweep
+    from encoder_zoo.repro.sweep import Sweep
 
     return Sweep(EXPERIMENTS[experiment], BUDGETS[budget], tmp_path, None).jobs
 
@@ -251,7 +251,7 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
     valid results stays cached."""
     import dataclasses
 
-    from encoder_zoo.repro.run import Sweep
+    from encoder_zoo.repro.sweep import Sweep
 
     budget = dataclasses.replace(BUDGETS["smoke"], finetune_seeds=(1, 2))
     sweep = Sweep(EXPERIMENTS["hire"], budget, tmp_path, None, ["rotten_tomatoes"])
@@ -285,3 +285,50 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
     assert (model_aside / "model.safetensors").read_bytes() == b"weights"
     assert all(json.loads(p.read_text()) == {"accuracy": 0.75} for p in (broken_seed, init.outputs[0]))
     assert json.loads(backbone.outputs[0].read_text()) == {"accuracy": 0.75}  # the whole job ran again
+
+
+def test_readme_reproduction_table_is_generated_from_the_committed_reports():
+    from encoder_zoo.repro.summary import BEGIN, END, table
+
+    readme = (REPO / "README.md").read_text()
+    assert BEGIN in readme and END in readme
+    assert readme.split(BEGIN)[1].split(END)[0].strip() == table().strip(), "rerun: python repro/summary.py"
+
+
+def test_every_committed_report_names_no_machine_path():
+    for report in (REPO / "repro" / "reports").glob("*/*/report.md"):
+        text = report.read_text()
+        assert "/root/" not in text and "/tmp/" not in text and "/work/" not in text, report
+
+
+@pytest.mark.slow
+def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
+    """`repro/run.py zoo --budget smoke`: every encoder and both fusions over MiniLM and over the best encoder, with
+    each unit's pretraining FLOPs (Trainer's total_flos, the bench's count) next to its scores, and every pair of
+    methods tested per task."""
+    from encoder_zoo.repro.zoo import ENCODERS
+
+    sweep("zoo", tmp_path)
+    folder = tmp_path / "zoo" / "smoke"
+    results = json.loads((folder / "results.json").read_text())
+    best = results["best_encoder"]
+    assert best in ENCODERS
+    arms = results["arms"]
+    assert set(arms) == {*ENCODERS, "hire+minilm", "bertac+minilm", f"hire+{best}", f"bertac+{best}"}
+    units = [str(u) for u in BUDGETS["smoke"].unit_seeds]
+    for name, arm in arms.items():
+        assert arm["failed"] == [] and arm["tasks"]["rotten_tomatoes"]["n_units"] == len(units), name
+        compute = arm["compute"]
+        if name in ENCODERS or name.endswith(f"+{best}"):
+            assert all(compute[u]["flops"] > 0 and compute[u]["tokens"] > 0 and compute[u]["seconds"] > 0 for u in units)
+        if name.endswith(f"+{best}"):  # a fusion's compute includes its encoder's pretraining
+            assert all(compute[u]["flops"] >= arms[best]["compute"][u]["flops"] for u in units)
+    assert ("heldout_mlm" in arms["bert"]["tasks"]) and ("heldout_mlm" not in arms["teams"]["tasks"])
+    rotten = [p for p in results["pairs"] if p["task"] == "rotten_tomatoes"]
+    assert len(rotten) == len(arms) * (len(arms) - 1) // 2
+    assert all(p["decision"]["alpha"] == 0.025 and p["decision"]["family_size"] <= len(rotten) for p in rotten)
+    report = (folder / "report.md").read_text()
+    assert "| method |" in report and "pretraining FLOPs" in report and str(tmp_path) not in report
+    assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    reused = {c["folder"] for c in results["commands"]}
+    assert len(reused) == len(results["commands"])  # one job per folder: a run shared by two methods runs once

@@ -180,6 +180,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
 
     argv = list(sys.argv[1:] if argv is None else argv)
     defaults_text = " ".join(f"{flag} {value}" if not value.startswith("--") else flag for flag, value in zip(PRETRAINING_DEFAULTS[::2], PRETRAINING_DEFAULTS[1::2]))
+    defaults_text += (" --include_num_input_tokens_seen non_padding (trainer_state.json counts the real tokens trained on; "
+                      "true: every token, padding included; false: none)")
     flags_text = "".join(f"\n  --model {name}: " + " ".join(f"--{k} {v}" for k, v in recipe.flag_defaults.items())
                          for name, recipe in sorted(all_recipes().items()) if recipe.flag_defaults)
     parser = HfArgumentParser(
@@ -208,6 +210,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
         set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
+    if not any(a.split("=")[0] in ("--include_num_input_tokens_seen", "--include-num-input-tokens-seen") for a in argv):
+        # The flag reads only true/false ("all"/"no"): the default that counts non-padding tokens is set here.
+        training_args.include_num_input_tokens_seen = "non_padding"
     check_arguments(args, training_args)
     # The collators read columns the model's forward does not name (word_start, linguistic_span, example_index).
     training_args.remove_unused_columns = False
@@ -619,6 +624,7 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
             "examples": f"{trained_examples(trainer)} streamed" if args.streaming else len(train_dataset),
             "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
             "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+            **compute_rows(trainer),
             **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
             **validation_results(metrics),
             **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
@@ -662,6 +668,16 @@ def streamed_examples(documents, validation_docs, recipe, tokenizer, args, train
 def trained_examples(trainer) -> int:
     args = trainer.args
     return trainer.state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+
+
+def compute_rows(trainer) -> dict:
+    """The card's compute row: trainer_state.json's `total_flos` (and which count made it) and tokens trained on."""
+    state = trainer.state
+    if not state.total_flos:
+        return {}
+    count = f" ({trainer.flop_count})" if getattr(trainer, "flop_count", None) else ""
+    tokens = f", {state.num_input_tokens_seen:,} tokens" if state.num_input_tokens_seen else ""
+    return {"compute": f"{state.total_flos:.3g} FLOPs{count}{tokens}"}
 
 
 def training_data_text(args, recipe, train_docs, pretokenized) -> str:

@@ -1,7 +1,7 @@
 """Run plumbing shared by every entry point: the Trainer subclasses, stop signals and the divergence guard
 (`trainer`), run folders and checkpoints (`folders`), one run per folder (`locks`), loading a model with clear errors
-(`loading`), FSDP2 (`sharding`), the export and its card (`export`), and inputs a model needs beyond its tokenizer's
-(`task_inputs`).
+(`loading`), model FLOPs of a train step (`flops`), FSDP2 (`sharding`), the export and its card (`export`), and inputs
+a model needs beyond its tokenizer's (`task_inputs`).
 
 This package is also the one public face of `training/` for the fine-tuning scripts in `glue/` and `qa/`: they import
 only the names below, never a module inside `training/` directly.

@@ -53,6 +53,8 @@ class PretrainingTrainer(Trainer):
         self._eval_count = 0
         self._interval_start = time.perf_counter()
         self._staging_root: str | None = None
+        self.flop_count: str | None = None  # what `floating_point_ops` counts, once the first batch decided it
+        self._flop_kind: str | None = None
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
         add_divergence_guard(self, max_nonfinite_steps, resumable=True)
@@ -114,6 +116,32 @@ class PretrainingTrainer(Trainer):
         loss = outputs["loss"]
         return (loss, outputs) if return_outputs else loss
 
+    def floating_point_ops(self, inputs) -> int:
+        """Model FLOPs of one forward + backward on a training batch, summed by Trainer into `state.total_flos`
+        (trainer_state.json): the count of `training/run/flops.py` (bench_gpu.py's MFU numerator) for the zoo's
+        pretraining models, else Trainer's estimate (6 x non-embedding parameters x input tokens). Which count this
+        run uses is decided at its first batch, logged once and kept as `flop_count`."""
+        from encoder_zoo.training.run.flops import pretraining_kind, train_step_flops
+
+        model = self.accelerator.unwrap_model(self.model)
+        if self.flop_count is not None:
+            return train_step_flops(self._flop_kind, model, inputs) if self._flop_kind else super().floating_point_ops(inputs)
+        kind, flops, reason = pretraining_kind(model, inputs), None, "no model-FLOP count for this model"
+        if kind is not None:
+            try:
+                flops = train_step_flops(kind, model, inputs)
+            except ValueError as error:
+                kind, reason = None, str(error)
+        self._flop_kind = kind
+        self.flop_count = f"model FLOPs, counted as {kind!r}" if kind else "Trainer's estimate"
+        if self.args.should_log:
+            if kind:
+                logger.info("total_flos: model FLOPs of each train step, counted as %r by %s.train_step_flops.", kind,
+                            train_step_flops.__module__)
+            else:
+                logger.info("total_flos: Trainer's estimate, 6 x non-embedding parameters x input tokens (%s).", reason)
+        return flops if kind else super().floating_point_ops(inputs)
+
     def throughput(self, inputs) -> dict[str, int]:
         """What one training batch counts towards the logged `<unit>_per_second`: its non-padding tokens."""
         return {"tokens": int(inputs["attention_mask"].sum()) if "attention_mask" in inputs else inputs["input_ids"].numel()}
@@ -162,7 +190,10 @@ class PretrainingTrainer(Trainer):
                 logs[f"{unit}_per_second"] = round(total / max(elapsed, 1e-9), 1)
             self._sums, self._count, self._units = {}, 0, {}
             self._interval_start = time.perf_counter()
-        super().log(logs, start_time)
+        # No start time (Trainer passes it with each step's log): with --include_num_input_tokens_seen, Trainer would
+        # add the session's train_runtime and train_tokens_per_second to every step's log, timings that make two equal
+        # runs' logs differ (the interval's tokens_per_second above says the same); num_input_tokens_seen stays.
+        super().log(logs)
 
     # ------------------------------------------------------------------ data loaders
     def get_train_dataloader(self):
