@@ -77,10 +77,10 @@ def main(argv=None) -> str:
     if options.cnn is None and not options.without_cnn_and_tier:
         raise ValueError("--cnn is required: a `training/pretrain.py --model bertac_cnn` export (or pass "
                          "--without_cnn_and_tier for the encoder alone).")
+    check_new_output_dir(output, options.overwrite_output_dir)  # after --cnn's check: that refusal leaves no folder
     check_model_path(options.backbone, "--backbone")
     if options.cnn is not None:
         check_model_path(options.cnn, "--cnn")
-    check_new_output_dir(output, options.overwrite_output_dir)  # after the flags' checks: a refusal leaves no folder
     torch.manual_seed(options.seed)
     try:
         check_backbone_is_an_encoder(options.backbone)

@@ -54,12 +54,12 @@ def main(argv=None):
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into an --output_dir that holds files.")
     options = parser.parse_args(argv)
     output = Path(options.output_dir)
+    check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
         from encoder_zoo.training.run import minilm_path
 
         options.backbone = minilm_path()
     check_model_path(options.backbone, "--backbone")
-    check_new_output_dir(output, options.overwrite_output_dir)  # after the flags' checks: a refusal leaves no folder
     hire_options = {  # HireConfig fields, each named like its flag
         "use_hire": not options.without_hire, "use_fusion": not options.without_fusion,
         "fusion_layers": options.fusion_layers, "layer_weighting": options.layer_weighting,

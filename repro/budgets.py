@@ -84,8 +84,9 @@ BUDGETS = {
         max_eval_samples=32, tasks=("rotten_tomatoes", "heldout_mlm")),
     "cpu": Budget(
         name="cpu", description="tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia "
-        "documents; 3 units (independently trained models) per arm, one fine-tuning run each; each paper under 2 hours "
-        "on 2 CPU cores (its report gives the measured time)",
+        "documents; 3 units (independently trained models) per arm, one fine-tuning run each; estimated at 1-2 hours "
+        "per paper on 2 CPU cores from measured step times (teams: 6 pretrainings of about 12 minutes, 18 "
+        "fine-tunings of 1-1.5), each report giving its measured time",
         model_size="tiny", pretrain_steps=2000, pretrain_batch_size=16, max_seq_length=128, max_documents=3000,
         validation_documents=100, tokenizer_vocab_size=8000, cnn_size="tiny", cnn_steps=400, cnn_documents=60,
         cnn_batch_size=64, unit_seeds=(1, 2, 3), finetune_seeds=(1,), finetune_epochs=None,
