@@ -26,7 +26,7 @@ from pathlib import Path
 from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 from encoder_zoo.repro.sweep import (
-    MINILM_VARIABLE, REPO, Sweep, chance_level, describe_arms, git_commit, machine, relative,
+    REPO, Sweep, chance_level, command_block, describe_arms, git_commit, machine, relative,
 )
 
 
@@ -148,12 +148,7 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
               "the cache's runs.jsonl; cached jobs count with the time they took when they ran)",
               f"- Budget preset: `{json.dumps(results['budget'])}`", "",
               f"Every subprocess (cached ones included), from the repository root ({units} units per arm):", "", "```"]
-    commands = [c["command"] for c in results["commands"]]
-    if any("$OUTPUT_DIR" in c for c in commands):
-        lines.append("OUTPUT_DIR=...  # the sweep's --output_dir")
-    if any("$MINILM" in c for c in commands):
-        lines.append(MINILM_VARIABLE)
-    lines += commands + ["```", ""]
+    lines += command_block([c["command"] for c in results["commands"]])
     (folder / "report.md").write_text("\n".join(lines))
 
 

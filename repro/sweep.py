@@ -477,3 +477,13 @@ def relative(command: list[str], output_dir: Path) -> str:
         return shlex.quote(part)
 
     return " ".join(shown(part) for part in command)
+
+
+def command_block(commands: list[str]) -> list[str]:
+    """A report's fenced block of `relative` commands, preceded by the shell variables they use."""
+    lines = []
+    if any("$OUTPUT_DIR" in c for c in commands):
+        lines.append("OUTPUT_DIR=...  # the sweep's --output_dir")
+    if any("$MINILM" in c for c in commands):
+        lines.append(MINILM_VARIABLE)
+    return [*lines, *commands, "```", ""]

@@ -155,7 +155,7 @@ def median(values):
 
 
 def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
-    from encoder_zoo.repro.sweep import MINILM_VARIABLE, REPO, git_commit, machine, relative
+    from encoder_zoo.repro.sweep import REPO, command_block, git_commit, machine, relative
 
     budget, output_dir = sweep.budget, sweep.cache.parent
     folder.mkdir(parents=True, exist_ok=True)
@@ -210,12 +210,7 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
               f"- Machine: {results['machine']}", f"- Time: {results['run_seconds'] / 60:.0f} minutes of runs", "",
               "Every subprocess from the repository root; a folder name carries its flags' hash, and `cached` in "
               "results.json marks a run reused from an earlier sweep:", "", "```"]
-    commands = [c["command"] for c in results["commands"]]
-    if any("$OUTPUT_DIR" in c for c in commands):
-        lines.append("OUTPUT_DIR=...  # the sweep's --output_dir")
-    if any("$MINILM" in c for c in commands):
-        lines.append(MINILM_VARIABLE)
-    lines += commands + ["```", ""]
+    lines += command_block([c["command"] for c in results["commands"]])
     (folder / "report.md").write_text("\n".join(lines))
 
 
