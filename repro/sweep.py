@@ -436,6 +436,9 @@ def machine() -> str:
     try:
         import torch
 
+        # Runs inherit OMP_NUM_THREADS: two sweeps sharing 2 cores run one thread each (1.35x the throughput of one
+        # sweep on two threads for the tiny models, measured), and their wall times are those of one thread.
+        description += f", {torch.get_num_threads()} torch thread(s) per run"
         if torch.cuda.is_available():
             description += f"; GPU: {torch.cuda.get_device_name(0)}"
     except ImportError:
