@@ -221,7 +221,7 @@ def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
     result["peak_memory_MiB"] = round(torch.cuda.max_memory_allocated() / 2**20) if device.type == "cuda" else None
     if ours:
         result.update(attention=model.config._attn_implementation, packed=packing)
-    del run, model, optimizer
+    run = model = optimizer = None  # free the GPU memory before the next kind (step's closure keeps the names)
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -86,7 +86,7 @@ class PretrainArguments:
                   "exempts them). Default: the recipe's."},
     )
     random_token_distribution: str = field(
-        default="unigram", metadata={"help": "Law of the 10% random replacements: unigram (corpus) or uniform."}
+        default="unigram", metadata={"help": "Law of the random replacements (one target in ten): unigram (corpus) or uniform."}
     )
     masking_seed: int | None = field(default=None, metadata={"help": "Seed of the masking stream (default: --seed)."})
     spacy_model: str = field(
