@@ -177,7 +177,9 @@ Table 5 (CoLA Mc): HIRE (dynamic) 69.7; mean, all 25 layers 68.9.""",
               "budget only sets fine-tuning. A unit is one seed of HIRE's new layers (init_hire --seed) with its own "
               "fine-tuning seed; the plain backbone's units differ by fine-tuning seed. At the `cpu` budget the claims "
               "are tested on rotten_tomatoes only, over 1,000 training examples: a HIRE step costs 3.8x a MiniLM "
-              "step on a CPU (bench/results/hire.json), and 4 HIRE arms x 3 units x 2 tasks would take about 5 hours.",
+              "step on a CPU (bench/results/hire.json), and 4 HIRE arms x 3 units x 2 tasks would take about 5 hours. "
+              "There every arm fine-tunes at lr 1e-4 rather than the paper's 1e-5, which over these 63 steps leaves "
+              "even the plain MiniLM at the majority class (repro/budgets.py).",
         budget_tasks={"cpu": ("rotten_tomatoes",)}),
     Experiment(
         name="bertac", paper="BERTAC (Oh et al., 2021), Tables 4 and 8",
@@ -204,6 +206,8 @@ Table 8 (Quasar-T EM/F1, SearchQA EM/F1): BERTAC 58.0/65.8, 74.0/79.2; w/o CNN a
               "that export's fixed vocabulary and fastText table only, which GAN training leaves unchanged. A unit is "
               "one CNN pretraining seed with the same seed for the new TIER layers. At the `cpu` budget the claims "
               "are tested on rotten_tomatoes only, over 1,000 training examples (a BERTAC step costs 1.6x a MiniLM "
-              "step on a CPU, bench/results/bertac.json; three tasks would take about 3 hours).",
+              "step on a CPU, bench/results/bertac.json; three tasks would take about 3 hours). There every arm "
+              "fine-tunes at lr 1e-4 rather than the paper's 1e-5, which over these 63 steps left every arm, the "
+              "plain MiniLM included, at the majority class (0.572; repro/budgets.py).",
         budget_tasks={"cpu": ("rotten_tomatoes",)}),
 )}
