@@ -104,7 +104,9 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
               "ends are the one-sided 95% bounds the verdict uses). Verdict: a one-sided t-test on unit means "
               "(`repro.stats.decide`), p-values Holm-adjusted across this report's claims and tasks (one family). "
               "MDD: the true difference this test finds 80% of the time with these units and the observed unit "
-              "spread; a *not reproduced* reads as \"no difference of at least the MDD at this scale\". Where a task "
+              "spread; a *not reproduced* reads as \"no difference of at least the MDD at this scale\". Where every "
+              "unit differs by the same amount (no spread) the p-value is the exact permutation test's and the MDD "
+              "is —. Where a task "
               "has a chance level and neither arm's interval lies above it, the verdict is *no signal*.", "",
               "| claim | task | difference [90% CI] | units | p (Holm) | MDD | verdict |",
               "| --- | --- | --- | --- | --- | --- | --- |"]

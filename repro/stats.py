@@ -47,6 +47,12 @@ p-values another (any false OPPOSITE). Claims that cannot be tested (INSUFFICIEN
 left out of the family; NO_SIGNAL claims stay in it (conservative). After adjustment, `low`/`high` are the unadjusted
 interval and no longer match the verdict exactly. The held-out MLM loss carries no claim and is no member.
 
+*No spread.* When every unit's difference is the same (a discrete metric on a few hundred rows can do it: two
+fusions whose CNNs barely move the predictions score the same on every unit), the t statistic is 0/0 or infinite.
+The p-values are then the exact permutation test's, distribution-free: all n paired differences on one side give
+2^-n (sign flips), two spread-less arms 1/C(n_a + n_b, n_a) (relabellings), no difference gives 1. At 3 units that
+is 1/8, never a verdict; `mdd` is None, since no spread was observed to state a resolution from.
+
 *Minimum detectable difference.* `minimum_detectable_difference` gives, for a unit count and a unit-level SD, the
 true difference a one-sided t-test at `alpha` finds with probability `power` (80%), from the noncentral t
 distribution; `decide` reports it (`mdd`) with the observed unit-level SD so a NOT_REPRODUCED reads as "no
@@ -126,13 +132,19 @@ def minimum_detectable_difference(n_units, unit_sd: float, alpha: float = 0.05, 
     return float(unit_sd) * _mdd_factor(int(n_arm), int(n_baseline), float(alpha), float(power), bool(paired))
 
 
+def _spread(values: np.ndarray) -> float:
+    """The sample SD, 0 where it is only rounding (equal scores computed along different float paths)."""
+    sd = float(values.std(ddof=1))
+    return 0.0 if sd <= 1e-9 * max(1.0, float(np.abs(values).max())) else sd
+
+
 def _t_test(arm_units: dict, baseline_units: dict, sign: int) -> dict:
     """The t statistic's pieces on the better-direction difference (sign * (arm - baseline))."""
     shared = [unit for unit in arm_units if unit in baseline_units]
     if len(shared) >= 2:
         differences = sign * np.array([arm_units[u] - baseline_units[u] for u in shared])
         n = len(differences)
-        sd = float(differences.std(ddof=1))
+        sd = _spread(differences)
         return {"paired": True, "test": "one-sided paired t-test on unit means (paired by unit seed)",
                 "n_arm": n, "n_baseline": n, "estimate": float(differences.mean()), "se": sd / math.sqrt(n),
                 "df": n - 1, "unit_sd": sd,
@@ -143,8 +155,8 @@ def _t_test(arm_units: dict, baseline_units: dict, sign: int) -> dict:
               "estimate": float(sign * (a.mean() - b.mean())) if len(a) and len(b) else None}
     if min(len(a), len(b)) < 2:
         return {**result, "se": None, "df": None, "unit_sd": None}
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    pooled = ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2)
+    va, vb = _spread(a) ** 2 / len(a), _spread(b) ** 2 / len(b)
+    pooled = ((len(a) - 1) * _spread(a) ** 2 + (len(b) - 1) * _spread(b) ** 2) / (len(a) + len(b) - 2)
     # Welch-Satterthwaite degrees of freedom; with no spread at all the df do not matter (se is 0)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else len(a) + len(b) - 2
     return {**result, "se": float(math.sqrt(va + vb)), "df": float(df), "unit_sd": float(math.sqrt(pooled))}
@@ -156,6 +168,12 @@ def _tails(value: float, se: float, df: float) -> tuple[float, float]:
     if se > 0:
         return float(stats.t.sf(value / se, df)), float(stats.t.cdf(value / se, df))
     return (0.0, 1.0) if value > 0 else (1.0, 0.0) if value < 0 else (0.5, 0.5)
+
+
+def _exact_tails(value: float, extreme: float) -> tuple[float, float]:
+    """(p better, p worse) of the exact permutation test when every unit's difference is `value` (no spread): the
+    observed statistic is the most extreme of the permutations, reached with probability `extreme`."""
+    return (extreme, 1.0) if value > 0 else (1.0, extreme) if value < 0 else (1.0, 1.0)
 
 
 def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
@@ -183,7 +201,7 @@ def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = T
     (one-sided, arm worse for "better", arm better for "not_better"), test, paired, units {"arm", "baseline"} (units
     used; pairs in both when paired), dropped_units, runs {"arm", "baseline"}, df, unit_sd (observed SD of the
     paired differences, or pooled SD of unit means), mdd (minimum detectable difference at 80% power for these units
-    and that SD), direction, margin, higher_is_better, alpha, learned. Undefined numbers are None (JSON-safe)."""
+    and that SD; None when that SD is 0), direction, margin, higher_is_better, alpha, learned. Undefined numbers are None (JSON-safe)."""
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
     if margin is not None and not margin > 0:
@@ -203,16 +221,24 @@ def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = T
         half_width = float(stats.t.ppf(1 - alpha, df)) * se
         low, high = better - half_width, better + half_width  # better-direction, then back to arm - baseline
         result["low"], result["high"] = (low, high) if sign > 0 else (-high, -low)
-        shown_better, shown_worse = _tails(better, se, df)
+        if se > 0:
+            tails = lambda value: _tails(value, se, df)  # noqa: E731
+        else:  # no spread: the exact permutation test (module docstring)
+            n_arm, n_baseline = test["n_arm"], test["n_baseline"]
+            extreme = 0.5 ** n_arm if test["paired"] else 1 / math.comb(n_arm + n_baseline, n_arm)
+            result["test"] += "; no spread between units: exact permutation p"
+            tails = lambda value: _exact_tails(value, extreme)  # noqa: E731
+        shown_better, shown_worse = tails(better)
         if direction == "better":
             result["p_value"], result["p_opposite"] = shown_better, shown_worse
         else:
             result["p_opposite"] = shown_better
             if margin is not None:  # H0: better by margin or more; rejected when the upper bound is below margin
-                result["p_value"] = _tails(better - margin, se, df)[1]
-        result["mdd"] = minimum_detectable_difference(
-            test["n_arm"] if test["paired"] else (test["n_arm"], test["n_baseline"]), test["unit_sd"], alpha,
-            paired=test["paired"])
+                result["p_value"] = tails(better - margin)[1]
+        if test["unit_sd"] > 0:
+            result["mdd"] = minimum_detectable_difference(
+                test["n_arm"] if test["paired"] else (test["n_arm"], test["n_baseline"]), test["unit_sd"], alpha,
+                paired=test["paired"])
     result["verdict"], result["reason"] = _classify(result, alpha)
     return result
 

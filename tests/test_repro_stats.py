@@ -241,11 +241,33 @@ def test_decide_family_leaves_untestable_claims_out_and_recomputes_verdicts():
 
 # ----------------------------------------------------------------------------------------------- the harness's keys
 def test_no_signal_when_neither_arm_learned():
-    runs = {(u, f): 0.7 + 0.05 * u + 0.001 * f for u in (1, 2, 3) for f in (1, 2, 3)}
+    runs = {(u, f): 0.7 + 0.05 * u + 0.004 * (u % 2) + 0.001 * f for u in (1, 2, 3) for f in (1, 2, 3)}
     base = {(u, f): 0.6 + 0.05 * u + 0.002 * f for u in (1, 2, 3) for f in (1, 2, 3)}
     result = decide(runs, base, "better")
     assert result["verdict"] == REPRODUCED and result["paired"] and result["units"] == {"arm": 3, "baseline": 3}
-    assert result["estimate"] == pytest.approx(0.1 - 0.002)
+    assert result["estimate"] == pytest.approx(0.1 - 0.002 + 0.004 * 2 / 3)
     assert decide(runs, base, "better", learned=False)["verdict"] == NO_SIGNAL
     with pytest.raises(TypeError, match="unit_seed"):
         decide({"seed-1": 0.5}, base, "better")
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_units_without_spread_get_the_exact_permutation_p_and_no_mdd(paired):
+    """Scores of a few hundred rows are discrete: every unit can differ by the same amount (or not at all). The t
+    statistic is then infinite or 0/0; the exact permutation test gives 2^-n (paired) or 1/C(2n, n), and no MDD."""
+    def arms(difference, n):
+        arm = {(u, 1): 0.75 + 0.01 * u * paired + difference for u in range(1, n + 1)}
+        base = {(u if paired else u + 100, 1): 0.75 + 0.01 * u * paired for u in range(1, n + 1)}
+        return arm, base
+
+    three = decide(*arms(0.002, 3), "better")
+    assert three["verdict"] == NOT_REPRODUCED and three["mdd"] is None and "permutation" in three["test"]
+    assert three["p_value"] == pytest.approx(1 / 8 if paired else 1 / math.comb(6, 3))
+    assert three["estimate"] == pytest.approx(0.002) and three["low"] == pytest.approx(three["high"])
+    worse = decide(*arms(-0.002, 3), "better")
+    assert worse["p_value"] == 1.0 and worse["p_opposite"] == pytest.approx(three["p_value"])
+    assert decide(*arms(0.0, 3), "better")["p_value"] == decide(*arms(0.0, 3), "better")["p_opposite"] == 1.0
+    five = decide(*arms(0.002, 5), "better")  # 1/32 or 1/252: all five agree, which a permutation test can trust
+    assert five["verdict"] == REPRODUCED and five["p_value"] == pytest.approx(1 / 32 if paired else 1 / 252)
+    no_better = decide(*arms(0.0, 5), "not_better", margin=0.01)
+    assert no_better["verdict"] == REPRODUCED and no_better["p_value"] == pytest.approx(five["p_value"])
