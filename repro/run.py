@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from dataclasses import asdict
 from pathlib import Path
 
@@ -180,8 +181,9 @@ def plot(results: dict, sweep: Sweep, path: Path) -> None:
             ax.axhline(results["chance"][task], color="red", linestyle=":", linewidth=1, label="chance")
             ax.legend(fontsize=7, loc="best")
         ax.set_title(METRICS[task].label, fontsize=9)
-    figure.suptitle(f"{sweep.experiment.name}, {sweep.budget.name} budget: every unit (dots), median over units and "
-                    "95% bootstrap CI (black), fine-tuning runs (gray), chance (red)", fontsize=9)
+    title = (f"{sweep.experiment.name}, {sweep.budget.name} budget: every unit (dots), median over units and 95% "
+             "bootstrap CI (black), fine-tuning runs (gray), chance (red)")
+    figure.suptitle(textwrap.fill(title, width=int(figure.get_figwidth() * 14)), fontsize=9)  # one panel is narrow
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -1,7 +1,8 @@
 """README's reproduction table, generated from the committed reports (`repro/reports/<paper>/<budget>/results.json`):
 one row per claim and task with the difference [interval], units, minimum detectable difference and verdict.
 
-    python repro/summary.py [--budget cpu]   # prints the table; README holds it between its repro-table markers
+    python repro/summary.py [--budget cpu] [--write]   # prints the table; --write puts it into README between its
+                                                      # repro-table markers
 
 `tests/test_repro.py` checks that README's table is this output, so it is never edited by hand.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 
 REPORTS = Path(__file__).resolve().parent / "reports"
+README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- repro-table: begin (python repro/summary.py) -->", "<!-- repro-table: end -->"
 
 
@@ -48,10 +50,24 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     return "\n".join(lines)
 
 
+def write_readme(text: str, readme: Path = README) -> None:
+    """Replace what README holds between its repro-table markers by `text`, the rest untouched."""
+    content = readme.read_text(encoding="utf-8")
+    if BEGIN not in content or END not in content:
+        raise SystemExit(f"{readme} lacks the markers {BEGIN!r} ... {END!r}: put them where the table belongs.")
+    head, rest = content.split(BEGIN, 1)
+    readme.write_text(f"{head}{BEGIN}\n{text.strip()}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", default="cpu")
-    print(table(parser.parse_args(argv).budget))
+    parser.add_argument("--write", action="store_true", help=f"Write the table into {README.name} too.")
+    args = parser.parse_args(argv)
+    text = table(args.budget)
+    print(text)
+    if args.write:
+        write_readme(text)
 
 
 if __name__ == "__main__":

@@ -299,7 +299,20 @@ def test_readme_reproduction_table_is_generated_from_the_committed_reports():
 
     readme = (REPO / "README.md").read_text()
     assert BEGIN in readme and END in readme
-    assert readme.split(BEGIN)[1].split(END)[0].strip() == table().strip(), "rerun: python repro/summary.py"
+    assert readme.split(BEGIN)[1].split(END)[0].strip() == table().strip(), "rerun: python repro/summary.py --write"
+
+
+def test_summary_write_replaces_only_the_table(tmp_path):
+    from encoder_zoo.repro.summary import BEGIN, END, write_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n{BEGIN}\nold table\n{END}\nafter\n")
+    write_readme("| new |\n", readme)
+    assert readme.read_text() == f"# Title\n\nbefore\n{BEGIN}\n| new |\n{END}\nafter\n"
+    readme.write_text("no markers")
+    with pytest.raises(SystemExit, match="lacks the markers"):
+        write_readme("| new |", readme)
+    assert readme.read_text() == "no markers"
 
 
 def test_every_committed_report_names_no_machine_path():
