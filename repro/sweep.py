@@ -261,24 +261,31 @@ class Sweep:
     def run(self, log_path: Path) -> None:
         from tqdm.auto import tqdm
 
-        from encoder_zoo.training.run import release, wait_and_hold
+        from encoder_zoo.training import run as locks
 
         cached = [job for job in self.jobs if self.cached_now(job)]
         for job in cached:
             job.status = "cached"
         bar = tqdm(total=len(self.jobs), initial=len(cached), desc=f"{self.experiment.name}/{self.budget.name}",
                    unit="run", dynamic_ncols=True)
-        for job in self.jobs:
-            if job.status == "cached":
-                continue
+        pending = [job for job in self.jobs if job.status != "cached"]  # in order: a job's needs come before it
+        while pending:
+            job = pending[0]
             failed = [n for n in job.needs if n.status == "failed" or n.status.startswith("skipped")]
             if failed:
                 job.status = f"skipped: {failed[0].name} failed (log: {failed[0].log})"
+                pending.remove(job)
                 bar.update(1)
                 continue
+            # The first job whose needs are met and that no other sweep sharing the cache is running: a sweep
+            # started beside another (say with other --units) works on its own jobs first and waits only when
+            # every job it can start is another's.
+            ready = [j for j in pending if all(n.status in ("done", "cached") for n in j.needs)]
+            job = next((j for j in ready if locks.try_hold(j.folder, ENTRY_LOCK)), ready[0])
+            pending.remove(job)
             bar.set_postfix_str(job.name)
             start = time.time()
-            wait_and_hold(job.folder, ENTRY_LOCK, lambda holder, job=job: tqdm.write(
+            locks.wait_and_hold(job.folder, ENTRY_LOCK, lambda holder, job=job: tqdm.write(
                 f"Waiting for {job.name}: another sweep is running it ({holder}); its result will be reused."))
             try:
                 if job.done():  # another sweep ran it meanwhile
@@ -287,7 +294,7 @@ class Sweep:
                     continue
                 job.status = self.execute(job)
             finally:
-                release(job.folder, ENTRY_LOCK)
+                locks.release(job.folder, ENTRY_LOCK)
             with open(log_path, "a") as handle:
                 handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "kind": job.kind, "arm": job.arm,
                                          "job": job.name, "folder": str(job.folder), "status": job.status,

@@ -252,6 +252,44 @@ def test_a_failed_arm_is_reported_with_its_log(tmp_path):
     assert "unavailable" in result.stdout
 
 
+def test_a_sweep_beside_another_runs_its_own_jobs_before_waiting(tmp_path, monkeypatch):
+    """Two sweeps sharing a cache (say one per --units): a job the other sweep is running is put off while this sweep
+    has other jobs it can start, then taken from the cache; the order is the job list's when nothing is held."""
+    from encoder_zoo.repro.sweep import ENTRY_LOCK, Sweep
+    from encoder_zoo.training import run as locks
+
+    sweep = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    first = sweep.jobs[0]  # hire's first init: the other sweep is running it
+    other_running = [True]
+    real_try_hold = locks.try_hold
+    monkeypatch.setattr(locks, "try_hold", lambda folder, name=ENTRY_LOCK: (
+        not (folder == first.folder and other_running[0]) and real_try_hold(folder, name)))
+    monkeypatch.setattr(locks, "wait_and_hold", lambda folder, name, message: (
+        locks.try_hold(folder, name) or pytest.fail(f"waited for {folder}")))
+    executed = []
+
+    def execute(job):
+        executed.append(job)
+        if len(executed) == 2:  # meanwhile the other sweep finishes the first job
+            for output in first.outputs:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                output.write_text(json.dumps({"accuracy": 0.75}))
+            other_running[0] = False
+        for output in job.outputs:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps({"accuracy": 0.75}))
+        return "done"
+
+    monkeypatch.setattr(sweep, "execute", execute)
+    sweep.run(tmp_path / "runs.jsonl")
+    assert first.status == "cached" and all(job is not first for job in executed)
+    put_off = sweep.jobs[1]  # the fine-tuning that needs the held init waits for it too
+    assert first in put_off.needs and executed[:2] == sweep.jobs[2:4]  # the next unit's init and fine-tuning first
+    rest = [job for job in sweep.jobs if all(job is not j for j in (first, *executed[:2]))]
+    assert executed[2:] == rest and rest[0] is put_off  # then the list's order again, nothing run twice
+    assert all(job.status in ("done", "cached") for job in sweep.jobs)
+
+
 def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, monkeypatch, capsys):
     """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
     moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
