@@ -252,6 +252,13 @@ def test_a_failed_arm_is_reported_with_its_log(tmp_path):
     assert "unavailable" in result.stdout
 
 
+def write_outputs(job, value):
+    """What a job's run leaves: each output a result JSON of `value` (stands in for the real entry points)."""
+    for output in job.outputs:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps({"accuracy": value}))
+
+
 def test_a_sweep_beside_another_runs_its_own_jobs_before_waiting(tmp_path, monkeypatch):
     """Two sweeps sharing a cache (say one per --units): a job the other sweep is running is put off while this sweep
     has other jobs it can start, then taken from the cache; the order is the job list's when nothing is held."""
@@ -271,13 +278,9 @@ def test_a_sweep_beside_another_runs_its_own_jobs_before_waiting(tmp_path, monke
     def execute(job):
         executed.append(job)
         if len(executed) == 2:  # meanwhile the other sweep finishes the first job
-            for output in first.outputs:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                output.write_text(json.dumps({"accuracy": 0.75}))
+            write_outputs(first, 0.75)
             other_running[0] = False
-        for output in job.outputs:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps({"accuracy": 0.75}))
+        write_outputs(job, 0.75)
         return "done"
 
     monkeypatch.setattr(sweep, "execute", execute)
@@ -303,9 +306,7 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
     backbone = next(j for j in sweep.jobs if j.kind == "finetune" and j.arm == "backbone")
     init = next(j for j in sweep.jobs if j.kind == "init" and j.arm == "hire")
     for job in sweep.jobs:  # every result cached and valid...
-        for output in job.outputs:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps({"accuracy": 0.5}))
+        write_outputs(job, 0.5)
     broken_seed = backbone.outputs[1]
     broken_seed.write_text('{"accuracy": 0.5')  # ...but two of them cut short
     init.outputs[0].write_text('{"model_type": "hi')
@@ -314,9 +315,7 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
 
     def execute(job):
         executed.append(job)
-        for output in job.outputs:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps({"accuracy": 0.75}))
+        write_outputs(job, 0.75)
         return "done"
 
     monkeypatch.setattr(sweep, "execute", execute)
