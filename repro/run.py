@@ -75,7 +75,7 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
     folder.mkdir(parents=True, exist_ok=True)
     results = {**results, "command": relative([sys.executable, str(REPO / "repro" / "run.py"), *argv], output_dir),
                "commit": git_commit(),
-               "machine": machine(),
+               "machine": machine(sweep.run_threads()),
                "commands": [{"run": j.name, "status": j.status, "command": relative(j.command, output_dir),
                              "log": relative([str(j.log)], output_dir)} for j in sweep.jobs]}
     results["run_seconds"] = sweep.run_seconds()

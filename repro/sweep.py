@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,6 +221,14 @@ class Sweep:
         self.jobs.append(job)
         return job
 
+    def finetune_folder(self, arm: Arm, task: str, key: dict) -> Path:
+        """A fine-tuning's cache folder, named by its arm, task and a hash of its model, flags and seeds. The same run
+        made by another experiment under its own arm's name (the zoo's hire+minilm is hire's `hire`) is reused: the
+        hash names the run, the arm only labels the folder."""
+        run = f"{task}-{digest(key)}"
+        own = self.cache / "finetune" / f"{arm.name}-{run}"
+        return own if own.exists() else next(iter(sorted(own.parent.glob(f"*-{run}"))), own)
+
     def finetune_jobs(self, arm: Arm, task: str, model: str, needs: list[Job], unit: int) -> None:
         budget = self.budget
         seeds = tuple(budget.finetune_seed(unit, seed) for seed in budget.finetune_seeds)
@@ -234,8 +243,7 @@ class Sweep:
             preset = ["--preset", preset_name] if preset_name else []
             flags = [*remote, *preset, "--task_name", task, *budget_flags, "--report_to", "none",
                      "--save_strategy", "no", "--disable_tqdm", "true"]
-            key = {"model": model, "flags": flags, "seeds": seeds}
-            folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
+            folder = self.finetune_folder(arm, task, {"model": model, "flags": flags, "seeds": seeds})
             command = [sys.executable, str(RUN_GLUE), "--model_name_or_path", model, *flags, "--seeds",
                        *map(str, seeds), "--output_dir", str(folder / "run")]
             jobs.append(Job("finetune", arm.name, f"{task} {arm.name} unit {unit} seeds {list(seeds)}", folder,
@@ -246,8 +254,7 @@ class Sweep:
                      "--doc_stride", str(length // 4), "--max_question_length", str(length // 3),
                      "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
             for seed in seeds:
-                key = {"model": model, "flags": flags, "seed": seed}
-                folder = self.cache / "finetune" / f"{arm.name}-{task}-{digest(key)}"
+                folder = self.finetune_folder(arm, task, {"model": model, "flags": flags, "seed": seed})
                 command = [sys.executable, str(RUN_QA), "--model_name_or_path", model, *flags, "--seed", str(seed),
                            "--output_dir", str(folder / "run")]
                 jobs.append(Job("finetune", arm.name, f"{task} {arm.name} unit {unit} seed {seed}", folder, command,
@@ -298,7 +305,8 @@ class Sweep:
             with open(log_path, "a") as handle:
                 handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "kind": job.kind, "arm": job.arm,
                                          "job": job.name, "folder": str(job.folder), "status": job.status,
-                                         "seconds": round(time.time() - start, 1)}) + "\n")
+                                         "seconds": round(time.time() - start, 1),
+                                         "torch_threads": torch_threads()}) + "\n")
             if job.status == "failed":
                 tqdm.write(f"FAILED: {job.name} (log: {job.log})")
             bar.update(1)
@@ -370,10 +378,10 @@ class Sweep:
                     out[key[2:]] = float(value)
         return out
 
-    def run_seconds(self) -> float:
-        """Seconds the sweep's jobs took, each job's last successful run as `run` logged it (cached ones included)."""
+    def logged_runs(self) -> list[dict]:
+        """The log entry of each of the sweep's jobs' last successful run (cached ones included), as `run` wrote it."""
         log = self.cache / "runs.jsonl"
-        seconds = {}
+        done = {}
         if log.exists():
             for line in log.read_text(encoding="utf-8").splitlines():
                 try:
@@ -381,8 +389,17 @@ class Sweep:
                 except json.JSONDecodeError:
                     continue
                 if entry.get("status") == "done":
-                    seconds[entry["folder"]] = entry["seconds"]
-        return float(sum(seconds.get(str(job.folder), 0.0) for job in self.jobs))
+                    done[entry["folder"]] = entry
+        return [done[str(job.folder)] for job in self.jobs if str(job.folder) in done]
+
+    def run_seconds(self) -> float:
+        """Seconds the sweep's jobs took, each job's last successful run."""
+        return float(sum(entry["seconds"] for entry in self.logged_runs()))
+
+    def run_threads(self) -> dict:
+        """{torch threads: runs} of the sweep's jobs' last successful runs; None counts runs logged before the
+        thread count was."""
+        return dict(Counter(entry.get("torch_threads") for entry in self.logged_runs()))
 
     def failures(self, arm: str) -> list[dict]:
         return [{"run": j.name, "status": j.status, "log": str(j.log)} for j in self.jobs
@@ -432,7 +449,19 @@ def describe_arms(sweep: Sweep, seed: int, chance: dict) -> tuple[dict, dict]:
     return arms, runs
 
 
-def machine() -> str:
+def torch_threads() -> int | None:
+    """The intra-op threads of this process's torch, which the runs it starts inherit (through OMP_NUM_THREADS, or
+    torch's default from the same cores)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.get_num_threads()
+
+
+def machine(threads: dict | None = None) -> str:
+    """The CPU, its cores, the torch threads per run (`threads`: a sweep's `run_threads`; runs not logged with theirs
+    are taken to have this process's) and the GPU."""
     cpu = "unknown CPU"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -440,12 +469,17 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     description = f"{cpu}, {os.cpu_count()} logical cores"
+    # Two sweeps sharing 2 cores run one thread each (1.35x the throughput of one sweep on two threads for the tiny
+    # models, measured): the wall times are those of the runs' thread count.
+    counts = Counter()
+    for n, runs in (threads or {None: 1}).items():
+        counts[n if n is not None else torch_threads()] += runs
+    if None not in counts:
+        description += ", " + " and ".join(
+            f"{n} torch thread(s) per run" + (f" ({runs} run{'s' * (runs != 1)})" if len(counts) > 1 else "") for n, runs in sorted(counts.items()))
     try:
         import torch
 
-        # Runs inherit OMP_NUM_THREADS: two sweeps sharing 2 cores run one thread each (1.35x the throughput of one
-        # sweep on two threads for the tiny models, measured), and their wall times are those of one thread.
-        description += f", {torch.get_num_threads()} torch thread(s) per run"
         if torch.cuda.is_available():
             description += f"; GPU: {torch.cuda.get_device_name(0)}"
     except ImportError:

@@ -160,7 +160,7 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
     budget, output_dir = sweep.budget, sweep.cache.parent
     folder.mkdir(parents=True, exist_ok=True)
     results = {**results, "command": relative([sys.executable, str(REPO / "repro" / "run.py"), *argv], output_dir),
-               "commit": git_commit(), "machine": machine(), "run_seconds": sweep.run_seconds(),
+               "commit": git_commit(), "machine": machine(sweep.run_threads()), "run_seconds": sweep.run_seconds(),
                "commands": [{"run": j.name, "status": j.status, "folder": j.folder.name,
                              "command": relative(j.command, output_dir)} for j in sweep.jobs]}
     (folder / "results.json").write_text(json.dumps(results, indent=2))

@@ -293,6 +293,54 @@ def test_a_sweep_beside_another_runs_its_own_jobs_before_waiting(tmp_path, monke
     assert all(job.status in ("done", "cached") for job in sweep.jobs)
 
 
+def test_the_zoo_reuses_a_papers_fine_tuning_run_made_under_another_arms_name(tmp_path, monkeypatch):
+    """The zoo's fusions over MiniLM are the HIRE and BERTAC papers' own runs (same model, flags and seeds) under other
+    arm names: a cache holding the papers' runs trains none of them again."""
+    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.zoo import zoo_experiment
+
+    papers = {name: Sweep(EXPERIMENTS[name], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+              for name in ("hire", "bertac")}
+    for sweep in papers.values():
+        for job in sweep.jobs:
+            write_outputs(job, 0.7)
+    zoo = Sweep(zoo_experiment(), BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    for arm, paper, paper_arm in (("hire+minilm", "hire", "hire"), ("bertac+minilm", "bertac", "gan_cnn")):
+        reused = [j for j in zoo.jobs if j.arm == arm]
+        made = {j.folder for j in papers[paper].jobs if j.arm == paper_arm}
+        assert reused and {j.folder for j in reused} == made and all(j.done() for j in reused)
+    executed = []
+    monkeypatch.setattr(zoo, "execute", lambda job: executed.append(job) or write_outputs(job, 0.6) or "done")
+    zoo.run(tmp_path / "runs.jsonl")
+    assert executed and not any(j.arm.endswith("+minilm") for j in executed)
+    assert zoo.values("hire+minilm", "rotten_tomatoes") == papers["hire"].values("hire", "rotten_tomatoes")
+    # a run no other arm made keeps its own arm's name
+    assert all(j.folder.name.startswith(f"{j.arm}-") for j in executed if j.kind == "finetune")
+
+
+def test_the_reports_machine_line_names_the_runs_threads_not_the_report_writers(tmp_path, monkeypatch):
+    """Each run's torch threads go to runs.jsonl beside its seconds; a report written later, by a process with another
+    thread count, names the runs' count. Runs logged before threads were recorded count as the writer's."""
+    from encoder_zoo.repro import sweep as sweep_module
+    from encoder_zoo.repro.sweep import Sweep, machine
+
+    sweep = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    monkeypatch.setattr(sweep, "execute", lambda job: write_outputs(job, 0.7) or "done")
+    monkeypatch.setattr(sweep_module, "torch_threads", lambda: 1)
+    sweep.run(tmp_path / "cache" / "runs.jsonl")
+    monkeypatch.setattr(sweep_module, "torch_threads", lambda: 2)  # the process writing the report
+    assert sweep.run_threads() == {1: len(sweep.jobs)}
+    assert ", 1 torch thread(s) per run" in machine(sweep.run_threads())
+    assert sweep.run_seconds() == sum(e["seconds"] for e in run_log(tmp_path))
+    log = tmp_path / "cache" / "runs.jsonl"
+    entries = run_log(tmp_path)
+    del entries[0]["torch_threads"]  # logged by an older sweep
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    assert sweep.run_threads() == {None: 1, 1: len(sweep.jobs) - 1}
+    line = machine(sweep.run_threads())
+    assert f"1 torch thread(s) per run ({len(sweep.jobs) - 1} runs) and 2 torch thread(s) per run (1 run)" in line
+
+
 def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, monkeypatch, capsys):
     """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
     moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
