@@ -1,10 +1,13 @@
-"""README's reproduction table, generated from the committed reports (`repro/reports/<paper>/<budget>/results.json`):
-one row per claim and task with the difference [interval], units, minimum detectable difference and verdict.
+"""README's reproduction tables, generated from the committed reports (`repro/reports/<name>/<budget>/results.json`):
+- the papers': one row per claim and task with the difference [interval], units, minimum detectable difference and
+  verdict;
+- the zoo's: one row per method with its scores and compute (`repro.zoo.score_table`), its plot and its significant
+  pairs.
 
-    python repro/summary.py [--budget cpu] [--write]   # prints the table; --write puts it into README between its
-                                                      # repro-table markers
+    python repro/summary.py [--budget cpu] [--write]   # prints the tables; --write puts each into README between its
+                                                      # markers
 
-`tests/test_repro.py` checks that README's table is this output, so it is never edited by hand.
+`tests/test_repro.py` checks that README's tables are this output, so they are never edited by hand.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 REPORTS = Path(__file__).resolve().parent / "reports"
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- repro-table: begin (python repro/summary.py) -->", "<!-- repro-table: end -->"
+ZOO_BEGIN, ZOO_END = "<!-- zoo-table: begin (python repro/summary.py) -->", "<!-- zoo-table: end -->"
 
 
 def fmt(x) -> str:
@@ -50,13 +54,33 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     return "\n".join(lines)
 
 
-def write_readme(text: str, readme: Path = README) -> None:
-    """Replace what README holds between its repro-table markers by `text`, the rest untouched."""
+def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
+    from encoder_zoo.repro.zoo import score_table
+
+    path = reports / "zoo" / budget / "results.json"
+    if not path.exists():
+        return f"Not yet run at `{budget}`: `python repro/run.py zoo --budget {budget}`."
+    results = json.loads(path.read_text(encoding="utf-8"))
+    significant = [f"{p['better']} > {p['worse']} on {METRICS[p['task']].label}" for p in results["pairs"]
+                   if p["significant"]]
+    return "\n".join([
+        *score_table(results), "",
+        f"Score: median over units [95% bootstrap interval] (units); compute: median over units of the pretraining "
+        f"behind the model. Fusions are built over the best encoder, **{results['best_encoder']}**. Significant "
+        f"pairs (two-sided 5%, Holm across the pairs of each task): "
+        f"{'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md).", "",
+        f"![zoo at the {budget} budget: every unit's score against its pretraining FLOPs]"
+        f"(repro/reports/zoo/{budget}/plot.png)"])
+
+
+def write_readme(text: str, readme: Path = README, markers: tuple[str, str] = (BEGIN, END)) -> None:
+    """Replace what README holds between `markers` by `text`, the rest untouched."""
+    begin, end = markers
     content = readme.read_text(encoding="utf-8")
-    if BEGIN not in content or END not in content:
-        raise SystemExit(f"{readme} lacks the markers {BEGIN!r} ... {END!r}: put them where the table belongs.")
-    head, rest = content.split(BEGIN, 1)
-    readme.write_text(f"{head}{BEGIN}\n{text.strip()}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+    if begin not in content or end not in content:
+        raise SystemExit(f"{readme} lacks the markers {begin!r} ... {end!r}: put them where the table belongs.")
+    head, rest = content.split(begin, 1)
+    readme.write_text(f"{head}{begin}\n{text.strip()}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
 
 
 def main(argv=None) -> None:
@@ -64,10 +88,11 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", default="cpu")
     parser.add_argument("--write", action="store_true", help=f"Write the table into {README.name} too.")
     args = parser.parse_args(argv)
-    text = table(args.budget)
-    print(text)
+    papers, zoo = table(args.budget), zoo_table(args.budget)
+    print(f"{papers}\n\n{zoo}")
     if args.write:
-        write_readme(text)
+        write_readme(papers)
+        write_readme(zoo, markers=(ZOO_BEGIN, ZOO_END))
 
 
 if __name__ == "__main__":

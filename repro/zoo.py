@@ -139,7 +139,7 @@ def analyse_zoo(sweep, best: str, seed: int) -> dict:
                             "higher_is_better": metric.higher_is_better, "learned": learned}))
         for (entry, _), decision in zip(family, decide_family([f[1] for f in family], alpha=0.025)):
             pairs.append({**entry, "significant": decision["verdict"] == REPRODUCED, "decision": decision})
-    return {"experiment": "zoo", "budget": asdict(sweep.budget),
+    return {"experiment": "zoo", "budget": asdict(sweep.budget), "tasks": list(sweep.tasks),
             "best_encoder": best, "protocol": PROTOCOL, "bootstrap_seed": seed, "chance": chance,
             "schedules": sweep.schedules(), "arms": arms, "pairs": pairs}
 
@@ -152,6 +152,32 @@ def fmt_flops(x) -> str:
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
+
+
+def score_table(results: dict) -> list[str]:
+    """One row per method: each task's median over units [95% bootstrap interval] (units), then the median over units
+    of its pretraining FLOPs, tokens seen, tokens/s and time; a last row with each task's chance level. The report's
+    table and README's (`repro/summary.py`)."""
+    tasks = results["tasks"]
+    lines = ["| method | " + " | ".join(METRICS[t].label for t in tasks)
+             + " | pretraining FLOPs | tokens seen | tokens/s | pretraining time (s) |",
+             "| --- |" + " --- |" * (len(tasks) + 4)]
+    for name, arm in results["arms"].items():
+        cells = []
+        for task in tasks:
+            r = arm["tasks"].get(task)
+            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else
+                         "failed" if arm["failed"] else "—")
+        compute = list(arm["compute"].values())
+        flops, tokens = median([c["flops"] for c in compute]), median([c["tokens"] for c in compute])
+        speed, seconds = median([c["tokens_per_second"] for c in compute]), median([c["seconds"] for c in compute])
+        minilm = " + MiniLM" if compute and compute[0]["includes_minilm"] else ""
+        cells += [fmt_flops(flops) + minilm, f"{tokens:,.0f}" if tokens else "—", f"{speed:,.0f}" if speed else "—",
+                  f"{seconds:.0f}" if seconds else "—"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| chance | " + " | ".join("—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}"
+                                             for t in tasks) + " | | | | |")
+    return lines
 
 
 def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
@@ -173,25 +199,7 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
              "## Scores and compute", "",
              "Score: median over units [95% bootstrap interval] (units). Compute: median over units of the "
              "pretraining behind the model (for a fusion: its encoder's and its CNN's); the MiniLM's own pretraining "
-             "is not ours and not counted (—).", "",
-             "| method | " + " | ".join(METRICS[t].label for t in tasks)
-             + " | pretraining FLOPs | tokens seen | tokens/s | pretraining time (s) |",
-             "| --- |" + " --- |" * (len(tasks) + 4)]
-    for name, arm in results["arms"].items():
-        cells = []
-        for task in tasks:
-            r = arm["tasks"].get(task)
-            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else
-                         "failed" if arm["failed"] else "—")
-        compute = list(arm["compute"].values())
-        flops, tokens = median([c["flops"] for c in compute]), median([c["tokens"] for c in compute])
-        speed, seconds = median([c["tokens_per_second"] for c in compute]), median([c["seconds"] for c in compute])
-        minilm = " + MiniLM" if compute and compute[0]["includes_minilm"] else ""
-        cells += [fmt_flops(flops) + minilm, f"{tokens:,.0f}" if tokens else "—", f"{speed:,.0f}" if speed else "—",
-                  f"{seconds:.0f}" if seconds else "—"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("| chance | " + " | ".join("—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}"
-                                             for t in tasks) + " | | | | |")
+             "is not ours and not counted (—).", "", *score_table(results)]
     lines += ["", "![score against pretraining FLOPs](plot.png)", "", "## Significant differences", "",
               "Every pair of methods on each task: `repro.stats.decide` on unit means (paired by seed), two-sided at "
               "5%, Holm-adjusted across the pairs of the task. Where neither arm is above chance, no difference "

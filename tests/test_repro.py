@@ -380,11 +380,37 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
 
 
 def test_readme_reproduction_table_is_generated_from_the_committed_reports():
-    from encoder_zoo.repro.summary import BEGIN, END, table
+    from encoder_zoo.repro.summary import BEGIN, END, ZOO_BEGIN, ZOO_END, table, zoo_table
 
     readme = (REPO / "README.md").read_text()
-    assert BEGIN in readme and END in readme
-    assert readme.split(BEGIN)[1].split(END)[0].strip() == table().strip(), "rerun: python repro/summary.py --write"
+    for (begin, end), text in (((BEGIN, END), table()), ((ZOO_BEGIN, ZOO_END), zoo_table())):
+        assert begin in readme and end in readme
+        assert readme.split(begin)[1].split(end)[0].strip() == text.strip(), "rerun: python repro/summary.py --write"
+
+
+def test_readme_zoo_table_shows_every_method_with_its_compute_and_the_significant_pairs(tmp_path):
+    from encoder_zoo.repro.summary import zoo_table
+
+    unit = {"flops": 2e12, "tokens": 4000, "tokens_per_second": 800.0, "seconds": 5.0, "includes_minilm": False}
+    minilm = {"flops": None, "tokens": None, "tokens_per_second": None, "seconds": None, "includes_minilm": True}
+    score = {"median": 0.61, "low": 0.58, "high": 0.64, "n_units": 3}
+    results = {"tasks": ["rotten_tomatoes", "wiki_cloze"], "best_encoder": "teams",
+               "chance": {"rotten_tomatoes": 0.572, "wiki_cloze": None},
+               "arms": {"teams": {"tasks": {"rotten_tomatoes": score, "wiki_cloze": {**score, "median": 7.5}},
+                                  "failed": [], "compute": {"1": unit, "2": {**unit, "flops": 4e12}, "3": unit}},
+                        "hire+minilm": {"tasks": {"rotten_tomatoes": {**score, "median": 0.75}}, "failed": [],
+                                        "compute": {"1": minilm}}},
+               "pairs": [{"task": "rotten_tomatoes", "better": "hire+minilm", "worse": "teams", "significant": True},
+                         {"task": "wiki_cloze", "better": "teams", "worse": "bert", "significant": False}]}
+    (tmp_path / "zoo" / "cpu").mkdir(parents=True)
+    (tmp_path / "zoo" / "cpu" / "results.json").write_text(json.dumps(results))
+    text = zoo_table("cpu", tmp_path)
+    assert "| teams | 0.61 [0.58, 0.64] (3) | 7.5 [0.58, 0.64] (3) | 2e+12 | 4,000 | 800 | 5 |" in text
+    assert "| hire+minilm | 0.75 [0.58, 0.64] (3) | — | — + MiniLM | — | — | — |" in text
+    assert "| chance | 0.572 | — | | | | |" in text
+    assert "hire+minilm > teams on rotten_tomatoes accuracy" in text and "teams > bert" not in text
+    assert "**teams**" in text and "(repro/reports/zoo/cpu/plot.png)" in text
+    assert zoo_table("gpu", tmp_path).startswith("Not yet run at `gpu`")
 
 
 def test_summary_write_replaces_only_the_table(tmp_path):
