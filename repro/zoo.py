@@ -74,12 +74,14 @@ def best_encoder(sweep) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- compute
-def pretraining_compute(state_path: Path, budget) -> dict | None:
+def pretraining_compute(job, budget) -> dict | None:
     """FLOPs (Trainer's total_flos: the bench's per-batch count where the recipe has one), tokens seen (non-padding,
-    or steps x batch x length when the run did not count them) and wall time of one pretraining, from its
-    trainer_state.json."""
+    or steps x batch x length when the run did not count them) and wall time of one pretraining `job`, from its
+    trainer_state.json. A run resumed after a kill keeps its FLOPs and tokens (restored from the checkpoint), but its
+    train_runtime covers only its last part: its time and tokens/s are None, not a rate of all tokens over part of
+    the time."""
     try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state = json.loads((job.folder / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     end = next((e for e in reversed(state["log_history"]) if "train_runtime" in e), None)
@@ -87,9 +89,11 @@ def pretraining_compute(state_path: Path, budget) -> dict | None:
     counted = bool(tokens)
     if not counted:
         tokens = state["global_step"] * state["train_batch_size"] * budget.max_seq_length
-    seconds = end["train_runtime"] if end else None
+    resumed = job.log.exists() and any(line.startswith("$ ") and "--resume_from_checkpoint" in line
+                                       for line in job.log.read_text(encoding="utf-8", errors="replace").splitlines())
+    seconds = end["train_runtime"] if end and not resumed else None
     return {"flops": float(state.get("total_flos") or 0.0), "tokens": int(tokens), "tokens_counted": counted,
-            "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
+            "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None, "resumed": resumed}
 
 
 def unit_compute(sweep, arm: Arm, unit: int) -> dict:
@@ -101,13 +105,15 @@ def unit_compute(sweep, arm: Arm, unit: int) -> dict:
         parts.append(sweep.encoder_job(source, unit))
     if arm.cnn is not None:
         parts.append(sweep.pretrain_job(arm, [*sweep.budget.cnn_flags(), *arm.cnn], unit, "cnn"))
-    measured = [pretraining_compute(job.folder / "trainer_state.json", sweep.budget) for job in parts]
+    measured = [pretraining_compute(job, sweep.budget) for job in parts]
     if not parts or any(m is None for m in measured):
         return {"flops": None, "tokens": None, "seconds": None, "tokens_per_second": None,
                 "runs": [job.folder.name for job in parts], "includes_minilm": not arm.pretrain and not arm.backbone_from}
     main = measured[0]
+    timed = all(m["seconds"] is not None for m in measured)
     return {"flops": sum(m["flops"] for m in measured), "tokens": main["tokens"], "tokens_counted": main["tokens_counted"],
-            "seconds": sum(m["seconds"] or 0 for m in measured), "tokens_per_second": main["tokens_per_second"],
+            "seconds": sum(m["seconds"] for m in measured) if timed else None,
+            "tokens_per_second": main["tokens_per_second"], "resumed": [m["resumed"] for m in measured],
             "runs": [job.folder.name for job in parts], "includes_minilm": not arm.pretrain and not arm.backbone_from}
 
 
@@ -172,8 +178,10 @@ def score_table(results: dict) -> list[str]:
         flops, tokens = median([c["flops"] for c in compute]), median([c["tokens"] for c in compute])
         speed, seconds = median([c["tokens_per_second"] for c in compute]), median([c["seconds"] for c in compute])
         minilm = " + MiniLM" if compute and compute[0]["includes_minilm"] else ""
-        cells += [fmt_flops(flops) + minilm, f"{tokens:,.0f}" if tokens else "—", f"{speed:,.0f}" if speed else "—",
-                  f"{seconds:.0f}" if seconds else "—"]
+        timed = sum(c["seconds"] is not None for c in compute)
+        of = f" ({timed} of {len(compute)} units)" if 0 < timed < sum(c["flops"] is not None for c in compute) else ""
+        cells += [fmt_flops(flops) + minilm, f"{tokens:,.0f}" if tokens else "—",
+                  f"{speed:,.0f}{of}" if speed else "—", f"{seconds:.0f}{of}" if seconds else "—"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("| chance | " + " | ".join("—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}"
                                              for t in tasks) + " | | | | |")
@@ -199,7 +207,9 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
              "## Scores and compute", "",
              "Score: median over units [95% bootstrap interval] (units). Compute: median over units of the "
              "pretraining behind the model (for a fusion: its encoder's and its CNN's); the MiniLM's own pretraining "
-             "is not ours and not counted (—).", "", *score_table(results)]
+             "is not ours and not counted (—). A pretraining resumed after a kill has its FLOPs and tokens but no "
+             "time of its own (its runtime covers its last part only): tokens/s and time are then the median over "
+             "the units timed.", "", *score_table(results)]
     lines += ["", "![score against pretraining FLOPs](plot.png)", "", "## Significant differences", "",
               "Every pair of methods on each task: `repro.stats.decide` on unit means (paired by seed), two-sided at "
               "5%, Holm-adjusted across the pairs of the task. Where neither arm is above chance, no difference "

@@ -388,6 +388,35 @@ def test_readme_reproduction_table_is_generated_from_the_committed_reports():
         assert readme.split(begin)[1].split(end)[0].strip() == text.strip(), "rerun: python repro/summary.py --write"
 
 
+def test_a_resumed_pretrainings_compute_keeps_its_flops_and_tokens_but_claims_no_time(tmp_path):
+    """Trainer restores total_flos and the tokens seen from the checkpoint, but train_runtime is the last part's:
+    all tokens over it would overstate tokens/s, so a resumed run has no time; the table says how many units were."""
+    from encoder_zoo.repro.sweep import Job
+    from encoder_zoo.repro.zoo import pretraining_compute, score_table
+
+    state = {"log_history": [{"loss": 5.0, "step": 100}, {"train_runtime": 100.0, "step": 200}], "global_step": 200,
+             "train_batch_size": 16, "num_input_tokens_seen": 40000, "total_flos": 3e12}
+    jobs = []
+    for name, commands in (("whole", ["$ python pretrain.py --seed 1"]),
+                           ("resumed", ["$ python pretrain.py --seed 1", "$ python pretrain.py --seed 1 "
+                                        "--resume_from_checkpoint true"])):
+        job = Job("pretrain", name, name, tmp_path / name, [], [])
+        job.folder.mkdir()
+        (job.folder / "trainer_state.json").write_text(json.dumps(state))
+        job.log.write_text("\n".join(commands) + "\n")
+        jobs.append(pretraining_compute(job, BUDGETS["cpu"]))
+    whole, resumed = jobs
+    assert whole == {"flops": 3e12, "tokens": 40000, "tokens_counted": True, "seconds": 100.0,
+                     "tokens_per_second": 400.0, "resumed": False}
+    assert resumed == {**whole, "seconds": None, "tokens_per_second": None, "resumed": True}
+    score = {"median": 0.6, "low": 0.5, "high": 0.7, "n_units": 3}
+    units = {"1": {**whole, "includes_minilm": False}, "2": {**resumed, "includes_minilm": False},
+             "3": {**whole, "includes_minilm": False}}
+    rows = score_table({"tasks": ["rotten_tomatoes"], "chance": {"rotten_tomatoes": 0.5},
+                        "arms": {"bert": {"tasks": {"rotten_tomatoes": score}, "failed": [], "compute": units}}})
+    assert "| bert | 0.6 [0.5, 0.7] (3) | 3e+12 | 40,000 | 400 (2 of 3 units) | 100 (2 of 3 units) |" in rows
+
+
 def test_readme_zoo_table_shows_every_method_with_its_compute_and_the_significant_pairs(tmp_path):
     from encoder_zoo.repro.summary import zoo_table
 
