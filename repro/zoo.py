@@ -77,23 +77,32 @@ def best_encoder(sweep) -> str:
 def pretraining_compute(job, budget) -> dict | None:
     """FLOPs (Trainer's total_flos: the bench's per-batch count where the recipe has one), tokens seen (non-padding,
     or steps x batch x length when the run did not count them) and wall time of one pretraining `job`, from its
-    trainer_state.json. A run resumed after a kill keeps its FLOPs and tokens (restored from the checkpoint), but its
-    train_runtime covers only its last part: its time and tokens/s are None, not a rate of all tokens over part of
-    the time."""
+    trainer_state.json.
+
+    The time is the sum of its logged intervals' wall times (each interval's tokens over its tokens/s, both logged):
+    Trainer's train_runtime covers only the last part of a run resumed after a kill, while total_flos, the tokens and
+    the intervals before the checkpoint are restored with it. Where the intervals carry no token rate (the BERTAC CNN
+    counts words), train_runtime, and no time for a resumed run."""
     try:
         state = json.loads((job.folder / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    end = next((e for e in reversed(state["log_history"]) if "train_runtime" in e), None)
+    history = state["log_history"]
     tokens = state.get("num_input_tokens_seen") or 0
     counted = bool(tokens)
     if not counted:
         tokens = state["global_step"] * state["train_batch_size"] * budget.max_seq_length
-    resumed = job.log.exists() and any(line.startswith("$ ") and "--resume_from_checkpoint" in line
-                                       for line in job.log.read_text(encoding="utf-8", errors="replace").splitlines())
-    seconds = end["train_runtime"] if end and not resumed else None
+    intervals = [e for e in history if "loss" in e and "num_input_tokens_seen" in e]
+    if intervals and all(float(e.get("tokens_per_second", 0)) > 0 for e in intervals):
+        seen = [0] + [e["num_input_tokens_seen"] for e in intervals]
+        seconds = sum((b - a) / float(e["tokens_per_second"]) for a, b, e in zip(seen, seen[1:], intervals))
+    else:
+        resumed = job.log.exists() and any(line.startswith("$ ") and "--resume_from_checkpoint" in line for line in
+                                           job.log.read_text(encoding="utf-8", errors="replace").splitlines())
+        end = next((e for e in reversed(history) if "train_runtime" in e), None)
+        seconds = end["train_runtime"] if end and not resumed else None
     return {"flops": float(state.get("total_flos") or 0.0), "tokens": int(tokens), "tokens_counted": counted,
-            "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None, "resumed": resumed}
+            "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
 
 
 def unit_compute(sweep, arm: Arm, unit: int) -> dict:
@@ -113,7 +122,7 @@ def unit_compute(sweep, arm: Arm, unit: int) -> dict:
     timed = all(m["seconds"] is not None for m in measured)
     return {"flops": sum(m["flops"] for m in measured), "tokens": main["tokens"], "tokens_counted": main["tokens_counted"],
             "seconds": sum(m["seconds"] for m in measured) if timed else None,
-            "tokens_per_second": main["tokens_per_second"], "resumed": [m["resumed"] for m in measured],
+            "tokens_per_second": main["tokens_per_second"],
             "runs": [job.folder.name for job in parts], "includes_minilm": not arm.pretrain and not arm.backbone_from}
 
 
@@ -207,9 +216,9 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
              "## Scores and compute", "",
              "Score: median over units [95% bootstrap interval] (units). Compute: median over units of the "
              "pretraining behind the model (for a fusion: its encoder's and its CNN's); the MiniLM's own pretraining "
-             "is not ours and not counted (—). A pretraining resumed after a kill has its FLOPs and tokens but no "
-             "time of its own (its runtime covers its last part only): tokens/s and time are then the median over "
-             "the units timed.", "", *score_table(results)]
+             "is not ours and not counted (—). Time: the sum of the run's logged intervals (each interval's tokens "
+             "over its tokens/s), which a run resumed after a kill keeps; tokens/s: tokens seen over that time.", "",
+             *score_table(results)]
     lines += ["", "![score against pretraining FLOPs](plot.png)", "", "## Significant differences", "",
               "Every pair of methods on each task: `repro.stats.decide` on unit means (paired by seed), two-sided at "
               "5%, Holm-adjusted across the pairs of the task. Where neither arm is above chance, no difference "

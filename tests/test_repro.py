@@ -388,33 +388,42 @@ def test_readme_reproduction_table_is_generated_from_the_committed_reports():
         assert readme.split(begin)[1].split(end)[0].strip() == text.strip(), "rerun: python repro/summary.py --write"
 
 
-def test_a_resumed_pretrainings_compute_keeps_its_flops_and_tokens_but_claims_no_time(tmp_path):
-    """Trainer restores total_flos and the tokens seen from the checkpoint, but train_runtime is the last part's:
-    all tokens over it would overstate tokens/s, so a resumed run has no time; the table says how many units were."""
+def test_a_pretrainings_time_is_its_logged_intervals_so_a_resumed_run_keeps_its_whole_time(tmp_path):
+    """Trainer restores total_flos, the tokens seen and the log of the intervals before the checkpoint, but
+    train_runtime is the last part's: the time is the sum of the logged intervals' (tokens over tokens/s). A run
+    whose intervals carry no token rate falls back to train_runtime, and has no time when it was resumed; the table
+    says how many units were timed."""
     from encoder_zoo.repro.sweep import Job
     from encoder_zoo.repro.zoo import pretraining_compute, score_table
 
-    state = {"log_history": [{"loss": 5.0, "step": 100}, {"train_runtime": 100.0, "step": 200}], "global_step": 200,
-             "train_batch_size": 16, "num_input_tokens_seen": 40000, "total_flos": 3e12}
-    jobs = []
-    for name, commands in (("whole", ["$ python pretrain.py --seed 1"]),
-                           ("resumed", ["$ python pretrain.py --seed 1", "$ python pretrain.py --seed 1 "
-                                        "--resume_from_checkpoint true"])):
+    # 3 intervals: 1,000 tokens in 10 s, 2,000 in 5 s (before the kill), then 1,000 in 10 s after resuming
+    intervals = [{"loss": 5.0, "num_input_tokens_seen": n, "tokens_per_second": r}
+                 for n, r in ((1000, "100"), (3000, "400"), (4000, "100"))]
+    state = {"log_history": [*intervals, {"train_runtime": 10.0}], "global_step": 300, "train_batch_size": 16,
+             "num_input_tokens_seen": 4000, "total_flos": 3e12}
+
+    def compute(name, state, resumed):
         job = Job("pretrain", name, name, tmp_path / name, [], [])
         job.folder.mkdir()
         (job.folder / "trainer_state.json").write_text(json.dumps(state))
-        job.log.write_text("\n".join(commands) + "\n")
-        jobs.append(pretraining_compute(job, BUDGETS["cpu"]))
-    whole, resumed = jobs
-    assert whole == {"flops": 3e12, "tokens": 40000, "tokens_counted": True, "seconds": 100.0,
-                     "tokens_per_second": 400.0, "resumed": False}
-    assert resumed == {**whole, "seconds": None, "tokens_per_second": None, "resumed": True}
+        job.log.write_text("$ python pretrain.py --seed 1\n" + ("$ python pretrain.py --seed 1 "
+                                                                "--resume_from_checkpoint true\n" if resumed else ""))
+        return pretraining_compute(job, BUDGETS["cpu"])
+
+    timed = compute("resumed", state, resumed=True)
+    assert timed == {"flops": 3e12, "tokens": 4000, "tokens_counted": True, "seconds": 25.0,
+                     "tokens_per_second": 160.0}
+    untimed = [{k: v for k, v in e.items() if k != "tokens_per_second"} for e in intervals]
+    words = {**state, "log_history": [*untimed, {"train_runtime": 10.0}]}
+    assert compute("words", words, resumed=False)["seconds"] == 10.0
+    assert compute("words-resumed", words, resumed=True)["seconds"] is None
     score = {"median": 0.6, "low": 0.5, "high": 0.7, "n_units": 3}
-    units = {"1": {**whole, "includes_minilm": False}, "2": {**resumed, "includes_minilm": False},
-             "3": {**whole, "includes_minilm": False}}
+    units = {"1": {**timed, "includes_minilm": False}, "2": {**timed, "seconds": None, "tokens_per_second": None,
+                                                               "includes_minilm": False},
+             "3": {**timed, "includes_minilm": False}}
     rows = score_table({"tasks": ["rotten_tomatoes"], "chance": {"rotten_tomatoes": 0.5},
                         "arms": {"bert": {"tasks": {"rotten_tomatoes": score}, "failed": [], "compute": units}}})
-    assert "| bert | 0.6 [0.5, 0.7] (3) | 3e+12 | 40,000 | 400 (2 of 3 units) | 100 (2 of 3 units) |" in rows
+    assert "| bert | 0.6 [0.5, 0.7] (3) | 3e+12 | 4,000 | 160 (2 of 3 units) | 25 (2 of 3 units) |" in rows
 
 
 def test_readme_zoo_table_shows_every_method_with_its_compute_and_the_significant_pairs(tmp_path):
