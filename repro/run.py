@@ -148,7 +148,8 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
               "## How this was run", "", f"- Command: `{results['command']}`", f"- Commit: `{results['commit']}`",
               f"- Machine: {results['machine']}",
               f"- Time: {results['run_seconds'] / 60:.0f} minutes of runs (every job's last successful run, from "
-              "the cache's runs.jsonl; cached jobs count with the time they took when they ran)",
+              "the cache's runs.jsonl; cached jobs count with the time they took when they ran; a pretraining resumed "
+              "after a kill with its logged training intervals, the killed part's included)",
               f"- Budget preset: `{json.dumps(results['budget'])}`", "",
               f"Every subprocess (cached ones included), from the repository root ({units} units per arm):", "", "```"]
     lines += command_block([c["command"] for c in results["commands"]])

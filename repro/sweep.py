@@ -393,8 +393,16 @@ class Sweep:
         return [done[str(job.folder)] for job in self.jobs if str(job.folder) in done]
 
     def run_seconds(self) -> float:
-        """Seconds the sweep's jobs took, each job's last successful run."""
-        return float(sum(entry["seconds"] for entry in self.logged_runs()))
+        """Seconds the sweep's jobs took, each job's last successful run; a pretraining resumed after a kill counts
+        its logged training intervals, the killed part's included, where they add up to more than its last run."""
+        jobs = {str(job.folder): job for job in self.jobs}
+        total = 0.0
+        for entry in self.logged_runs():
+            job, seconds = jobs[entry["folder"]], entry["seconds"]
+            if job.kind == "pretrain":
+                seconds = max(seconds, training_seconds(job.folder / "trainer_state.json") or 0.0)
+            total += seconds
+        return total
 
     def run_threads(self) -> dict:
         """{torch threads: runs} of the sweep's jobs' last successful runs; None counts runs logged before the
@@ -447,6 +455,21 @@ def describe_arms(sweep: Sweep, seed: int, chance: dict) -> tuple[dict, dict]:
                          for (unit, finetune_seed), value in values.items()]}
         arms[arm.name] = {"description": arm.description, "tasks": per_task, "failed": sweep.failures(arm.name)}
     return arms, runs
+
+
+def training_seconds(state_path: Path) -> float | None:
+    """A pretraining's training time: the sum of its logged intervals' wall times (each interval's tokens over its
+    tokens/s, both logged), or None where they carry no token rate. Trainer's train_runtime covers only the last part
+    of a run resumed after a kill; the intervals before its checkpoint are restored with the checkpoint."""
+    try:
+        history = json.loads(state_path.read_text(encoding="utf-8"))["log_history"]
+    except (OSError, ValueError, KeyError):
+        return None
+    intervals = [e for e in history if "loss" in e and "num_input_tokens_seen" in e]
+    if not intervals or not all(float(e.get("tokens_per_second", 0)) > 0 for e in intervals):
+        return None
+    seen = [0] + [e["num_input_tokens_seen"] for e in intervals]
+    return sum((b - a) / float(e["tokens_per_second"]) for a, b, e in zip(seen, seen[1:], intervals))
 
 
 def torch_threads() -> int | None:

@@ -77,29 +77,23 @@ def best_encoder(sweep) -> str:
 def pretraining_compute(job, budget) -> dict | None:
     """FLOPs (Trainer's total_flos: the bench's per-batch count where the recipe has one), tokens seen (non-padding,
     or steps x batch x length when the run did not count them) and wall time of one pretraining `job`, from its
-    trainer_state.json.
+    trainer_state.json. The time is `training_seconds`, which a run resumed after a kill keeps whole; where the
+    intervals carry no token rate (the BERTAC CNN counts words), train_runtime, and no time for a resumed run."""
+    from encoder_zoo.repro.sweep import training_seconds
 
-    The time is the sum of its logged intervals' wall times (each interval's tokens over its tokens/s, both logged):
-    Trainer's train_runtime covers only the last part of a run resumed after a kill, while total_flos, the tokens and
-    the intervals before the checkpoint are restored with it. Where the intervals carry no token rate (the BERTAC CNN
-    counts words), train_runtime, and no time for a resumed run."""
     try:
         state = json.loads((job.folder / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    history = state["log_history"]
     tokens = state.get("num_input_tokens_seen") or 0
     counted = bool(tokens)
     if not counted:
         tokens = state["global_step"] * state["train_batch_size"] * budget.max_seq_length
-    intervals = [e for e in history if "loss" in e and "num_input_tokens_seen" in e]
-    if intervals and all(float(e.get("tokens_per_second", 0)) > 0 for e in intervals):
-        seen = [0] + [e["num_input_tokens_seen"] for e in intervals]
-        seconds = sum((b - a) / float(e["tokens_per_second"]) for a, b, e in zip(seen, seen[1:], intervals))
-    else:
+    seconds = training_seconds(job.folder / "trainer_state.json")
+    if seconds is None:
         resumed = job.log.exists() and any(line.startswith("$ ") and "--resume_from_checkpoint" in line for line in
                                            job.log.read_text(encoding="utf-8", errors="replace").splitlines())
-        end = next((e for e in reversed(history) if "train_runtime" in e), None)
+        end = next((e for e in reversed(state["log_history"]) if "train_runtime" in e), None)
         seconds = end["train_runtime"] if end and not resumed else None
     return {"flops": float(state.get("total_flos") or 0.0), "tokens": int(tokens), "tokens_counted": counted,
             "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}

@@ -341,6 +341,23 @@ def test_the_reports_machine_line_names_the_runs_threads_not_the_report_writers(
     assert f"1 torch thread(s) per run ({len(sweep.jobs) - 1} runs) and 2 torch thread(s) per run (1 run)" in line
 
 
+def test_a_reports_time_counts_a_resumed_pretrainings_killed_part(tmp_path, monkeypatch):
+    """runs.jsonl logs only a pretraining's last, resumed run; its logged training intervals (restored with the
+    checkpoint) hold the killed part too, and the report's time counts the larger of the two."""
+    from encoder_zoo.repro.sweep import Sweep
+
+    sweep = Sweep(EXPERIMENTS["teams"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    pretrain = next(j for j in sweep.jobs if j.kind == "pretrain")
+    monkeypatch.setattr(sweep, "execute", lambda job: write_outputs(job, 0.7) or "done")
+    sweep.run(tmp_path / "cache" / "runs.jsonl")
+    logged = sweep.run_seconds()
+    # 1,000 tokens at 10/s before the kill, 1,000 at 100/s after: 110 s of training, where the last run logged ~0 s
+    history = [{"loss": 5.0, "num_input_tokens_seen": n, "tokens_per_second": r} for n, r in ((1000, 10), (2000, 100))]
+    (pretrain.folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    entry = next(e for e in run_log(tmp_path) if e["folder"] == str(pretrain.folder))
+    assert sweep.run_seconds() == pytest.approx(logged - entry["seconds"] + 110.0)
+
+
 def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, monkeypatch, capsys):
     """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
     moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
