@@ -498,8 +498,9 @@ def machine(threads: dict | None = None) -> str:
     for n, runs in (threads or {None: 1}).items():
         counts[n if n is not None else torch_threads()] += runs
     if None not in counts:
-        description += ", " + " and ".join(
-            f"{n} torch thread(s) per run" + (f" ({runs} run{'s' * (runs != 1)})" if len(counts) > 1 else "") for n, runs in sorted(counts.items()))
+        shares = [f"{n} torch thread(s) per run" + (f" ({runs} run{'s' * (runs != 1)})" if len(counts) > 1 else "")
+                  for n, runs in sorted(counts.items())]
+        description += ", " + " and ".join(shares)
     try:
         import torch
 
