@@ -55,7 +55,7 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
 
 
 def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
-    from encoder_zoo.repro.zoo import score_table
+    from encoder_zoo.repro.zoo import TABLE_KEY, score_table
 
     path = reports / "zoo" / budget / "results.json"
     if not path.exists():
@@ -65,8 +65,7 @@ def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
                    if p["significant"]]
     return "\n".join([
         *score_table(results), "",
-        f"Score: median over units [95% bootstrap interval] (units); compute: median over units of the pretraining "
-        f"behind the model. Fusions are built over the best encoder, **{results['best_encoder']}**. Significant "
+        f"{TABLE_KEY} Fusions are built over the best encoder, **{results['best_encoder']}**. Significant "
         f"pairs (two-sided 5%, Holm across the pairs of each task): "
         f"{'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md).", "",
         f"![zoo at the {budget} budget: every unit's score against its pretraining FLOPs]"

@@ -400,7 +400,7 @@ class Sweep:
         for entry in self.logged_runs():
             job, seconds = jobs[entry["folder"]], entry["seconds"]
             if job.kind == "pretrain":
-                seconds = max(seconds, training_seconds(job.folder / "trainer_state.json") or 0.0)
+                seconds = max(seconds, training_seconds(log_history(job.folder)) or 0.0)
             total += seconds
         return total
 
@@ -457,15 +457,20 @@ def describe_arms(sweep: Sweep, seed: int, chance: dict) -> tuple[dict, dict]:
     return arms, runs
 
 
-def training_seconds(state_path: Path) -> float | None:
-    """A pretraining's training time: the sum of its logged intervals' wall times (each interval's tokens over its
-    tokens/s, both logged), or None where they carry no token rate. Trainer's train_runtime covers only the last part
-    of a run resumed after a kill; the intervals before its checkpoint are restored with the checkpoint."""
+def log_history(folder: Path) -> list[dict] | None:
+    """The `log_history` of a run's trainer_state.json, or None when it is missing or unreadable."""
     try:
-        history = json.loads(state_path.read_text(encoding="utf-8"))["log_history"]
+        return json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
     except (OSError, ValueError, KeyError):
         return None
-    intervals = [e for e in history if "loss" in e and "num_input_tokens_seen" in e]
+
+
+def training_seconds(history: list[dict] | None) -> float | None:
+    """A pretraining's training time from its `log_history`: the sum of its logged intervals' wall times (each
+    interval's tokens over its tokens/s, both logged), or None where they carry no token rate. Trainer's train_runtime
+    covers only the last part of a run resumed after a kill; the intervals before its checkpoint are restored with
+    the checkpoint."""
+    intervals = [e for e in history or [] if "loss" in e and "num_input_tokens_seen" in e]
     if not intervals or not all(float(e.get("tokens_per_second", 0)) > 0 for e in intervals):
         return None
     seen = [0] + [e["num_input_tokens_seen"] for e in intervals]

@@ -89,7 +89,7 @@ def pretraining_compute(job, budget) -> dict | None:
     counted = bool(tokens)
     if not counted:
         tokens = state["global_step"] * state["train_batch_size"] * budget.max_seq_length
-    seconds = training_seconds(job.folder / "trainer_state.json")
+    seconds = training_seconds(state.get("log_history"))
     if seconds is None:
         resumed = job.log.exists() and any(line.startswith("$ ") and "--resume_from_checkpoint" in line for line in
                                            job.log.read_text(encoding="utf-8", errors="replace").splitlines())
@@ -163,6 +163,12 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+# What a row of `score_table` holds: the report and README's table say it in these words.
+TABLE_KEY = ("Score: median over units [95% bootstrap interval] (units). Compute: median over units of the pretraining "
+             "behind the model (for a fusion: its encoder's and its CNN's); the MiniLM's own pretraining is not ours "
+             "and not counted (—).")
+
+
 def score_table(results: dict) -> list[str]:
     """One row per method: each task's median over units [95% bootstrap interval] (units), then the median over units
     of its pretraining FLOPs, tokens seen, tokens/s and time; a last row with each task's chance level. The report's
@@ -208,10 +214,8 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
              f"{len(budget.unit_seeds)} independently trained models per method (seeds {list(budget.unit_seeds)}). "
              f"Best encoder of stage 1 (fusions built over it): **{results['best_encoder']}**.", "",
              "## Scores and compute", "",
-             "Score: median over units [95% bootstrap interval] (units). Compute: median over units of the "
-             "pretraining behind the model (for a fusion: its encoder's and its CNN's); the MiniLM's own pretraining "
-             "is not ours and not counted (—). Time: the sum of the run's logged intervals (each interval's tokens "
-             "over its tokens/s), which a run resumed after a kill keeps; tokens/s: tokens seen over that time.", "",
+             f"{TABLE_KEY} Time: the sum of the run's logged intervals (each interval's tokens over its tokens/s), "
+             "which a run resumed after a kill keeps; tokens/s: tokens seen over that time.", "",
              *score_table(results)]
     lines += ["", "![score against pretraining FLOPs](plot.png)", "", "## Significant differences", "",
               "Every pair of methods on each task: `repro.stats.decide` on unit means (paired by seed), two-sided at "
