@@ -45,7 +45,8 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             d = claim.get("decision") or {}
             units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
             relation = ">" if claim["direction"] == "better" else "≤"
-            lines.append(f"| [{name}](repro/reports/{name}/{budget}/report.md) | {claim['arm']} {relation} "
+            paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is results["claims"][0] else ""
+            lines.append(f"| {paper} | {claim['arm']} {relation} "
                          f"{claim['baseline']} | {METRICS[claim['task']].label} | {fmt(d.get('estimate'))} "
                          f"[{fmt(d.get('low'))}, {fmt(d.get('high'))}] | {units} | {fmt(d.get('mdd'))} | "
                          f"{claim['verdict']} |")

@@ -140,4 +140,12 @@ def test_links_resolve(page):
 
 
 def test_readme_fits_one_screen():
-    assert len((REPO / "README.md").read_text()) <= 12_000
+    """README's own text stays short; the reproduction and zoo tables that `repro/summary.py` writes between their
+    markers are data, one row per claim or method, and are bounded on their own."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    generated = re.findall(r"<!-- (?:repro|zoo)-table: begin.*?<!-- (?:repro|zoo)-table: end -->", text, re.S)
+    assert len(generated) == 2
+    assert len(text) - sum(map(len, generated)) <= 10_000
+    assert len(text) <= 16_000
