@@ -250,7 +250,8 @@ class Sweep:
                             command, [folder / f"seed-{s}.json" for s in seeds], needs=needs, seeds=seeds))
         else:
             length = max(budget.finetune_max_seq_length, 96)
-            flags = [*remote, "--dataset", task, *budget_flags, "--max_seq_length", str(length),
+            # A QA init already carries its QA head (`--head question_answering`): nothing to re-initialise.
+            flags = ["--trust_remote_code", "--dataset", task, *budget_flags, "--max_seq_length", str(length),
                      "--doc_stride", str(length // 4), "--max_question_length", str(length // 3),
                      "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
             for seed in seeds:

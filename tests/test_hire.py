@@ -485,3 +485,23 @@ def test_hire_importance_runs_checkpoint_code_only_when_asked(monkeypatch, tmp_p
         with pytest.raises(OSError, match="stop here"):
             hire_importance.main(["--run", f"rotten_tomatoes={tmp_path}", "--output", str(tmp_path / "i.png"), *flags])
     assert asked == [False, True]
+
+
+def test_hire_over_the_two_tower_cloze_encoder_reads_its_concatenated_towers():
+    """The cloze encoder's hidden states are both towers' states side by side (2d wide): HIRE's extractor, fusion and
+    head take that width (the zoo builds HIRE over whichever encoder ranks best)."""
+    from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
+
+    cloze = TwoTowerClozeConfig(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+                                eos_token_id=2, sep_token_id=3)
+    config = HireConfig(backbone_config=cloze, num_labels=3, gru_hidden_size=8, classifier_dropout=0.0)
+    assert config.model_dim == 32 and config.num_layers == 3
+    model = HireRobertaForSequenceClassification(config).eval()
+    input_ids = torch.randint(4, 120, (2, 7))
+    attention_mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    output = model(input_ids=input_ids, attention_mask=attention_mask, labels=torch.tensor([0, 2]))
+    assert output.logits.shape == (2, 3) and torch.isfinite(output.loss)
+    output.loss.backward()
+    trained = {name for name, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert any("backbone" in name for name in trained) and any("extractor" in name for name in trained), trained

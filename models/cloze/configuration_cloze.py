@@ -144,6 +144,12 @@ class TwoTowerClozeConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self._check_choices()
 
+    @property
+    def hidden_states_size(self) -> int:
+        """The width of `hidden_states`: both towers' states concatenated (2d). A model that reads the encoder's
+        layers (HIRE) takes it as its input width."""
+        return 2 * self.hidden_size
+
     def _check_choices(self):
         for name, choices in (
             ("query_combination", QUERY_COMBINATIONS),

@@ -118,7 +118,9 @@ class HireConfig(PreTrainedConfig):
 
     @property
     def model_dim(self) -> int:
-        return self.backbone_config.hidden_size
+        """The width of the encoder's hidden states: its hidden size, or `hidden_states_size` where its layers'
+        states are wider (the two-tower cloze model concatenates its towers: 2d)."""
+        return getattr(self.backbone_config, "hidden_states_size", self.backbone_config.hidden_size)
 
     @property
     def gru_dim(self) -> int:
