@@ -27,7 +27,7 @@ from pathlib import Path
 from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 from encoder_zoo.repro.sweep import (
-    REPO, Sweep, chance_level, command_block, describe_arms, git_commit, machine, relative,
+    REPO, Sweep, chance_level, command_block, describe_arms, failed_on, git_commit, machine, relative,
 )
 
 
@@ -96,7 +96,7 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
         for task in sweep.tasks:
             r = arm["tasks"].get(task)
             cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else "failed"
-                         if arm["failed"] else "—")
+                         if failed_on(arm, task) else "—")
         lines.append(f"| {name}{' (baseline)' if name == experiment.baseline else ''} | " + " | ".join(cells) + " |")
     lines.append("| chance (a model that learned nothing) | " + " | ".join(
         "—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}" for t in sweep.tasks) + " |")

@@ -416,6 +416,13 @@ class Sweep:
 
 
 # ------------------------------------------------------------------------------------------------------ results
+def failed_on(arm_result: dict, task: str) -> bool:
+    """Whether `task`'s score of an arm is missing for a failure: one of its failed or skipped runs is a `task`
+    fine-tuning (their names start with the task), or is no fine-tuning at all (a pretraining or an init, which every
+    task needs). A task the arm has no run for (held-out loss of a fusion) is then not a failure."""
+    return any((name := f["run"].split(" ", 1)[0]) == task or name not in METRICS for f in arm_result["failed"])
+
+
 def chance_level(task: str, budget: Budget) -> float | None:
     """What a model that learned nothing scores on `task` at `budget`: no correlation (regression); the accuracy of
     one constant answer, the most frequent label of the scored rows (classification scored by accuracy); None where

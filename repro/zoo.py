@@ -173,6 +173,8 @@ def score_table(results: dict) -> list[str]:
     """One row per method: each task's median over units [95% bootstrap interval] (units), then the median over units
     of its pretraining FLOPs, tokens seen, tokens/s and time; a last row with each task's chance level. The report's
     table and README's (`repro/summary.py`)."""
+    from encoder_zoo.repro.sweep import failed_on
+
     tasks = results["tasks"]
     lines = ["| method | " + " | ".join(METRICS[t].label for t in tasks)
              + " | pretraining FLOPs | tokens seen | tokens/s | pretraining time (s) |",
@@ -182,7 +184,7 @@ def score_table(results: dict) -> list[str]:
         for task in tasks:
             r = arm["tasks"].get(task)
             cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else
-                         "failed" if arm["failed"] else "—")
+                         "failed" if failed_on(arm, task) else "—")
         compute = list(arm["compute"].values())
         flops, tokens = median([c["flops"] for c in compute]), median([c["tokens"] for c in compute])
         speed, seconds = median([c["tokens_per_second"] for c in compute]), median([c["seconds"] for c in compute])

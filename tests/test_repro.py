@@ -518,3 +518,15 @@ def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
     assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
     reused = {c["folder"] for c in results["commands"]}
     assert len(reused) == len(results["commands"])  # one job per folder: a run shared by two methods runs once
+
+
+def test_a_task_reads_failed_only_where_its_own_run_or_a_run_every_task_needs_failed():
+    """The zoo's fusions have no held-out loss: a failed QA run must not mark that cell (or the GLUE ones) failed."""
+    from encoder_zoo.repro.sweep import failed_on
+
+    qa = {"failed": [{"run": "wiki_cloze bertac+cloze unit 3 seed 301", "status": "failed", "log": "x"}]}
+    assert failed_on(qa, "wiki_cloze")
+    assert not failed_on(qa, "heldout_mlm") and not failed_on(qa, "rotten_tomatoes")
+    init = {"failed": [{"run": "hire init --backbone b --num_labels 2 --seed 1", "status": "failed", "log": "x"}]}
+    assert all(failed_on(init, task) for task in ("rotten_tomatoes", "wiki_cloze", "heldout_mlm"))
+    assert not failed_on({"failed": []}, "rotten_tomatoes")
