@@ -78,7 +78,7 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
                "machine": machine(sweep.run_threads()),
                "commands": [{"run": j.name, "status": j.status, "command": relative(j.command, output_dir),
                              "log": relative([str(j.log)], output_dir)} for j in sweep.jobs]}
-    results["run_seconds"] = sweep.run_seconds()
+    results["run_seconds"], results["wall_seconds"] = sweep.run_seconds(), sweep.wall_seconds()
     (folder / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, sweep, folder / "plot.png")
     units = len(budget.unit_seeds)
@@ -147,9 +147,11 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
     lines += ["", "## Notes", "", experiment.notes or "—", "",
               "## How this was run", "", f"- Command: `{results['command']}`", f"- Commit: `{results['commit']}`",
               f"- Machine: {results['machine']}",
-              f"- Time: {results['run_seconds'] / 60:.0f} minutes of runs (every job's last successful run, from "
-              "the cache's runs.jsonl; cached jobs count with the time they took when they ran; a pretraining resumed "
-              "after a kill with its logged training intervals, the killed part's included)",
+              f"- Time: {results['wall_seconds'] / 60:.0f} minutes of wall clock with at least one run going (sweeps "
+              f"sharing the cache counted once, gaps between sittings not at all); {results['run_seconds'] / 60:.0f} "
+              "minutes of runs added up (every job's last successful run, from the cache's runs.jsonl; cached jobs "
+              "count with the time they took when they ran; a pretraining resumed after a kill with its logged "
+              "training intervals, the killed part's included)",
               f"- Budget preset: `{json.dumps(results['budget'])}`", "",
               f"Every subprocess (cached ones included), from the repository root ({units} units per arm):", "", "```"]
     lines += command_block([c["command"] for c in results["commands"]])

@@ -405,6 +405,18 @@ class Sweep:
             total += seconds
         return total
 
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds during which at least one of the sweep's jobs ran (each job's last successful run): the
+        union of their intervals, so that sweeps sharing the cache count once and the gaps between sittings not at
+        all. `run_seconds` sums the runs instead (two one-thread sweeps on 2 cores: about twice this)."""
+        intervals = sorted((end - entry["seconds"], end) for entry in self.logged_runs()
+                           for end in [time.mktime(time.strptime(entry["time"], "%Y-%m-%dT%H:%M:%S"))])
+        total, reach = 0.0, float("-inf")
+        for start, end in intervals:
+            total += max(0.0, end - max(start, reach))
+            reach = max(reach, end)
+        return total
+
     def run_threads(self) -> dict:
         """{torch threads: runs} of the sweep's jobs' last successful runs; None counts runs logged before the
         thread count was."""

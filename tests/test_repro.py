@@ -358,6 +358,26 @@ def test_a_reports_time_counts_a_resumed_pretrainings_killed_part(tmp_path, monk
     assert sweep.run_seconds() == pytest.approx(logged - entry["seconds"] + 110.0)
 
 
+def test_a_reports_wall_clock_counts_overlapping_runs_once_and_gaps_between_sittings_not_at_all(tmp_path, monkeypatch):
+    """Two sweeps sharing 2 cores run two jobs at once: the report's wall clock is the union of the runs' intervals
+    (each logged with its end time and seconds), beside their sum."""
+    from encoder_zoo.repro.sweep import Sweep
+
+    sweep = Sweep(EXPERIMENTS["teams"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    monkeypatch.setattr(sweep, "execute", lambda job: write_outputs(job, 0.7) or "done")
+    sweep.run(tmp_path / "cache" / "runs.jsonl")
+    entries = run_log(tmp_path)
+    assert len(entries) >= 4
+    # (end, seconds): [0, 100] and [50, 150] overlap, [150, 160] touches, [1000, 1040] after a gap, the rest inside
+    spans = [(100, 100), (150, 100), (160, 10), (1040, 40)] + [(1030, 5)] * (len(entries) - 4)
+    for entry, (end, seconds) in zip(entries, spans):
+        entry["time"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1_800_000_000 + end))
+        entry["seconds"] = seconds
+    (tmp_path / "cache" / "runs.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    assert sweep.wall_seconds() == pytest.approx(160 + 40)
+    assert sweep.run_seconds() == pytest.approx(sum(seconds for _, seconds in spans))
+
+
 def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, monkeypatch, capsys):
     """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
     moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
