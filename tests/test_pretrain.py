@@ -2,7 +2,6 @@
 loss that really goes down on real text."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest

@@ -5,8 +5,6 @@ import itertools
 import json
 import signal
 
-import numpy as np
-import pytest
 import torch
 from helpers import pretrain
 from test_resume import assert_same_weights, start, step_logs, wait_for
