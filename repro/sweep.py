@@ -423,16 +423,21 @@ class Sweep:
         return dict(Counter(entry.get("torch_threads") for entry in self.logged_runs()))
 
     def failures(self, arm: str) -> list[dict]:
-        return [{"run": j.name, "status": j.status, "log": str(j.log)} for j in self.jobs
-                if j.arm == arm and (j.status == "failed" or j.status.startswith("skipped"))]
+        """`arm`'s failed runs and those skipped for a failure upstream, each with the tasks whose scores it writes
+        (a fine-tuning its task, a pretraining its held-out loss, an init or a CNN none: the runs it feeds are
+        skipped and listed with theirs)."""
+        gives: dict[int, set] = {}
+        for (_, task, _, _), (job, _) in self.sources.items():
+            gives.setdefault(id(job), set()).add(task)
+        return [{"run": j.name, "status": j.status, "log": str(j.log), "tasks": sorted(gives.get(id(j), ()))}
+                for j in self.jobs if j.arm == arm and (j.status == "failed" or j.status.startswith("skipped"))]
 
 
 # ------------------------------------------------------------------------------------------------------ results
 def failed_on(arm_result: dict, task: str) -> bool:
-    """Whether `task`'s score of an arm is missing for a failure: one of its failed or skipped runs is a `task`
-    fine-tuning (their names start with the task), or is no fine-tuning at all (a pretraining or an init, which every
-    task needs). A task the arm has no run for (held-out loss of a fusion) is then not a failure."""
-    return any((name := f["run"].split(" ", 1)[0]) == task or name not in METRICS for f in arm_result["failed"])
+    """Whether `task`'s score of an arm is missing for a failure: one of its failed or skipped runs writes `task`'s
+    score (`Sweep.failures`). A task the arm has no run for (held-out loss of a fusion) is then not a failure."""
+    return any(task in f["tasks"] for f in arm_result["failed"])
 
 
 def chance_level(task: str, budget: Budget) -> float | None:
