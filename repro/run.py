@@ -3,7 +3,7 @@ models: one per pretraining or initialisation seed) on the same data and budget,
 with a verdict per claim from `repro.stats.decide_family` (t-test on unit means, Holm across the paper's claims),
 its interval and its minimum detectable difference.
 
-    python repro/run.py spanbert --budget smoke|cpu|gpu [--dataset PATH_OR_HUB_ID] [--output_dir runs/repro]
+    python repro/run.py spanbert --budget smoke|cpu|gpu [--jobs 2] [--dataset PATH_OR_HUB_ID] [--output_dir runs/repro]
 
 Experiments: spanbert, teams, cloze, hire, bertac; `zoo` puts every method on one budget in one table
 (repro/zoo.py). Every model is trained by the project's own entry points
@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
 import sys
 import textwrap
 from dataclasses import asdict
@@ -208,11 +211,65 @@ def parse_args(argv):
     parser.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds within each unit (default: the "
                         "budget's); unit u runs seed s as 100 u + s.")
     parser.add_argument("--bootstrap_seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="Runs side by side: this sweep and JOBS - 1 helper sweeps "
+                        "of the same command on the same cache, each run with cores / JOBS torch threads (on 2 cores "
+                        "`--jobs 2` did 1.35x the steps of one two-thread sweep); helpers log to "
+                        "OUTPUT_DIR/cache/helper-<i>.log, and this process writes the report once all have finished.")
+    parser.add_argument("--sweep_only", action="store_true", help="Run the sweep's jobs and write no report (what a "
+                        "--jobs helper does; or one of several machines sharing OUTPUT_DIR).")
     args = parser.parse_args(argv)
     unknown = set(args.tasks or []) - set(METRICS)
     if unknown:
         parser.error(f"unknown task(s) {sorted(unknown)}: choose from {sorted(METRICS)}")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more sweeps to run side by side")
     return args
+
+
+def start_helpers(argv: list[str], jobs: int, output_dir: Path) -> list[subprocess.Popen]:
+    """`--jobs`: every run (this sweep's and the helpers') gets cores / jobs torch threads, and jobs - 1 helper sweeps
+    of the same command share the cache: each takes the next job no other sweep holds (sweep.Sweep.run)."""
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads  # inherited by every run
+    try:
+        import torch
+
+        torch.set_num_threads(int(threads))  # what runs.jsonl records per run
+    except ImportError:
+        pass
+    (output_dir / "cache").mkdir(parents=True, exist_ok=True)
+    helpers = []
+    for i in range(1, jobs):
+        with open(output_dir / "cache" / f"helper-{i}.log", "a") as log:
+            helpers.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv, "--jobs", "1",
+                                             "--sweep_only"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                            start_new_session=True))  # stopped as a group, with the run it holds
+    return helpers
+
+
+def stop_helpers(helpers: list[subprocess.Popen], finished: bool) -> None:
+    """Wait for the helpers once this sweep has finished (every job is then done or failed, so they only confirm it);
+    if it was interrupted, stop them with the runs they started (a killed pretraining resumes on the next sweep). A
+    helper that failed is named with its log."""
+    for i, helper in enumerate(helpers, 1):
+        if not finished and helper.poll() is None:
+            os.killpg(helper.pid, signal.SIGTERM)
+        if helper.wait() != 0 and finished:
+            print(f"Helper sweep {i} exited with {helper.returncode}: see its log, cache/helper-{i}.log")
+
+
+def run_experiment(experiment, budget, output_dir: Path, args, argv: list[str]) -> dict:
+    sweep = Sweep(experiment, budget, output_dir, args.dataset, args.tasks)
+    sweep.run(output_dir / "cache" / "runs.jsonl")
+    if args.sweep_only:
+        return {}
+    results = analyse(sweep, args.bootstrap_seed)
+    folder = output_dir / args.experiment / budget.name
+    write_report(results, sweep, folder, argv)
+    print(f"Report: {folder / 'report.md'}")
+    for claim in results["claims"]:
+        print(f"  {claim['arm']} vs {claim['baseline']} on {claim['task']}: {claim['verdict']}")
+    return results
 
 
 def main(argv=None) -> dict:
@@ -225,18 +282,19 @@ def main(argv=None) -> dict:
         budget = dataclasses.replace(budget, finetune_seeds=tuple(args.seeds or budget.finetune_seeds),
                                      unit_seeds=tuple(args.units or budget.unit_seeds))
     output_dir = Path(args.output_dir).resolve()
-    if args.experiment == "zoo":
-        from encoder_zoo.repro.zoo import run_zoo
+    helpers = start_helpers(argv, args.jobs, output_dir) if args.jobs > 1 else []
+    finished = False
+    try:  # this sweep's run returns once every job is done or failed (it waits for those a helper holds)
+        if args.experiment == "zoo":
+            from encoder_zoo.repro.zoo import run_zoo
 
-        return run_zoo(budget, output_dir, args.dataset, args.tasks, args.bootstrap_seed, argv)
-    sweep = Sweep(EXPERIMENTS[args.experiment], budget, output_dir, args.dataset, args.tasks)
-    sweep.run(output_dir / "cache" / "runs.jsonl")
-    results = analyse(sweep, args.bootstrap_seed)
-    folder = output_dir / args.experiment / budget.name
-    write_report(results, sweep, folder, argv)
-    print(f"Report: {folder / 'report.md'}")
-    for claim in results["claims"]:
-        print(f"  {claim['arm']} vs {claim['baseline']} on {claim['task']}: {claim['verdict']}")
+            results = run_zoo(budget, output_dir, args.dataset, args.tasks, args.bootstrap_seed, argv,
+                              report=not args.sweep_only)
+        else:
+            results = run_experiment(EXPERIMENTS[args.experiment], budget, output_dir, args, argv)
+        finished = True
+    finally:
+        stop_helpers(helpers, finished)
     return results
 
 

@@ -280,7 +280,8 @@ def plot_zoo(results: dict, sweep, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- main
-def run_zoo(budget, output_dir: Path, dataset: str | None, tasks, seed: int, argv: list[str]) -> dict:
+def run_zoo(budget, output_dir: Path, dataset: str | None, tasks, seed: int, argv: list[str],
+            report: bool = True) -> dict:
     from encoder_zoo.repro.sweep import Sweep
 
     log = output_dir / "cache" / "runs.jsonl"
@@ -289,6 +290,8 @@ def run_zoo(budget, output_dir: Path, dataset: str | None, tasks, seed: int, arg
     best = best_encoder(stage_one)
     sweep = Sweep(zoo_experiment(best), budget, output_dir, dataset, tasks)
     sweep.run(log)  # stage one's jobs are cached: only the fusions over `best` train
+    if not report:
+        return {}
     results = analyse_zoo(sweep, best, seed)
     folder = output_dir / "zoo" / budget.name
     write_zoo_report(results, sweep, folder, argv)

@@ -252,6 +252,60 @@ def test_a_failed_arm_is_reported_with_its_log(tmp_path):
     assert "unavailable" in result.stdout
 
 
+@pytest.mark.slow
+def test_jobs_2_runs_two_sweeps_side_by_side_each_job_once_and_one_report(tmp_path):
+    """`--jobs 2`: a helper sweep of the same command shares the cache; every job runs once, each with cores / 2
+    torch threads, the helper is gone when the command returns, and the report is the main sweep's."""
+    sweep("teams", tmp_path, "--tasks", "rotten_tomatoes", "--jobs", "2")
+    log = run_log(tmp_path)
+    assert sorted(e["folder"] for e in log) == sorted({e["folder"] for e in log})  # no job run twice
+    assert all(e["status"] == "done" and e["torch_threads"] == max(1, os.cpu_count() // 2) for e in log)
+    assert (tmp_path / "cache" / "helper-1.log").stat().st_size > 0
+    check_report(tmp_path, "teams")
+    assert "--jobs 2" in json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())["command"]
+
+
+def test_jobs_starts_helpers_of_the_same_command_and_sweep_only_writes_no_report(tmp_path, monkeypatch):
+    """The helpers `--jobs 3` starts: the same command as --jobs 1 --sweep_only, in their own process group (stopped
+    with the runs they hold), runs with cores / 3 threads; each helper is waited for."""
+    import torch
+
+    from encoder_zoo.repro import run as run_module
+    from encoder_zoo.repro.sweep import Sweep
+
+    started = []
+
+    class Helper:
+        def __init__(self, command, **kwargs):
+            started.append(self)
+            self.command, self.kwargs, self.threads = command, kwargs, os.environ["OMP_NUM_THREADS"]
+            self.pid, self.returncode, self.waited = -1, 0, False
+
+        def poll(self):
+            return None
+
+        def wait(self):
+            self.waited = True
+            return 0
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, "1")  # restored afterwards
+    monkeypatch.setattr(run_module.subprocess, "Popen", Helper)
+    monkeypatch.setattr(run_module.os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(Sweep, "execute", lambda self, job: write_outputs(job, 0.7) or "done")
+    argv = ["hire", "--budget", "smoke", "--tasks", "rotten_tomatoes", "--output_dir", str(tmp_path), "--jobs", "3",
+            "--sweep_only"]
+    threads = torch.get_num_threads()
+    try:
+        assert run_module.main(argv) == {}
+    finally:
+        torch.set_num_threads(threads)
+    assert len(started) == 2 and all(h.waited and h.kwargs["start_new_session"] for h in started)
+    assert all(h.command[2:] == [*argv, "--jobs", "1", "--sweep_only"] and h.threads == "2" for h in started)
+    assert Path(started[0].command[1]) == REPO / "repro" / "run.py"
+    assert {e["torch_threads"] for e in run_log(tmp_path)} == {2} and not (tmp_path / "hire").exists()
+
+
 def write_outputs(job, value):
     """What a job's run leaves: each output a result JSON of `value` (stands in for the real entry points)."""
     for output in job.outputs:
