@@ -214,7 +214,7 @@ def parse_args(argv):
     parser.add_argument("--jobs", type=int, default=1, help="Runs side by side: this sweep and JOBS - 1 helper sweeps "
                         "of the same command on the same cache, each run with cores / JOBS torch threads (on 2 cores "
                         "`--jobs 2` did 1.35x the steps of one two-thread sweep); helpers log to "
-                        "OUTPUT_DIR/cache/helper-<i>.log, and this process writes the report once all have finished.")
+                        "OUTPUT_DIR/cache/helper-<i>.log, and this process writes the report once every job is done.")
     parser.add_argument("--sweep_only", action="store_true", help="Run the sweep's jobs and write no report (what a "
                         "--jobs helper does; or one of several machines sharing OUTPUT_DIR).")
     args = parser.parse_args(argv)
