@@ -44,7 +44,7 @@ def analyse(sweep: Sweep, seed: int) -> dict:
     chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
     arms, runs = describe_arms(sweep, seed, chance)
     claims, family = [], []
-    for claim in experiment.claims:
+    for claim in experiment.claims_at(sweep.budget.name):
         for task in sweep.tasks:
             if task == "heldout_mlm":
                 continue  # no paper claims a pretraining-loss difference
@@ -63,7 +63,9 @@ def analyse(sweep: Sweep, seed: int) -> dict:
         entry["decision"], entry["verdict"] = decision, decision["verdict"]
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
             "bootstrap_seed": seed, "chance": chance, "schedules": sweep.schedules(),
-            "untested_tasks": [t for t in experiment.tasks if t not in sweep.tasks], "arms": arms, "claims": claims}
+            "untested_tasks": [t for t in experiment.tasks if t not in sweep.tasks],
+            "untested_claims": [c.source for c in experiment.claims if c not in experiment.claims_at(sweep.budget.name)],
+            "arms": arms, "claims": claims}
 
 
 def fmt(x: float | None) -> str:
@@ -133,6 +135,9 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
     if results["untested_tasks"]:
         lines += ["", f"Not tested at this budget: the claims on {', '.join(results['untested_tasks'])} (this report "
                   f"evaluates {', '.join(sweep.tasks)}; see the notes)."]
+    if results["untested_claims"]:
+        lines += ["", f"Not tested at this budget (their arms are not trained; see the notes): "
+                  f"{'; '.join(results['untested_claims'])}."]
     failed = [f for arm in results["arms"].values() for f in arm["failed"]]
     if failed:
         lines += ["", "## Failed runs", ""] + [f"- {f['run']}: {f['status']} — log `{relative([f['log']], output_dir)}`"

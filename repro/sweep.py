@@ -103,11 +103,12 @@ class Sweep:
         self.experiment, self.budget, self.dataset = experiment, budget, dataset
         self.cache = output_dir / "cache"
         self.tasks = [t for t in experiment.tasks_at(budget.name) if t in (tasks or budget.tasks)]
+        self.arms = experiment.arms_at(budget.name)
         self.jobs: list[Job] = []
         # (arm, task, unit, finetune_seed or None) -> (job producing the number, the file it is read from)
         self.sources: dict = {}
         self.warmup_steps = self.shared_warmup_steps()
-        for arm in experiment.arms:
+        for arm in self.arms:
             for unit in budget.unit_seeds:
                 self.add_arm(arm, unit)
 
@@ -128,7 +129,7 @@ class Sweep:
         from encoder_zoo.training.recipes import get_recipe
 
         out = {}
-        for arm in self.experiment.arms:
+        for arm in self.arms:
             if arm.pretrain:
                 defaults = get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).training_defaults[self.budget.model_size]
                 out[arm.name] = {"lr_scheduler_type": defaults.lr_scheduler_type, "learning_rate": defaults.learning_rate,
@@ -464,7 +465,7 @@ def describe_arms(sweep: Sweep, seed: int, chance: dict) -> tuple[dict, dict]:
     from encoder_zoo.repro.stats import above_chance, median_ci, unit_means
 
     arms, runs = {}, {}
-    for arm in sweep.experiment.arms:
+    for arm in sweep.arms:
         per_task = {}
         for task in sweep.tasks:
             runs[(arm.name, task)] = values = sweep.values(arm.name, task)

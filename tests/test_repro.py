@@ -97,7 +97,8 @@ def test_every_arm_trains_one_model_per_unit_seed_and_no_run_counts_in_two_arms(
     budget = BUDGETS["cpu"]
     assert len(budget.unit_seeds) >= 3 and len(BUDGETS["gpu"].unit_seeds) >= 3
     jobs = sweep_jobs(experiment, tmp_path=tmp_path)
-    for arm in EXPERIMENTS[experiment].arms:
+    assert {j.arm for j in jobs} == {a.name for a in EXPERIMENTS[experiment].arms_at("cpu")}
+    for arm in EXPERIMENTS[experiment].arms_at("cpu"):
         mine = [j for j in jobs if j.arm == arm.name]
         for kind in ("pretrain", "init"):
             seeds = sorted({int(flag(j.command, "--seed")) for j in mine if j.kind == kind})
@@ -125,6 +126,36 @@ def test_every_pretrained_arm_of_a_comparison_warms_up_for_the_same_steps(tmp_pa
         assert len(shapes) <= 1, (name, shapes)
     teams = [j for j in sweep_jobs("teams", tmp_path=tmp_path) if j.kind == "pretrain"]
     assert {flag(j.command, "--warmup_steps") for j in teams} == {"40"}
+
+
+def test_a_budget_may_train_fewer_arms_and_the_report_lists_the_claims_left_untested(tmp_path, monkeypatch):
+    """cloze at `cpu` trains cloze and bilm only (nine two-tower pretrainings exceed 2 hours): its one claim between
+    them is decided, the claim on cloze + bilm is listed as untested, and no run of that arm is made."""
+    from encoder_zoo.repro.run import analyse, write_report
+    from encoder_zoo.repro.sweep import Sweep
+
+    experiment = EXPERIMENTS["cloze"]
+    assert [a.name for a in experiment.arms_at("smoke")] == [a.name for a in experiment.arms]
+    sweep = Sweep(experiment, BUDGETS["cpu"], tmp_path, None)
+    assert {j.arm for j in sweep.jobs} == {"cloze", "bilm"} and sweep.tasks == ["rotten_tomatoes",
+                                                                                 "movie_sentiment_regression"]
+
+    def execute(job):
+        for output in job.outputs:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            value = 0.6 + 0.01 * len(job.arm) + 0.001 * sum(job.seeds)
+            output.write_text(json.dumps({"accuracy": value, "pearson": value}))
+        return "done"
+
+    monkeypatch.setattr(sweep, "execute", execute)
+    sweep.run(tmp_path / "cache" / "runs.jsonl")
+    results = analyse(sweep, 0)
+    assert {(c["arm"], c["baseline"]) for c in results["claims"]} == {("cloze", "bilm")}
+    assert all("decision" in c for c in results["claims"]) and set(results["arms"]) == {"cloze", "bilm"}
+    untested = next(c.source for c in experiment.claims if c.arm == "cloze_bilm")
+    assert results["untested_claims"] == [untested]
+    write_report(results, sweep, tmp_path / "report", ["cloze", "--budget", "cpu"])
+    assert untested in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_spanbert_tests_table_6_and_7_in_the_papers_ablation_settings(tmp_path):
