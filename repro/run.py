@@ -64,7 +64,7 @@ def analyse(sweep: Sweep, seed: int) -> dict:
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
             "bootstrap_seed": seed, "chance": chance, "schedules": sweep.schedules(),
             "untested_tasks": [t for t in experiment.tasks if t not in sweep.tasks],
-            "untested_claims": [c.source for c in experiment.claims if c not in experiment.claims_at(sweep.budget.name)],
+            "untested_claims": [asdict(c) for c in experiment.claims if c not in experiment.claims_at(sweep.budget.name)],
             "arms": arms, "claims": claims}
 
 
@@ -137,7 +137,7 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
                   f"evaluates {', '.join(sweep.tasks)}; see the notes)."]
     if results["untested_claims"]:
         lines += ["", f"Not tested at this budget (their arms are not trained; see the notes): "
-                  f"{'; '.join(results['untested_claims'])}."]
+                  f"{'; '.join(c['source'] for c in results['untested_claims'])}."]
     failed = [f for arm in results["arms"].values() for f in arm["failed"]]
     if failed:
         lines += ["", "## Failed runs", ""] + [f"- {f['run']}: {f['status']} — log `{relative([f['log']], output_dir)}`"

@@ -41,15 +41,16 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
             missing.append(f"{name} (a report of the former statistics)")
             continue
-        for claim in results["claims"]:
+        for claim in results["claims"] + results.get("untested_claims", []):
             d = claim.get("decision") or {}
             units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
             relation = ">" if claim["direction"] == "better" else "≤"
             paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is results["claims"][0] else ""
-            lines.append(f"| {paper} | {claim['arm']} {relation} "
-                         f"{claim['baseline']} | {METRICS[claim['task']].label} | {fmt(d.get('estimate'))} "
-                         f"[{fmt(d.get('low'))}, {fmt(d.get('high'))}] | {units} | {fmt(d.get('mdd'))} | "
-                         f"{claim['verdict']} |")
+            task, verdict = ((METRICS[claim["task"]].label, claim["verdict"]) if "task" in claim else
+                             ("—", f"not tested at `{budget}` (its arm is not trained there)"))
+            lines.append(f"| {paper} | {claim['arm']} {relation} {claim['baseline']} | {task} | "
+                         f"{fmt(d.get('estimate'))} [{fmt(d.get('low'))}, {fmt(d.get('high'))}] | {units} | "
+                         f"{fmt(d.get('mdd'))} | {verdict} |")
     if missing:
         lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
     return "\n".join(lines)

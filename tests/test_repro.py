@@ -131,7 +131,10 @@ def test_every_pretrained_arm_of_a_comparison_warms_up_for_the_same_steps(tmp_pa
 def test_a_budget_may_train_fewer_arms_and_the_report_lists_the_claims_left_untested(tmp_path, monkeypatch):
     """cloze at `cpu` trains cloze and bilm only (nine two-tower pretrainings exceed 2 hours): its one claim between
     them is decided, the claim on cloze + bilm is listed as untested, and no run of that arm is made."""
+    import dataclasses
+
     from encoder_zoo.repro.run import analyse, write_report
+    from encoder_zoo.repro.summary import table
     from encoder_zoo.repro.sweep import Sweep
 
     experiment = EXPERIMENTS["cloze"]
@@ -152,10 +155,14 @@ def test_a_budget_may_train_fewer_arms_and_the_report_lists_the_claims_left_unte
     results = analyse(sweep, 0)
     assert {(c["arm"], c["baseline"]) for c in results["claims"]} == {("cloze", "bilm")}
     assert all("decision" in c for c in results["claims"]) and set(results["arms"]) == {"cloze", "bilm"}
-    untested = next(c.source for c in experiment.claims if c.arm == "cloze_bilm")
-    assert results["untested_claims"] == [untested]
+    untested = next(c for c in experiment.claims if c.arm == "cloze_bilm")
+    assert results["untested_claims"] == [dataclasses.asdict(untested)]
     write_report(results, sweep, tmp_path / "report", ["cloze", "--budget", "cpu"])
-    assert untested in (tmp_path / "report" / "report.md").read_text()
+    assert untested.source in (tmp_path / "report" / "report.md").read_text()
+    (tmp_path / "reports" / "cloze" / "cpu").mkdir(parents=True)
+    (tmp_path / "reports" / "cloze" / "cpu" / "results.json").write_text(json.dumps(results))
+    rows = [r for r in table("cpu", tmp_path / "reports").splitlines() if "cloze" in r]
+    assert len(rows) == 3 and "| cloze_bilm ≤ cloze | — |" in rows[-1] and "not tested at `cpu`" in rows[-1]
 
 
 def test_spanbert_tests_table_6_and_7_in_the_papers_ablation_settings(tmp_path):
