@@ -235,7 +235,8 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
               "budget, and the absence of one says nothing of the papers' scale. Compute differs per method (TEAMS "
               "and ELECTRA run a generator, the cloze model two towers): read each score next to its FLOPs.", "",
               "## How this was run", "", f"- Command: `{results['command']}`", f"- Commit: `{results['commit']}`",
-              f"- Machine: {results['machine']}", f"- Time: {results['wall_seconds'] / 60:.0f} minutes of wall clock with at least one run going, "
+              f"- Machine: {results['machine']}",
+              f"- Time: {results['wall_seconds'] / 60:.0f} minutes of wall clock with at least one run going, "
               f"{results['run_seconds'] / 60:.0f} minutes of runs added up", "",
               "Every subprocess from the repository root; a folder name carries its flags' hash, and `cached` in "
               "results.json marks a run reused from an earlier sweep:", "", "```"]
