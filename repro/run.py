@@ -30,7 +30,7 @@ from pathlib import Path
 from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 from encoder_zoo.repro.sweep import (
-    REPO, Sweep, chance_level, command_block, describe_arms, failed_on, git_commit, machine, relative,
+    REPO, Sweep, chance_level, command_block, describe_arms, git_commit, machine, relative, score_cell,
 )
 
 
@@ -44,7 +44,8 @@ def analyse(sweep: Sweep, seed: int) -> dict:
     chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
     arms, runs = describe_arms(sweep, seed, chance)
     claims, family = [], []
-    for claim in experiment.claims_at(sweep.budget.name):
+    tested = experiment.claims_at(sweep.budget.name)
+    for claim in tested:
         for task in sweep.tasks:
             if task == "heldout_mlm":
                 continue  # no paper claims a pretraining-loss difference
@@ -64,7 +65,7 @@ def analyse(sweep: Sweep, seed: int) -> dict:
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
             "bootstrap_seed": seed, "chance": chance, "schedules": sweep.schedules(),
             "untested_tasks": [t for t in experiment.tasks if t not in sweep.tasks],
-            "untested_claims": [asdict(c) for c in experiment.claims if c not in experiment.claims_at(sweep.budget.name)],
+            "untested_claims": [asdict(c) for c in experiment.claims if c not in tested],
             "arms": arms, "claims": claims}
 
 
@@ -97,11 +98,7 @@ def write_report(results: dict, sweep: Sweep, folder: Path, argv: list[str]) -> 
              "| arm | " + " | ".join(METRICS[t].label for t in sweep.tasks) + " |",
              "| --- |" + " --- |" * len(sweep.tasks)]
     for name, arm in results["arms"].items():
-        cells = []
-        for task in sweep.tasks:
-            r = arm["tasks"].get(task)
-            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else "failed"
-                         if failed_on(arm, task) else "—")
+        cells = [score_cell(arm, task) for task in sweep.tasks]
         lines.append(f"| {name}{' (baseline)' if name == experiment.baseline else ''} | " + " | ".join(cells) + " |")
     lines.append("| chance (a model that learned nothing) | " + " | ".join(
         "—" if results["chance"].get(t) is None else f"{results['chance'][t]:.4g}" for t in sweep.tasks) + " |")

@@ -235,11 +235,10 @@ class Sweep:
         seeds = tuple(budget.finetune_seed(unit, seed) for seed in budget.finetune_seeds)
         # Over the MiniLM the budget's MiniLM epochs; an encoder of ours, or a fusion over one, fine-tunes alike.
         budget_flags = budget.finetune_flags(over_minilm=arm.pretrain is None and arm.backbone_from is None)
-        remote = ["--trust_remote_code"]
-        if arm.init:
-            remote.append("--ignore_mismatched_sizes")
         jobs = []
         if task in GLUE_TASKS:
+            # A fusion init's classifier is new for the task's labels; a QA init already carries its QA head.
+            remote = ["--trust_remote_code", *(["--ignore_mismatched_sizes"] if arm.init else [])]
             preset_name = arm.glue_preset or self.experiment.glue_preset
             preset = ["--preset", preset_name] if preset_name else []
             flags = [*remote, *preset, "--task_name", task, *budget_flags, "--report_to", "none",
@@ -251,7 +250,6 @@ class Sweep:
                             command, [folder / f"seed-{s}.json" for s in seeds], needs=needs, seeds=seeds))
         else:
             length = max(budget.finetune_max_seq_length, 96)
-            # A QA init already carries its QA head (`--head question_answering`): nothing to re-initialise.
             flags = ["--trust_remote_code", "--dataset", task, *budget_flags, "--max_seq_length", str(length),
                      "--doc_stride", str(length // 4), "--max_question_length", str(length // 3),
                      "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
@@ -439,6 +437,15 @@ def failed_on(arm_result: dict, task: str) -> bool:
     """Whether `task`'s score of an arm is missing for a failure: one of its failed or skipped runs writes `task`'s
     score (`Sweep.failures`). A task the arm has no run for (held-out loss of a fusion) is then not a failure."""
     return any(task in f["tasks"] for f in arm_result["failed"])
+
+
+def score_cell(arm_result: dict, task: str) -> str:
+    """A report table's cell: the median over units [95% bootstrap interval] (units); 'failed' where a failure left
+    no score; '—' where the arm has no run for the task."""
+    r = arm_result["tasks"].get(task)
+    if r:
+        return f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})"
+    return "failed" if failed_on(arm_result, task) else "—"
 
 
 def chance_level(task: str, budget: Budget) -> float | None:

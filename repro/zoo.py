@@ -173,18 +173,14 @@ def score_table(results: dict) -> list[str]:
     """One row per method: each task's median over units [95% bootstrap interval] (units), then the median over units
     of its pretraining FLOPs, tokens seen, tokens/s and time; a last row with each task's chance level. The report's
     table and README's (`repro/summary.py`)."""
-    from encoder_zoo.repro.sweep import failed_on
+    from encoder_zoo.repro.sweep import score_cell
 
     tasks = results["tasks"]
     lines = ["| method | " + " | ".join(METRICS[t].label for t in tasks)
              + " | pretraining FLOPs | tokens seen | tokens/s | pretraining time (s) |",
              "| --- |" + " --- |" * (len(tasks) + 4)]
     for name, arm in results["arms"].items():
-        cells = []
-        for task in tasks:
-            r = arm["tasks"].get(task)
-            cells.append(f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})" if r else
-                         "failed" if failed_on(arm, task) else "—")
+        cells = [score_cell(arm, task) for task in tasks]
         compute = list(arm["compute"].values())
         flops, tokens = median([c["flops"] for c in compute]), median([c["tokens"] for c in compute])
         speed, seconds = median([c["tokens_per_second"] for c in compute]), median([c["seconds"] for c in compute])
