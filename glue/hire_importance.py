@@ -1,13 +1,14 @@
-"""Per-layer importance heatmap of HIRE models across tasks (the paper's Figure 2).
+r"""Per-layer importance heatmap of HIRE models across tasks (the paper's Figure 2).
 
-    python glue/hire_importance.py --run rotten_tomatoes=runs/glue/rotten_tomatoes/seed-1 \
-        --run movie_sentiment_regression=runs/glue/movie_sentiment_regression/seed-1 --output importance.png \
-        --trust_remote_code
+    python glue/hire_importance.py --trust_remote_code --output_dir runs/importance \
+        --run rotten_tomatoes=runs/glue/rotten_tomatoes/seed-1 \
+        --run movie_sentiment_regression=runs/glue/movie_sentiment_regression/seed-1
 
-Each --run TASK=MODEL_DIR averages the importance scores s of a fine-tuned HIRE classifier over the task's
-validation examples; rows are tasks, columns layers (0 = embeddings). Cells carry their values; the colour scale is
-centred on the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L. A HIRE checkpoint carries its
-code, which runs only with --trust_remote_code (as in run_glue.py).
+Each --run TASK=MODEL_DIR averages the importance scores s of a fine-tuned HIRE classifier over the task's validation
+examples; rows are tasks, columns layers (0 = embeddings). The scores are printed, and written with the figure into
+--output_dir: importance.png (--output) and importance.json. Cells carry their values; the colour scale is centred on
+the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L. A HIRE checkpoint carries its code, which runs only with --trust_remote_code (as in
+run_glue.py).
 """
 
 from __future__ import annotations
@@ -25,23 +26,30 @@ def mean_importance(model_dir: str, task_name: str, max_examples: int = 256, bat
     """The importance scores s of the HIRE classifier in `model_dir`, averaged over the task's validation examples.
     Its code (in the folder) runs only with `trust_remote_code`, or where this process registered HIRE's classes."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from encoder_zoo.glue.tasks import load_task
     from encoder_zoo.training.run import load_pretrained
 
-    task, data = load_task(task_name)
-    split = data[task.validation_splits[0]].select(range(min(max_examples, len(data[task.validation_splits[0]]))))
     tokenizer = load_pretrained(AutoTokenizer, model_dir, "--run", trust_remote_code=trust_remote_code)
     model = load_pretrained(AutoModelForSequenceClassification, model_dir, "--run", trust_remote_code=trust_remote_code).eval()
+    if getattr(model.config, "model_type", None) != "hire":
+        raise ValueError(f"--run {task_name}={model_dir} is a {getattr(model.config, 'model_type', None)!r} model "
+                         f"({type(model).__name__}), not HIRE: only a HIRE classifier computes layer importance. Make one "
+                         "with glue/init_hire.py, fine-tune it with glue/run_glue.py, and pass that folder.")
+    task, data = load_task(task_name)
+    split = data[task.validation_splits[0]].select(range(min(max_examples, len(data[task.validation_splits[0]]))))
     scores = []
+    batches = range(0, len(split), batch_size)
     with torch.no_grad():
-        for start in range(0, len(split), batch_size):
+        for start in hf_logging.tqdm(batches, desc=f"Importance on {task_name}", unit="batch"):
             batch = split[start : start + batch_size]
             encoded = tokenizer(*[batch[c] for c in task.text_columns], padding=True, truncation=True, max_length=128,
                                 return_tensors="pt")
-            importance = model(**encoded).layer_importance
+            importance = getattr(model(**encoded), "layer_importance", None)
             if importance is None:
-                raise ValueError(f"{model_dir} returns no layer importance (not a HIRE model, or HIRE ablated).")
+                raise ValueError(f"--run {task_name}={model_dir} returns no layer importance: HIRE's extractor is off "
+                                 "in this model (the --without_hire ablation), so there is nothing to draw.")
             scores.append(importance)
     return torch.cat(scores).mean(0).numpy()
 
@@ -89,21 +97,45 @@ def plot_importance(scores: dict[str, np.ndarray], path: str | Path, title: str 
     return Path(path)
 
 
+def importance_table(scores: dict[str, np.ndarray]) -> str:
+    """The scores as a Markdown table: one row per task, one column per layer (0 = embeddings)."""
+    layers = len(next(iter(scores.values())))
+    lines = ["| task | " + " | ".join(f"layer {i}" for i in range(layers)) + " |", "| --- |" + " --- |" * layers]
+    lines += [f"| {task} | " + " | ".join(f"{value:.3f}" for value in values) + " |" for task, values in scores.items()]
+    return "\n".join(lines)
+
+
 def main(argv=None):
+    import json
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="append", required=True, metavar="TASK=MODEL_DIR")
-    parser.add_argument("--output", default="hire_importance.png")
+    parser.add_argument("--output_dir", default="runs/hire_importance",
+                        help="Folder for the figure and importance.json (default: runs/hire_importance).")
+    parser.add_argument("--output", default="importance.png",
+                        help="The figure's file name, inside --output_dir (an absolute path is taken as it is).")
     parser.add_argument("--max_examples", type=int, default=256)
     parser.add_argument("--trust_remote_code", action="store_true",
                         help="Run the model code saved in each MODEL_DIR (a HIRE checkpoint carries HIRE's).")
     options = parser.parse_args(argv)
-    scores = {}
+    runs = []
     for run in options.run:
         task, _, model_dir = run.partition("=")
         if not model_dir:
             parser.error(f"--run {run!r} is not TASK=MODEL_DIR")
-        scores[task] = mean_importance(model_dir, task, options.max_examples, trust_remote_code=options.trust_remote_code)
-    print(plot_importance(scores, options.output))
+        runs.append((task, model_dir))
+    scores = {task: mean_importance(model_dir, task, options.max_examples, trust_remote_code=options.trust_remote_code)
+              for task, model_dir in runs}
+    output = Path(options.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    figure = plot_importance(scores, output / options.output)
+    numbers = output / "importance.json"
+    numbers.write_text(json.dumps({task: [round(float(v), 6) for v in values] for task, values in scores.items()}, indent=1))
+    print(f"Layer importance (mean over up to {options.max_examples} validation examples; uniform = "
+          f"{1 / len(next(iter(scores.values()))):.3f}):")
+    print(importance_table(scores))
+    print(f"Figure: {figure}\nNumbers: {numbers}")
+    return figure
 
 
 def cli() -> None:
@@ -112,6 +144,9 @@ def cli() -> None:
     except (ValueError, OSError) as error:
         print(f"hire_importance.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("hire_importance.py: interrupted (Ctrl-C); nothing was written. Run the same command again.", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

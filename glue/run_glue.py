@@ -194,7 +194,62 @@ def model_config_overrides(args: GlueArguments) -> dict:
     return overrides
 
 
-def run_task(task_name: str, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str]) -> dict:
+def position_limit(config, tokenizer) -> tuple[int | None, str]:
+    """The most tokens the model can read, and where that number comes from: its position embeddings (the smallest
+    of the config's and, for HIRE or BERTAC, the encoder's; RoBERTa-style positions start after the padding id), or
+    the tokenizer's `model_max_length` for a model without a position table."""
+    limits = []
+    for part in (config, getattr(config, "backbone_config", None)):
+        positions = getattr(part, "max_position_embeddings", None) if part is not None else None
+        if isinstance(positions, int) and positions > 0:
+            model_type = getattr(part, "model_type", "") or ""
+            offset = (getattr(part, "pad_token_id", None) or 0) + 1 if "roberta" in model_type or model_type in (
+                "camembert", "longformer", "data2vec-text", "xmod") else 0
+            limits.append((positions - offset, f"{model_type or 'its'} position embeddings, max_position_embeddings "
+                           f"{positions}" + (f" less {offset} for the padding offset" if offset else "")))
+    if limits:
+        return min(limits)
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:  # transformers' "no limit" is 1e30
+        return declared, "its tokenizer's model_max_length"
+    return None, ""
+
+
+def check_max_seq_length(max_seq_length: int, config, tokenizer, model: str, flag: str = "--max_seq_length") -> None:
+    """Refuse a `--max_seq_length` the model cannot read (it would fail at the first long batch, deep in the forward
+    pass), naming the flag and the model's limit."""
+    if max_seq_length < 1:
+        raise ValueError(f"{flag} {max_seq_length}: pass a positive number of tokens.")
+    limit, source = position_limit(config, tokenizer)
+    if limit is not None and max_seq_length > limit:
+        raise ValueError(f"{flag} {max_seq_length} is longer than {model} can read: {limit} tokens ({source}). Pass "
+                         f"{flag} {limit} or less.")
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C stopped a fine-tuning script; the message says what was saved and how to continue. Exit status 130."""
+
+    exit_code = 130
+
+
+def prepare_task(task_name: str, args: GlueArguments):
+    """A task's data, checked and cut to --max_train_samples/--max_eval_samples: every task is loaded before any
+    training, so bad data in the second task stops the command before the first one trains."""
+    from encoder_zoo.glue.tasks import first_samples, load_task
+
+    task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
+                          validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
+    empty = [split for split in ("train", *task.validation_splits) if not len(raw[split])]
+    if empty:
+        raise ValueError(f"--task_name {task_name}: its {' and '.join(empty)} data has no rows"
+                         + (f" (in --data_dir {args.data_dir})" if args.data_dir and not args.train_file else "") + ".")
+    return task, first_samples(raw, task, args.max_train_samples, args.max_eval_samples)
+
+
+def run_task(task_name: str, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str],
+             prepared=None, finished: list | None = None) -> dict:
+    """Fine-tune one task once per seed. `prepared`: `prepare_task`'s output (loaded here if None). `finished`
+    collects (task, seed, folder, metrics) as each run's model is saved, for the message after a Ctrl-C."""
     import evaluate
     import numpy as np
     from transformers import (
@@ -207,12 +262,10 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     )
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
+    from encoder_zoo.glue.tasks import majority_class_accuracy
     from encoder_zoo.training.run import FineTuningTrainer, extra_inputs_for, load_pretrained
 
-    task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
-                          validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
-    raw = first_samples(raw, task, args.max_train_samples, args.max_eval_samples)
+    task, raw = prepared or prepare_task(task_name, args)
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=args.trust_remote_code))
 
@@ -228,13 +281,16 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     with training_args.main_process_first(desc="tokenizing"):
         encoded = raw.map(tokenize, batched=True, desc=f"Tokenizing {task.name}")
     metric = evaluate.load(METRIC_MODULE, metric_config(task))
+    fractions = {}  # the last evaluation's scores as the metric gives them (0-1): what glue_results.json records
 
     def compute_metrics(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
         predicted = np.squeeze(logits, -1) if task.is_regression else np.argmax(logits, axis=-1)
         result = metric.compute(predictions=predicted, references=prediction.label_ids)
-        result["score"] = task_score({key: result[key] for key in task.metrics})  # what checkpoint selection reads
-        return result
+        fractions.clear()
+        fractions.update(result)
+        # Trainer logs (and checkpoint selection reads) percentages, the scale GLUE's tables print.
+        return {**percent(result), "score": 100.0 * task_score({key: result[key] for key in task.metrics})}
 
     label_kwargs = {} if task.is_regression else {
         "id2label": dict(enumerate(task.label_names or range(task.num_labels))),
@@ -267,9 +323,9 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         trainer.train()
         metrics = {}
         for split in task.validation_splits:
-            result = trainer.evaluate(encoded[split], metric_key_prefix="eval")
+            trainer.evaluate(encoded[split], metric_key_prefix="eval")
             for key in task.metrics:
-                metrics[split_metric(key, split)] = result[f"eval_{key}"]
+                metrics[split_metric(key, split)] = fractions[key]
         trainer.save_model()
         run = {"seed": seed, "metrics": metrics}
         if selection:  # the best checkpoint was loaded: which one, and where training stopped
@@ -278,7 +334,9 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
                 for checkpoint in Path(run_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
                     shutil.rmtree(checkpoint, ignore_errors=True)
         runs.append(run)
-        logger.info("%s seed %d: %s", task.name, seed, metrics)
+        if finished is not None:
+            finished.append((task.name, seed, run_args.output_dir, metrics))
+        logger.info("%s seed %d: %s", task.name, seed, format_percent(metrics))
     median = {key: statistics.median(run["metrics"][key] for run in runs) for key in runs[0]["metrics"]}
     result = {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
               "validation_splits": list(task.validation_splits)}
@@ -359,8 +417,10 @@ def markdown_table(results: dict) -> str:
 def main(argv=None) -> dict:
     args, training_args, user_flags = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from transformers import AutoConfig, AutoTokenizer
+
     from encoder_zoo.glue.tasks import CUSTOM, TASKS
-    from encoder_zoo.training.run import check_model_path, hold_run_folder, release
+    from encoder_zoo.training.run import check_model_path, hold_run_folder, load_pretrained, release
 
     check_model_path(args.model_name_or_path)
     for name in args.task_name:
@@ -368,28 +428,89 @@ def main(argv=None) -> dict:
             raise ValueError(f"Unknown --task_name {name!r}. Choose from {', '.join(TASKS)} or 'custom' with --train_file.")
     if (args.train_file or args.validation_file) and len(args.task_name) > 1:
         raise ValueError("--train_file/--validation_file go with a single --task_name.")
+    repeated = sorted({seed for seed in args.seeds or [] if args.seeds.count(seed) > 1})
+    if repeated:
+        raise ValueError(f"--seeds {' '.join(map(str, args.seeds))} names seed {', '.join(map(str, repeated))} more than "
+                         "once: each seed is one run (same seed, same run), and the median would count it twice. Pass "
+                         "distinct seeds.")
     if args.train_file and args.task_name == ["rotten_tomatoes"] and "--task_name" not in user_flags:
         args.task_name = [CUSTOM]
     hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
+    output = Path(training_args.output_dir)
+    # Everything that can be checked is checked before the first run trains: every task's data, and the length.
+    prepared = {name: prepare_task(name, args) for name in args.task_name}
+    tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    config = load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    check_max_seq_length(args.max_seq_length, config, tokenizer, args.model_name_or_path)
 
+    finished = []
+    try:
+        results = run_tasks(args, training_args, user_flags, prepared, finished)
+    except KeyboardInterrupt:
+        raise RunInterrupted(interrupted_message(finished, output, training_args)) from None
+    release(output)
+    return results
+
+
+def run_tasks(args: GlueArguments, training_args: TrainingArguments, user_flags: list[str], prepared: dict,
+              finished: list) -> dict:
+    """Every task's runs, then the results files (and cards) in OUTPUT_DIR."""
+    output = Path(training_args.output_dir)
     results = {"model": args.model_name_or_path, "tasks": {}}
     for name in args.task_name:
-        results["tasks"][name] = run_task(name, args, training_args, user_flags)
+        results["tasks"][name] = run_task(name, args, training_args, user_flags, prepared[name], finished)
     results["glue_average"] = glue_average({t: r["median"] for t, r in results["tasks"].items()}, args.include_wnli_in_average)
     results["include_wnli"] = args.include_wnli_in_average
-    output = Path(training_args.output_dir)
     if training_args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
         (output / "glue_results.json").write_text(json.dumps(results, indent=2))
         (output / "glue_results.md").write_text(markdown_table(results) + "\n")
+        drop_superseded_partial_results(output, results)
         print(markdown_table(results))
         if args.add_to_model_card and (args.max_train_samples or args.max_eval_samples):
             logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
                            "so its scores are not the task's.")
         elif args.add_to_model_card:
             write_model_index(results, output, args.model_card_dir, args.train_file)
-    release(output)
     return results
+
+
+PARTIAL_RESULTS = "glue_results.partial.json"
+
+
+def interrupted_message(finished: list, output: Path, training_args: TrainingArguments) -> str:
+    """What a Ctrl-C leaves: the runs that finished (each model saved in its folder, their scores written to
+    OUTPUT_DIR/glue_results.partial.json) and how to go on."""
+    if not finished:
+        return ("interrupted (Ctrl-C) before any run finished: nothing was saved (a run saves its model when it ends). "
+                "Run the same command again to start over.")
+    if training_args.process_index == 0:
+        output.mkdir(parents=True, exist_ok=True)
+        partial = [{"task": task, "seed": seed, "metrics": metrics} for task, seed, _, metrics in finished]
+        (output / PARTIAL_RESULTS).write_text(json.dumps({"finished_runs": partial}, indent=2))
+    runs = ", ".join(f"{task} seed {seed} ({format_percent(metrics)})" for task, seed, _, metrics in finished)
+    return (f"interrupted (Ctrl-C). Saved: {len(finished)} finished run{'s' if len(finished) > 1 else ''}: {runs}; each "
+            f"model in {output}/TASK/seed-N, the scores in {output / PARTIAL_RESULTS}. Running the same command "
+            "again starts every run over, those too (rewriting their folders); to keep them, move them aside first, "
+            "or run only the missing seeds (--seeds) with another --output_dir.")
+
+
+def drop_superseded_partial_results(output: Path, results: dict) -> None:
+    """Remove an interrupted attempt's partial results once this command's results hold every run they list (the
+    same task and seed, run again); partial results of runs not repeated stay."""
+    partial = output / PARTIAL_RESULTS
+    try:
+        runs = json.loads(partial.read_text())["finished_runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    done = {(task, run["seed"]) for task, result in results["tasks"].items() for run in result["runs"]}
+    if all((run.get("task"), run.get("seed")) in done for run in runs):
+        partial.unlink()
+
+
+def format_percent(metrics: dict[str, float]) -> str:
+    """Scores (0-1, as the metrics give them) for logs and messages, in percent as GLUE's tables print them."""
+    return ", ".join(f"{key} {100 * value:.2f}" for key, value in metrics.items())
 
 
 def dataset_identity(task: str, train_file: str | None = None) -> dict[str, str | None]:
@@ -410,17 +531,96 @@ def percent(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def write_model_index(results: dict, output: Path, extra_card_dir: str | None, train_file: str | None = None) -> None:
-    """Each seed's card gets that seed's scores; --model_card_dir gets the median over the seeds. Percentages."""
+    """Each seed's card gets that seed's scores; --model_card_dir gets the median over the seeds. Percentages. A seed's
+    folder first gets a complete card of its own (`write_seed_card`)."""
     from encoder_zoo.hub_cards import add_eval_results
 
+    base_card = base_card_data(results.get("model"))
     for task, result in results["tasks"].items():
-        kwargs = dict(task_type="text-classification", task_name=task, **dataset_identity(task, train_file),
+        identity = dataset_identity(task, train_file)
+        kwargs = dict(task_type="text-classification", task_name=task, **identity,
                       dataset_split=result["validation_splits"][0] if len(result["validation_splits"]) == 1 else "validation")
         for run in result["runs"]:
-            add_eval_results(output / task / f"seed-{run['seed']}", metrics=percent(run["metrics"]), seeds=[run["seed"]], **kwargs)
+            folder = output / task / f"seed-{run['seed']}"
+            write_seed_card(folder, results.get("model"), base_card, task, run["seed"], identity["dataset_name"])
+            add_eval_results(folder, metrics=percent(run["metrics"]), seeds=[run["seed"]], **kwargs)
         if extra_card_dir:
             add_eval_results(extra_card_dir, metrics=percent(result["median"]), seeds=[run["seed"] for run in result["runs"]],
                              **kwargs)
+
+
+SEED_CARD = """---
+{{ card_data }}
+---
+
+# {{ name }}
+
+{{ base }} fine-tuned on {{ dataset }} (seed {{ seed }}) with encoder-zoo's `glue/run_glue.py`.{{ local_note }}
+
+```python
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("<your-username>/{{ name }}"{{ remote }})
+model = AutoModelForSequenceClassification.from_pretrained("<your-username>/{{ name }}"{{ remote }})
+```
+"""
+
+
+def is_hub_id(name: str | None) -> bool:
+    return bool(name) and not Path(name).expanduser().exists()
+
+
+def base_card_data(base: str | None):
+    """The card metadata of the model fine-tuning started from: a local folder's README.md, else the Hub's (when it
+    can be reached; offline, a README.md in the local Hub cache); None when there is none."""
+    from huggingface_hub import ModelCard
+
+    if not base:
+        return None
+    readme = Path(base).expanduser() / "README.md"
+    try:
+        if not is_hub_id(base):
+            return ModelCard.load(readme, ignore_metadata_errors=True).data if readme.is_file() else None
+        from huggingface_hub import model_info, try_to_load_from_cache
+
+        from encoder_zoo.glue.tasks import hub_unreachable
+
+        if hub_unreachable() is None:
+            return model_info(base, timeout=5).card_data
+        cached = try_to_load_from_cache(base, "README.md")
+        return ModelCard.load(cached, ignore_metadata_errors=True).data if isinstance(cached, str) else None
+    except Exception as error:  # a card is a nicety: a broken or unreachable one leaves the defaults
+        logger.info("No model card metadata read for %s (%s); the fine-tuned cards get the defaults.", base, error)
+        return None
+
+
+def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: int, dataset: str) -> Path:
+    """A card for one fine-tuned run that the Hub can index: library_name, the base model's licence (its card's, else
+    this project's apache-2.0), base_model (a Hub id; a local base is named in the text instead, since the Hub takes
+    only model ids there) and a model-index named after the model. Its results are added after."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from encoder_zoo.hub_cards import display_name
+
+    license = getattr(base_card, "license", None) or "apache-2.0"
+    base_name = getattr(base_card, "model_name", None) if base and not is_hub_id(base) else None
+    if not base_name and base:
+        path = Path(base.rstrip("/"))
+        base_name = path.parent.name if path.name in ("model", "export") and path.parent.name else path.name
+    name = f"{base_name or 'model'}-{task}-seed-{seed}"
+    remote = any(folder.glob("*.py"))  # the model's code travels in the folder
+    data = ModelCardData(library_name="transformers", license=license, base_model=base if is_hub_id(base) else None,
+                         model_name=name, pipeline_tag="text-classification",
+                         tags=["text-classification", "pretraining-zoo", *(["custom_code"] if remote else [])])
+    card = ModelCard.from_template(
+        data, template_str=SEED_CARD, name=name, dataset=dataset, seed=seed,
+        base=f"[{base}](https://huggingface.co/{base})" if is_hub_id(base) else f"`{display_name(base)}`" if base else "A model",
+        local_note=" It started from a local checkpoint: set `base_model` in this card to that model's Hub id once it "
+                   "is uploaded." if base and not is_hub_id(base) else "",
+        remote=", trust_remote_code=True" if remote else "")
+    path = folder / "README.md"
+    card.save(path)
+    return path
 
 
 def cli() -> None:
@@ -434,6 +634,13 @@ def cli() -> None:
     except (ValueError, OSError) as error:
         print(f"run_glue.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunInterrupted as error:
+        print(f"run_glue.py: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
+    except KeyboardInterrupt:  # before the runs began: nothing was written
+        print("run_glue.py: interrupted (Ctrl-C) before any run began; nothing was saved. Run the same command again.",
+              file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

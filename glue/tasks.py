@@ -9,6 +9,7 @@ from __future__ import annotations
 import bz2
 import csv
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import datasets
 from encoder_zoo.training.run import resource_path
 
 GLUE_HUB_ID = "nyu-mll/glue"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,34 +123,69 @@ def load_movie_sentiment_regression() -> datasets.DatasetDict:
 
 # ------------------------------------------------------------------------------------------------ TSV distribution
 def read_glue_tsv(path: Path, task: TaskSpec) -> datasets.Dataset:
-    """One file of the original GLUE TSV distribution, mapped onto the Hub schema's columns."""
+    """One file of the original GLUE TSV distribution, mapped onto the Hub schema's columns. Blank lines are skipped;
+    a row without one of the task's fields, or with a label that is not one of the task's, is named by its line."""
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: --data_dir should hold the GLUE folder layout ({task.tsv_folder}/train.tsv, "
                                 f"{task.tsv_folder}/{task.tsv_dev_files[0]}).")
     with open(path, encoding="utf-8") as handle:
-        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    header = rows.pop(0) if task.tsv_has_header else None
-    columns = {}
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        rows = [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]  # a blank line is no row
+    header = rows.pop(0)[1] if task.tsv_has_header and rows else None
+    indices = {}
     for target, source in task.tsv_columns.items():
         if isinstance(source, str):
-            if source not in header:
+            if source not in (header or []):
                 raise ValueError(f"{path}: column {source!r} (for {target!r}) missing; the header is {header}.")
-            index = header.index(source)
+            indices[target] = header.index(source)
         else:
-            index = source
-        columns[target] = [row[index] if index < len(row) else "" for row in rows]
+            indices[target] = source
+    names = {name: i for i, name in enumerate(task.label_names)}
+    columns = {target: [] for target in indices}
+    empty_text = {}  # text column -> lines where it is empty: allowed (the tokenizer reads ""), but worth a warning
+    for line, row in rows:
+        missing = [target for target, index in indices.items()
+                   if index >= len(row) or (target == "label" and not row[index].strip())]
+        if missing:
+            shown = " and ".join(f"{target!r} ({_tsv_column_name(task, target)})" for target in missing)
+            raise ValueError(f"{path}, line {line}: no {shown}: the row has {len(row)} tab-separated field"
+                             + ("s" if len(row) != 1 else "")
+                             + (f" where the header has {len(header)}" if header else "")
+                             + ". Fix or delete that line (one field per column, separated by tabs).")
+        for target, index in indices.items():
+            columns[target].append(row[index])
+            if target != "label" and not row[index].strip():
+                empty_text.setdefault(target, []).append(line)
+    for target, lines in empty_text.items():
+        logger.warning("%s: %d rows have an empty %r (%s; lines %s).", path, len(lines), target,
+                       _tsv_column_name(task, target), ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else ""))
     if task.is_regression:
+        for (line, _), value in zip(rows, columns["label"]):
+            try:
+                float(value)
+            except ValueError:
+                raise ValueError(f"{path}, line {line}: the score {value!r} is not a number; fix or delete that line.") from None
         columns["label"] = [float(v) for v in columns["label"]]
         check_finite(columns["label"], str(path))
-    elif task.label_names and not all(v.lstrip("-").isdigit() for v in columns["label"]):
-        names = {name: i for i, name in enumerate(task.label_names)}
-        unknown = sorted(set(columns["label"]) - set(names))
-        if unknown:
-            raise ValueError(f"{path}: unknown labels {unknown[:5]}; expected {list(names)}.")
-        columns["label"] = [names[v] for v in columns["label"]]
     else:
-        columns["label"] = [int(v) for v in columns["label"]]
+        labels = []
+        for (line, _), value in zip(rows, columns["label"]):
+            value = value.strip()
+            if value in names:
+                labels.append(names[value])
+            elif value.isdigit() and int(value) < task.num_labels:
+                labels.append(int(value))
+            else:
+                valid = list(names) + [str(i) for i in range(task.num_labels)] if names else [str(i) for i in range(task.num_labels)]
+                raise ValueError(f"{path}, line {line}: label {value!r} is not one of {task.name}'s {valid}; fix or delete "
+                                 "that line.")
+        columns["label"] = labels
     return datasets.Dataset.from_dict(columns)
+
+
+def _tsv_column_name(task: TaskSpec, target: str) -> str:
+    source = task.tsv_columns[target]
+    return f"column {source!r}" if isinstance(source, str) else f"field {source + 1}"
 
 
 def check_finite(labels, where: str) -> None:
@@ -159,6 +196,66 @@ def check_finite(labels, where: str) -> None:
         if value is None or not math.isfinite(value):
             shown = "missing (or NaN)" if value is None else value
             raise ValueError(f"Label {shown} at row {row} of {where} is not a finite number; fix or drop that row.")
+
+
+# ------------------------------------------------------------------------------------------------ the Hub, offline
+OFFLINE_TASKS_HELP = ("Offline, run an embedded task (--task_name rotten_tomatoes or movie_sentiment_regression), or "
+                      "give local data: --data_dir with the GLUE TSV layout, or --train_file/--validation_file.")
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hub cannot be reached now (offline mode, or no connection within `timeout` s), or None. Behind a proxy
+    a direct connection says nothing, so only offline mode counts there."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    address = (endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80))
+    outcome = {}
+
+    def probe():  # in a thread: a hanging name lookup ignores the socket's timeout
+        try:
+            socket.create_connection(address, timeout=timeout).close()
+            outcome["ok"] = True
+        except OSError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 1)
+    if outcome.get("ok"):
+        return None
+    return f"no network: {address[0]} cannot be reached ({outcome.get('error') or f'no answer within {timeout:.0f} s'})"
+
+
+def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str) -> datasets.DatasetDict:
+    """`datasets.load_dataset(hub_id, config)`. When the Hub cannot be reached (`hub_unreachable`) only the local
+    `datasets` cache is read, so a dataset that is not there fails at once (instead of after minutes of retries), with
+    a ValueError that names `what` was asked for and `way_out`."""
+    from unittest import mock
+
+    from huggingface_hub import constants
+
+    reason = hub_unreachable()
+    try:
+        if reason is None:
+            return datasets.load_dataset(hub_id, config)
+        with mock.patch.object(constants, "HF_HUB_OFFLINE", True), mock.patch.object(datasets.config, "HF_HUB_OFFLINE", True):
+            return datasets.load_dataset(hub_id, config)
+    except (ConnectionError, FileNotFoundError) as error:
+        if reason is None and not isinstance(error, ConnectionError):
+            raise
+        why = reason or f"the connection failed: {str(error).strip().splitlines()[0]}"
+        raise ValueError(f"{what} comes from the Hub ({hub_id}), which cannot be reached ({why}), and no copy is in the "
+                         f"local datasets cache. {way_out}") from None
 
 
 # ------------------------------------------------------------------------------------------------ entry point
@@ -190,8 +287,29 @@ def load_task(
         for split, file in zip(task.validation_splits, task.tsv_dev_files):
             splits[split] = read_glue_tsv(folder / file, task)
         return task, datasets.DatasetDict(splits)
-    hub = datasets.load_dataset(GLUE_HUB_ID, task.name)
+    hub = load_hub_dataset(GLUE_HUB_ID, task.name, f"--task_name {task.name}", OFFLINE_TASKS_HELP)
     return task, datasets.DatasetDict({k: hub[k] for k in ("train", *task.validation_splits)})
+
+
+def check_texts(data: datasets.Dataset, columns, where: str) -> None:
+    """Every value of a text column is a string; else name the column, the row and what it holds instead (a number
+    left unquoted, an empty cell, a list), before any tokenizer sees it."""
+    for column in columns:
+        values = data[column]
+        feature = data.features[column]
+        if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string") and None not in values:
+            continue
+        for row, value in enumerate(values):
+            if not isinstance(value, str):
+                shown = "an empty cell (null)" if value is None else f"{_short(value)} ({type(value).__name__})"
+                raise ValueError(f"Text column {column!r} of {where} holds {shown} at row {row}, not a string. Every row "
+                                 "of a text column needs text: fix or drop that row (quote numbers as text), or name "
+                                 "other columns with --text_columns.")
+
+
+def _short(value, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _load_files(task_name, train_file, validation_file, text_columns, label_column):
@@ -205,26 +323,45 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
     builder = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"}.get(suffix)
     if builder is None:
         raise ValueError(f"Unsupported data file type {suffix!r}: use .csv, .tsv, .json or .jsonl.")
-    kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
-    raw = datasets.load_dataset(builder, data_files=files, **kwargs)
     known = TASKS.get(task_name) if task_name != CUSTOM else None
     columns = list(text_columns or (known.text_columns if known else ()))
     if not columns:
         raise ValueError("Custom data needs --text_columns (one column, or two for sentence pairs).")
     if len(columns) > 2:
         raise ValueError(f"--text_columns takes one or two columns, got {columns}.")
+    if len(set(columns)) < len(columns):
+        raise ValueError(f"--text_columns names {columns[0]!r} twice; name two different columns for sentence pairs, or one.")
+    if label_column in columns:
+        raise ValueError(f"--label_column {label_column!r} is also a text column; the label needs a column of its own.")
+    kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
+    raw = datasets.load_dataset(builder, data_files=files, **kwargs)
     for split, data in raw.items():
         for column in [*columns, label_column]:
             if column not in data.column_names:
+                flag = ("--label_column" if column == label_column else "--text_columns" if text_columns
+                        else f"--task_name {task_name} reads {list(columns)}; --text_columns")
                 raise ValueError(f"Column {column!r} not found in the {split} file {files[split]}; its columns are "
-                                 f"{data.column_names}. Set --text_columns / --label_column.")
+                                 f"{data.column_names}. Set {flag} to the columns to read.")
+        if len(data) == 0:
+            raise ValueError(f"The {split} file {files[split]} has no rows.")
     raw = raw.select_columns([*columns, label_column])
     if label_column != "label":
         raw = raw.rename_column(label_column, "label")
-    values = list(raw["train"]["label"])
+    where = {split: f"the {split} file {files[split]}" for split in raw}
     for split, data in raw.items():
-        if all(v is None or isinstance(v, (int, float)) for v in data["label"]):  # csv/json read NaN as None
-            check_finite(data["label"], f"the {split} file {files[split]} (--label_column {label_column})")
+        check_texts(data, columns, where[split])
+    labels = {split: list(data["label"]) for split, data in raw.items()}
+    for split, values in labels.items():
+        for row, value in enumerate(values):
+            if not (value is None or isinstance(value, (str, int, float))):
+                raise ValueError(f"The label at row {row} of {where[split]} (--label_column {label_column}) is "
+                                 f"{_short(value)}, not a class name or a number; fix that row.")
+        if all(v is None or isinstance(v, (int, float)) for v in values):  # csv/json read NaN as None
+            check_finite(values, f"{where[split]} (--label_column {label_column})")
+        elif None in values:
+            raise ValueError(f"Row {values.index(None)} of {where[split]} has no label (--label_column {label_column}); "
+                             "fix or drop that row.")
+    values = labels["train"]
     if known:
         task = known
     else:
@@ -232,21 +369,37 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
         numeric = all(isinstance(v, (int, float)) for v in values)
         # String labels (pos/neg) are sorted by name, as transformers' run_glue.py does; numbers by value.
         label_names = () if regression else tuple(str(v) for v in sorted(set(values) if numeric else {str(v) for v in values}))
+        if not regression and len(label_names) < 2:
+            raise ValueError(f"--label_column {label_column!r} of {where['train']} holds one class only "
+                             f"({label_names[0]!r}): a classifier needs examples of at least two classes. Add rows of "
+                             "the other classes; for regression, the labels must be numbers with decimals (e.g. 2.5).")
         task = TaskSpec(CUSTOM, tuple(columns), 1 if regression else len(label_names),
                         ("pearson", "spearmanr") if regression else ("accuracy", "f1") if len(label_names) == 2 else ("accuracy",),
                         label_names=label_names)
-    if not task.is_regression and (task.name == CUSTOM or any(isinstance(v, str) for v in values)):
-        mapping = {name: i for i, name in enumerate(task.label_names)}
-        for split, data in raw.items():
-            unknown = sorted({str(v) for v in data["label"]} - set(mapping))
-            if unknown:
-                raise ValueError(f"Labels {unknown[:5]} in the {split} file are not among {list(mapping)}.")
-        features = raw["train"].features.copy()
-        features["label"] = datasets.ClassLabel(names=list(task.label_names))
-        raw = raw.map(lambda b: {"label": [mapping[str(v)] for v in b["label"]]}, batched=True, features=features)
     if task.is_regression:
-        raw = raw.cast_column("label", datasets.Value("float32"))
-    return task, raw
+        for split, values in labels.items():
+            text = next((row for row, v in enumerate(values) if isinstance(v, str)), None)
+            if text is not None:
+                raise ValueError(f"{task.name} is a regression task, but the label at row {text} of {where[split]} is "
+                                 f"{values[text]!r}, not a number; fix that row.")
+        return task, raw.cast_column("label", datasets.Value("float32"))
+    # Classes: the task's names (or, for a GLUE task, their ids 0..n-1); custom data: the training file's labels.
+    mapping = {name: i for i, name in enumerate(task.label_names)}
+    if known:
+        mapping.update({str(i): i for i in range(task.num_labels)})
+
+    def key(value) -> str:  # a GLUE task's class id may come as 1.0 from a csv
+        return str(int(value)) if known and isinstance(value, float) and value.is_integer() else str(value)
+
+    for split, values in labels.items():
+        for row, value in enumerate(values):
+            if key(value) not in mapping:
+                source = f"{task.name}'s classes" if known else f"the classes of {where['train']}"
+                raise ValueError(f"The label {value!r} at row {row} of {where[split]} (--label_column {label_column}) is "
+                                 f"not one of {source}: {list(mapping)}. Fix or drop that row.")
+    features = raw["train"].features.copy()
+    features["label"] = datasets.ClassLabel(names=list(task.label_names) or [str(i) for i in range(task.num_labels)])
+    return task, raw.map(lambda b: {"label": [mapping[key(v)] for v in b["label"]]}, batched=True, features=features)
 
 
 def first_samples(raw: datasets.DatasetDict, task: TaskSpec, max_train: int | None, max_eval: int | None) -> datasets.DatasetDict:

@@ -20,6 +20,8 @@ from encoder_zoo.training.run import EMBEDDED_CORPUS, load_corpus, split_sentenc
 
 HUB_DATASETS = {"squad": ("rajpurkar/squad", None), "squad_v2": ("rajpurkar/squad_v2", None), "mrqa": ("mrqa-workshop/mrqa", None)}
 EMBEDDED = ("wiki_cloze", "wiki_cloze_v2")
+OFFLINE_QA_HELP = ("Offline, use an embedded set (--dataset wiki_cloze or wiki_cloze_v2), or local SQuAD-format JSON "
+                   "(--train_file/--validation_file).")
 WIKI_CLOZE_VERSION = 1
 # Cloze placeholder by entity type (Lewis et al. 2019 map answer types to wh-words; we keep the cloze form).
 WH_WORD = {"PERSON": "who", "NORP": "which group", "ORG": "which organisation", "GPE": "where", "LOC": "where",
@@ -56,14 +58,22 @@ def validate(records: datasets.Dataset, on_malformed: str = "error", source: str
         answers = record["answers"] or {}
         texts, starts = answers.get("text") or [], answers.get("answer_start") or []
         repeated = duplicate_id(record["id"], seen_ids)
+        wrong_type = next((f"its {field} is {record[field]!r} ({type(record[field]).__name__}), not text"
+                           for field in ("question", "context") if not isinstance(record[field], (str, type(None)))), None)
         if repeated:
             problem = repeated
+        elif wrong_type:
+            problem = wrong_type
         elif not record["question"] or not record["context"]:
             problem = "empty question or context"
         elif len(texts) != len(starts):
             problem = f"{len(texts)} answer texts but {len(starts)} offsets"
         else:
             for text, start in zip(texts, starts):
+                if not 0 <= start <= len(record["context"]) - len(text):  # a negative start would count from the end
+                    problem = (f"answer_start {start} of answer {text!r} is outside its context (a character offset "
+                               f"from 0 to {len(record['context']) - len(text)} for this answer)")
+                    break
                 if record["context"][start : start + len(text)] != text:
                     problem = f"answer {text!r} is not at offset {start} (found {record['context'][start:start + len(text)]!r})"
                     break
@@ -79,8 +89,12 @@ def validate(records: datasets.Dataset, on_malformed: str = "error", source: str
     return records, len(bad)
 
 
+SQUAD_LAYOUT = "SQuAD format: {\"data\": [{\"title\", \"paragraphs\": [{\"context\", \"qas\": [{\"id\", \"question\", \"answers\"}]}]}]}"
+
+
 def load_squad_json(path: str | Path) -> datasets.Dataset:
-    """A local SQuAD-format file: {"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}."""
+    """A local SQuAD-format file: {"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}. A missing key is
+    named with the keys that are there, a field of the wrong type with its record; nothing is read by guesswork."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"QA file {path} does not exist.")
@@ -88,24 +102,55 @@ def load_squad_json(path: str | Path) -> datasets.Dataset:
         articles = json.loads(path.read_text(encoding="utf-8"))["data"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise MalformedRecordError(f"{path} is not SQuAD-format JSON (a top-level 'data' list): {error}") from error
+
+    def require(item, keys: tuple[str, ...], what: str) -> None:
+        if not isinstance(item, dict):
+            raise MalformedRecordError(f"{path}: {what} is {_short(item)}, not an object. {SQUAD_LAYOUT}.")
+        missing = [key for key in keys if key not in item]
+        if missing:
+            raise MalformedRecordError(f"{path}: {what} has no {', '.join(map(repr, missing))}; its keys are "
+                                       f"{sorted(item)}. {SQUAD_LAYOUT}.")
+
     rows = {"id": [], "title": [], "context": [], "question": [], "answers": []}
-    for article in articles:
-        for paragraph in article.get("paragraphs", []):
-            for qa in paragraph.get("qas", []):
-                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+    for a, article in enumerate(articles if isinstance(articles, list) else [articles]):
+        require(article, ("paragraphs",), f"data[{a}]")
+        for p, paragraph in enumerate(article["paragraphs"]):
+            require(paragraph, ("context", "qas"), f"data[{a}].paragraphs[{p}]")
+            for q, qa in enumerate(paragraph["qas"]):
+                where = f"data[{a}].paragraphs[{p}].qas[{q}]"
+                require(qa, ("id", "question") if qa.get("is_impossible") else ("id", "question", "answers"), where)
+                where = f"record {qa['id']!r} ({where})"
+                for field, value in (("question", qa["question"]), ("context", paragraph["context"]),
+                                     ("id", qa["id"])):
+                    if not isinstance(value, str) and not (field == "id" and isinstance(value, int)):
+                        raise MalformedRecordError(f"{path}: {where} has {field} {_short(value)} ({type(value).__name__}); "
+                                                   f"it must be text. Fix the file.")
+                answers = [] if qa.get("is_impossible") else qa["answers"]
+                if not isinstance(answers, list):
+                    raise MalformedRecordError(f"{path}: {where} has answers {_short(answers)}; it must be a list of "
+                                               "{\"text\", \"answer_start\"} objects. Fix the file.")
                 for answer in answers:
-                    start = answer.get("answer_start", -1)
+                    require(answer, ("text", "answer_start"), f"{where}, an answer")
+                    start = answer["answer_start"]
                     if not isinstance(start, int) or isinstance(start, bool):
                         raise MalformedRecordError(
                             f"{path}: record {qa.get('id')!r} has answer_start {start!r} ({type(start).__name__}); it "
                             "must be an integer character offset into the context. Fix the file.")
-                rows["id"].append(str(qa.get("id", "")))
-                rows["title"].append(article.get("title", ""))
-                rows["context"].append(paragraph.get("context", ""))
-                rows["question"].append(qa.get("question", ""))
-                rows["answers"].append({"text": [a.get("text", "") for a in answers],
-                                        "answer_start": [a.get("answer_start", -1) for a in answers]})
+                    if not isinstance(answer["text"], str):
+                        raise MalformedRecordError(f"{path}: {where} has an answer text {_short(answer['text'])} "
+                                                   f"({type(answer['text']).__name__}); it must be text. Fix the file.")
+                rows["id"].append(str(qa["id"]))
+                rows["title"].append(str(article.get("title", "")))
+                rows["context"].append(paragraph["context"])
+                rows["question"].append(qa["question"])
+                rows["answers"].append({"text": [answer["text"] for answer in answers],
+                                        "answer_start": [answer["answer_start"] for answer in answers]})
     return datasets.Dataset.from_dict(rows)
+
+
+def _short(value, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def load_qa(dataset: str | None, train_file: str | None, validation_file: str | None, cache_dir: str | None = None,
@@ -121,8 +166,10 @@ def load_qa(dataset: str | None, train_file: str | None, validation_file: str | 
         return build_wiki_cloze(with_unanswerable=dataset.endswith("_v2"), articles=wiki_articles, cache_dir=cache_dir)
     if dataset not in HUB_DATASETS:
         raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*HUB_DATASETS, *EMBEDDED])} or --train_file/--validation_file.")
+    from encoder_zoo.glue.tasks import load_hub_dataset
+
     hub_id, config = HUB_DATASETS[dataset]
-    raw = datasets.load_dataset(hub_id, config)
+    raw = load_hub_dataset(hub_id, config, f"--dataset {dataset}", OFFLINE_QA_HELP)
     if dataset == "mrqa":  # MRQA's schema -> SQuAD's
         raw = raw.map(lambda r: {"id": r["qid"], "title": r["subset"], "answers": {
             "text": [a["text"] for a in r["detected_answers"]],
@@ -152,17 +199,33 @@ def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed
     """
     cache = Path(cache_dir or default_cache_dir()) / f"wiki_cloze{'_v2' if with_unanswerable else ''}_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json"
     if cache.exists():
-        rows = json.loads(cache.read_text())
+        rows = read_cache(cache)
     else:
         rows = _build_rows(with_unanswerable, articles, seed, spacy_model)
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(rows))
+        partial = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # renamed when whole: a kill leaves no half cache
+        partial.write_text(json.dumps(rows))
+        os.replace(partial, cache)
     data = datasets.Dataset.from_list(rows)
     in_validation = [int(hashlib.md5(t.encode()).hexdigest(), 16) % 10 == 0 for t in data["title"]]
     return datasets.DatasetDict({
         "train": data.select([i for i, v in enumerate(in_validation) if not v]),
         "validation": data.select([i for i, v in enumerate(in_validation) if v]),
     })
+
+
+def read_cache(cache: Path) -> list[dict]:
+    """The rows of a built set's cache file; a damaged one (cut short by a kill or a full disk) is named, with how to
+    rebuild it."""
+    try:
+        rows = json.loads(cache.read_text(encoding="utf-8"))
+        if not isinstance(rows, list) or not all(isinstance(row, dict) and "answers" in row for row in rows):
+            raise ValueError("not a list of QA records")
+    except (UnicodeDecodeError, ValueError) as error:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"The cached set {cache} is damaged ({str(error).splitlines()[0]}). Delete that file (only it); "
+                         "the next run rebuilds it from the embedded Wikipedia text, once (a few minutes), or pass "
+                         "--cache_dir to build it elsewhere.") from None
+    return rows
 
 
 def _build_rows(with_unanswerable, articles, seed, spacy_model):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 
 from encoder_zoo.training.run import split_sentences
 
+logger = logging.getLogger(__name__)
 EMBEDDED_OPEN = ("wiki_open",)
 HUB_OPEN = {"search_qa": ("kyunghyuncho/search_qa", "train_test_val")}
 FIELDS = ("id", "question", "answers", "passages")
@@ -89,16 +91,39 @@ def load_open_file(path: str | Path) -> datasets.Dataset:
         records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines() if line.strip()]
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is neither a JSON list nor JSON Lines: {error}") from error
+    if not isinstance(records, list) or not records:
+        raise ValueError(f"{path} holds no records; it needs a JSON list, or one JSON object per line, of records with "
+                         "question, answers (a list of strings) and passages (a list of strings), and optionally id.")
+    wrapped = []
     for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}, record {index}: {_short(record)} is not an object with question, answers and passages.")
         missing = [field for field in ("question", "answers", "passages") if field not in record]
         if missing:
-            raise ValueError(f"{path}, record {index}: missing {missing}; each record needs question, answers (a list "
-                             "of strings) and passages (a list of strings), and optionally id.")
-        if isinstance(record["answers"], str):
+            raise ValueError(f"{path}, record {index}: missing {missing}; its keys are {sorted(record)}. Each record needs "
+                             "question, answers (a list of strings) and passages (a list of strings), and optionally id.")
+        if isinstance(record["answers"], str):  # one answer given bare: a list of one, not a list of its letters
             record["answers"] = [record["answers"]]
+            wrapped.append(index)
+        for field in ("answers", "passages"):
+            values = record[field]
+            if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+                raise ValueError(f"{path}, record {index}: {field} is {_short(values)}; it must be a list of strings. "
+                                 "Fix that record.")
+        if not isinstance(record["question"], str):
+            raise ValueError(f"{path}, record {index}: question is {_short(record['question'])} "
+                             f"({type(record['question']).__name__}), not text. Fix that record.")
         record.setdefault("id", f"{path.stem}-{index}")
         record["id"] = str(record["id"])
+    if wrapped:
+        logger.info("%s: %d records give their answer as a string, not a list (records %s); each is read as a list "
+                    "of that one answer.", path, len(wrapped), ", ".join(map(str, wrapped[:5])) + (", ..." if len(wrapped) > 5 else ""))
     return datasets.Dataset.from_list([{field: record[field] for field in FIELDS} for record in records])
+
+
+def _short(value, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def load_open_qa(dataset: str | None, train_file: str | None = None, validation_file: str | None = None,
@@ -113,8 +138,11 @@ def load_open_qa(dataset: str | None, train_file: str | None = None, validation_
     if dataset not in HUB_OPEN:
         raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*EMBEDDED_OPEN, *HUB_OPEN])} or "
                          "--train_file/--validation_file (JSON records with question, answers, passages).")
+    from encoder_zoo.glue.tasks import load_hub_dataset
+
     hub_id, config = HUB_OPEN[dataset]
-    raw = datasets.load_dataset(hub_id, config)
+    raw = load_hub_dataset(hub_id, config, f"--dataset {dataset}", "Offline, use the embedded set (--dataset wiki_open), "
+                           "or local records (--train_file/--validation_file: JSON with question, answers, passages).")
     columns = set(raw["train"].column_names)
     if not {"question", "answer", "search_results"} <= columns:
         raise ValueError(f"{hub_id} has the columns {sorted(columns)}, not question/answer/search_results; convert it "

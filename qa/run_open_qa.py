@@ -106,6 +106,28 @@ def combine(pairs, selector_scores: dict[str, float], nbest: dict[str, list], no
 
 
 def main(argv=None) -> dict:
+    from encoder_zoo.glue.run_glue import RunInterrupted
+
+    saved: dict[str, str] = {}  # model -> folder, as each is saved: what a Ctrl-C leaves
+    try:
+        return run(argv, saved)
+    except KeyboardInterrupt:
+        if not saved:
+            raise RunInterrupted("interrupted (Ctrl-C) before a model was saved (each is saved when its training ends): "
+                                 "nothing was saved. Run the same command again to start over.") from None
+        reuse = " ".join(f"--{name}_model {folder}" for name, folder in saved.items())
+        raise RunInterrupted(f"interrupted (Ctrl-C). Saved: the trained {' and '.join(saved)} ({', '.join(saved.values())}). "
+                             f"To go on without training {'them' if len(saved) > 1 else 'it'} again, run the same command "
+                             f"with {reuse} and another --output_dir; the same command alone starts over.") from None
+
+
+def references(questions) -> list[dict]:
+    """The SQuAD metric's references: every gold answer string of each question (never the letters of one string)."""
+    golds = [[answers] if isinstance(answers, str) else list(answers) for answers in questions["answers"]]
+    return [{"id": q, "answers": {"text": texts, "answer_start": [0] * len(texts)}} for q, texts in zip(questions["id"], golds)]
+
+
+def run(argv, saved: dict) -> dict:
     import evaluate
     import numpy as np
     from transformers import (
@@ -117,6 +139,7 @@ def main(argv=None) -> dict:
         set_seed,
     )
 
+    from encoder_zoo.glue.run_glue import check_max_seq_length
     from encoder_zoo.qa.open_data import check_unique_ids, load_open_qa, passage_pairs
     from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
     from encoder_zoo.training.run import (
@@ -144,8 +167,10 @@ def main(argv=None) -> dict:
                        args.validation_file, cache_dir=args.cache_dir, num_passages=args.num_passages,
                        wiki_articles=args.wiki_articles)
     for split, questions in raw.items():
-        check_unique_ids(questions, {"train": args.train_file, "validation": args.validation_file}.get(split)
-                         or f"{args.dataset} {split}")
+        source = {"train": args.train_file, "validation": args.validation_file}.get(split) or f"{args.dataset} {split}"
+        check_unique_ids(questions, source)
+        if not len(questions):
+            raise ValueError(f"{source} has no {split} questions.")
     for split, limit in (("train", args.max_train_questions), ("validation", args.max_eval_questions)):
         if limit and split in raw:
             raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
@@ -158,8 +183,10 @@ def main(argv=None) -> dict:
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=remote)
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("Passage windows need a fast tokenizer (offset mappings).")
-    extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=remote))
-    max_length = min(args.max_seq_length, tokenizer.model_max_length)
+    config = load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=remote)
+    check_max_seq_length(args.max_seq_length, config, tokenizer, args.model_name_or_path)  # as run_glue.py
+    extra_inputs = extra_inputs_for(config)
+    max_length = args.max_seq_length
     window_args = (tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs)
     collator = DataCollatorWithPadding(tokenizer)
     output = Path(training_args.output_dir)
@@ -193,7 +220,7 @@ def main(argv=None) -> dict:
                                         max_nonfinite_steps=args.max_nonfinite_steps)
             results["selector_train"] = trainer.train().metrics
             trainer.save_model()
-            selector_path = str(output / "selector")
+            selector_path = saved["selector"] = str(output / "selector")
         if reader_path is None:
             set_seed(training_args.seed)  # the new QA head: the same for the same --seed
             reader = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=remote)
@@ -202,7 +229,7 @@ def main(argv=None) -> dict:
                                         max_nonfinite_steps=args.max_nonfinite_steps)
             results["reader_train"] = trainer.train().metrics
             trainer.save_model()
-            reader_path = str(output / "reader")
+            reader_path = saved["reader"] = str(output / "reader")
     if "validation" in pairs:
         if selector_path is None or reader_path is None:
             raise ValueError("Evaluation needs a selector and a reader: give --train_file (or a dataset with a train "
@@ -231,9 +258,7 @@ def main(argv=None) -> dict:
         answers = combine(validation, selector_scores, nbest, normalize)
         questions = raw["validation"]
         predictions = [{"id": q, "prediction_text": answers.get(q, {"text": ""})["text"]} for q in questions["id"]]
-        references = [{"id": q, "answers": {"text": list(a), "answer_start": [0] * len(a)}}
-                      for q, a in zip(questions["id"], questions["answers"])]
-        results["eval"] = metric.compute(predictions=predictions, references=references)
+        results["eval"] = metric.compute(predictions=predictions, references=references(questions))
         positive = {p for p, a in zip(validation["id"], validation["answers"]) if a["text"]}
         top = [max(answers[q]["passage_probabilities"], key=answers[q]["passage_probabilities"].get) for q in questions["id"] if q in answers]
         results["eval"]["selector_top1_holds_answer"] = 100.0 * sum(p in positive for p in top) / max(len(top), 1)
@@ -265,6 +290,7 @@ def main(argv=None) -> dict:
 
 
 def cli() -> None:
+    from encoder_zoo.glue.run_glue import RunInterrupted
     from encoder_zoo.training.run import TrainingDiverged
 
     try:
@@ -275,6 +301,12 @@ def cli() -> None:
     except (ValueError, OSError) as error:
         print(f"run_open_qa.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunInterrupted as error:
+        print(f"run_open_qa.py: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
+    except KeyboardInterrupt:  # while Python was still importing: nothing was written
+        print("run_open_qa.py: interrupted (Ctrl-C) before anything was saved. Run the same command again.", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

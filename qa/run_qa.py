@@ -59,10 +59,28 @@ class QAArguments:
 
 
 def main(argv=None) -> dict:
+    from encoder_zoo.glue.run_glue import RunInterrupted
+
+    stage = {"saved": None}  # what a Ctrl-C leaves: set once the fine-tuned model is saved
+    try:
+        return run(argv, stage)
+    except KeyboardInterrupt:
+        output = stage.get("output")
+        if stage["saved"]:
+            raise RunInterrupted(
+                f"interrupted (Ctrl-C) after training: the fine-tuned model is saved in {output}, not yet evaluated. "
+                f"Evaluate it without training again by running the same command with --model_name_or_path {output} "
+                "--num_train_epochs 0 and another --output_dir, or run the same command to start over.") from None
+        raise RunInterrupted("interrupted (Ctrl-C) before the fine-tuned model was saved (it is saved when training "
+                             "ends): nothing was saved. Run the same command again to start over.") from None
+
+
+def run(argv, stage: dict) -> dict:
     import evaluate
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding, set_seed
 
-    from encoder_zoo.qa.data import EMBEDDED, load_qa, validate
+    from encoder_zoo.glue.run_glue import check_max_seq_length
+    from encoder_zoo.qa.data import EMBEDDED, SQUAD_LAYOUT, load_qa, validate
     from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
     from encoder_zoo.training.run import (
         FineTuningTrainer,
@@ -88,15 +106,19 @@ def main(argv=None) -> dict:
         raise ValueError(f"--doc_stride {args.doc_stride} leaves no new context per window: it must be below "
                          f"--max_seq_length - --max_question_length - 3 = {room}.")
     hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
+    stage["output"] = training_args.output_dir
 
     raw = load_qa(None if (args.train_file or args.validation_file) else args.dataset, args.train_file,
                   args.validation_file, cache_dir=args.cache_dir)
-    skipped = {}
+    skipped, empty = {}, {}
     for split in list(raw):
         source = {"train": args.train_file, "validation": args.validation_file}.get(split) or f"{args.dataset} {split}"
         raw[split], skipped[split] = validate(raw[split], args.on_malformed, source)
         if skipped[split]:
             logger.warning("Skipped %d malformed %s records.", skipped[split], split)
+        if not len(raw[split]):
+            empty[split] = (f"{source} has no {split} questions"
+                            + (f" left (all {skipped[split]} were malformed and skipped)." if skipped[split] else "."))
     if args.max_train_samples and "train" in raw:
         raw["train"] = raw["train"].select(range(min(args.max_train_samples, len(raw["train"]))))
     if args.max_eval_samples and "validation" in raw:
@@ -113,7 +135,10 @@ def main(argv=None) -> dict:
     set_seed(training_args.seed)  # a checkpoint without a QA head gets a new one: the same for the same --seed
     model = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(model.config)
-    max_length = min(args.max_seq_length, tokenizer.model_max_length)
+    check_max_seq_length(args.max_seq_length, model.config, tokenizer, args.model_name_or_path)  # as run_glue.py
+    max_length = args.max_seq_length
+    if empty:  # after the model: a broken checkpoint is named before a placeholder data file is
+        raise ValueError(" ".join(empty.values()) + (f" {SQUAD_LAYOUT}." if args.train_file or args.validation_file else ""))
     with training_args.main_process_first(desc="building windows"):
         train_features = raw["train"].map(
             lambda b: prepare_train_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs),
@@ -130,6 +155,7 @@ def main(argv=None) -> dict:
     if train_features is not None and (training_args.num_train_epochs > 0 or training_args.max_steps > 0):
         results["train"] = trainer.train().metrics
         trainer.save_model()
+        stage["saved"] = training_args.output_dir
     output = Path(training_args.output_dir)
     if eval_features is not None:
         model_inputs = eval_features.remove_columns(["example_id", "offset_mapping"])
@@ -179,6 +205,7 @@ def main(argv=None) -> dict:
 
 
 def cli() -> None:
+    from encoder_zoo.glue.run_glue import RunInterrupted
     from encoder_zoo.qa.data import MalformedRecordError
     from encoder_zoo.training.run import TrainingDiverged
 
@@ -190,6 +217,12 @@ def cli() -> None:
     except (ValueError, OSError, MalformedRecordError) as error:
         print(f"run_qa.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunInterrupted as error:
+        print(f"run_qa.py: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
+    except KeyboardInterrupt:  # while Python was still importing: nothing was written
+        print("run_qa.py: interrupted (Ctrl-C) before anything was saved. Run the same command again.", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
