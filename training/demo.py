@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {
         "export": str(export_dir),
         "files": sorted(p.name for p in export_dir.iterdir()),
-        "steps": train_logs[-1]["step"],
+        "steps": max(entry["step"] for entry in log if "step" in entry),  # the last step, logged or not
         "first_logged": {k: train_logs[0][k] for k in ("loss", "mlm_loss", "sbo_loss")},
         "last_logged": {k: train_logs[-1][k] for k in ("loss", "mlm_loss", "sbo_loss", "tokens_per_second")},
         "eval": next(({k.removeprefix("eval_"): e[k] for k in ("eval_loss", "eval_mlm_loss", "eval_sbo_loss")}

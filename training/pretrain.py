@@ -18,6 +18,7 @@ import difflib
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,12 @@ class PretrainArguments:
     word_vector_threads: int = field(
         default=1, metadata={"help": "bertac_cnn: fastText training threads; only 1 gives reproducible vectors."}
     )
+    min_word_vector_coverage: float = field(
+        default=0.5,
+        metadata={"help": "bertac_cnn: refuse word vectors that cover less than this fraction of the 1,000 most "
+                  "frequent CNN words (a matching file covers nearly all of them; far fewer means another language, "
+                  "another word rule, or a damaged file). 0 accepts any coverage."},
+    )
     max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
 
 
@@ -210,6 +217,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
         set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
+    # A default held-out count larger than a small corpus is cut to a tenth of it; one the user asked for is not.
+    args.validation_documents_given = any(a.split("=")[0] == "--validation_documents" for a in argv)
     if not any(a.split("=")[0] in ("--include_num_input_tokens_seen", "--include-num-input-tokens-seen") for a in argv):
         # The flag reads only true/false ("all"/"no"): the default that counts non-padding tokens is set here.
         training_args.include_num_input_tokens_seen = "non_padding"
@@ -231,6 +240,20 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
 
     if args.max_seq_length < 8:
         raise ValueError(f"--max_seq_length {args.max_seq_length} is too short: a block needs at least 8 tokens.")
+    if args.max_documents is not None and args.max_documents < 1:
+        raise ValueError(f"--max_documents {args.max_documents} reads no document: pass a positive number, or drop the "
+                         "flag to read every document.")
+    if args.validation_documents < 0:
+        raise ValueError(f"--validation_documents {args.validation_documents}: pass 0 (no evaluation set) or more.")
+    if (args.max_documents is not None and getattr(args, "validation_documents_given", False)
+            and args.validation_documents >= args.max_documents):
+        raise ValueError(f"--validation_documents {args.validation_documents} holds out at least all of the "
+                         f"--max_documents {args.max_documents} documents, leaving none to train on; pass a "
+                         f"--validation_documents below --max_documents (at most a tenth is held out: "
+                         f"{args.max_documents // 10} here), or 0 for no evaluation set.")
+    if not 0 <= args.min_word_vector_coverage <= 1:
+        raise ValueError(f"--min_word_vector_coverage {args.min_word_vector_coverage}: pass a fraction between 0 "
+                         "(accept any coverage) and 1.")
     if training_args.max_steps == 0:
         raise ValueError("--max_steps 0 trains nothing: pass a positive number of steps (or leave it at -1 and set "
                          "--num_train_epochs).")
@@ -319,12 +342,24 @@ class TrainingText:
 def main(argv: list[str] | None = None) -> Path:
     args, training_args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    from encoder_zoo.training.run.sharding import unsharded_model  # torch: only once the flags are read
-
     recipe, overrides = check_recipe_arguments(args)
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
-    checkpoint = prepare_run_folder(args, training_args, output_dir, export_dir)  # held by this run until it ends
+    try:
+        checkpoint = prepare_run_folder(args, training_args, output_dir, export_dir)  # held by this run until it ends
+        if checkpoint is not None and already_finished(checkpoint, training_args, export_dir):
+            leave_process_group()
+            return export_dir
+        return train_and_export(args, training_args, recipe, overrides, output_dir, export_dir, checkpoint)
+    finally:
+        release_run_folder(output_dir)
+
+
+def train_and_export(args, training_args, recipe, overrides, output_dir: Path, export_dir: Path,
+                     checkpoint: str | None) -> Path:
+    """Train (or, resumed at its last step, only finish) and export: every step after the run folder is checked."""
+    from encoder_zoo.training.run.sharding import unsharded_model
+
     set_seed(training_args.seed)
 
     text = read_training_text(recipe, args, training_args)
@@ -345,8 +380,21 @@ def main(argv: list[str] | None = None) -> Path:
         if push_to_hub:
             upload(export_dir, trainer.args)
     leave_process_group()
-    release_run_folder(output_dir)
     return export_dir
+
+
+def already_finished(checkpoint: str, training_args, export_dir: Path) -> bool:
+    """Whether the run resumed from `checkpoint` has nothing left to do: the checkpoint is at the run's last step
+    and the export there was made from it. Refuses a checkpoint past the last step (it would be cut back)."""
+    from encoder_zoo.training.run.folders import check_resume_end, export_of_checkpoint
+
+    step, end = check_resume_end(checkpoint, training_args)
+    if end is None or step < end or not export_of_checkpoint(export_dir, checkpoint):
+        return False
+    logger.info("Nothing to do: %s is the run's last step (%d) and %s is its complete export; nothing was changed. "
+                "Pass a larger --max_steps to train on, or --overwrite_output_dir to start afresh.", checkpoint, end,
+                export_dir)
+    return True
 
 
 def check_recipe_arguments(args: PretrainArguments):
@@ -412,11 +460,28 @@ def read_training_text(recipe, args, training_args) -> TrainingText:
         corpus = recipe.load_corpus(args) if recipe.load_corpus else load_corpus(
             args.dataset, args.dataset_config, args.dataset_split, args.text_column, args.max_documents
         )
-    n_validation = min(args.validation_documents, len(corpus) // 10)
+    n_validation = held_out_count(args, len(corpus))
     if not n_validation:
         return TrainingText(corpus)
     split = corpus.train_test_split(test_size=n_validation, seed=0, shuffle=True)
     return TrainingText(split["train"], split["test"])
+
+
+def held_out_count(args, documents: int) -> int:
+    """Documents held out for evaluation: --validation_documents, at most a tenth of the corpus. A count the user
+    asked for that is not below the documents there are is refused; one cut to a tenth is said."""
+    asked = args.validation_documents
+    if getattr(args, "validation_documents_given", False) and asked and asked >= documents:
+        source = f"--max_documents {args.max_documents}" if args.max_documents else "the corpus"
+        raise ValueError(f"--validation_documents {asked} is not below the {documents} documents there are ({source}): "
+                         f"nothing would be left to train on. Pass --validation_documents below {documents} (at most a "
+                         f"tenth is held out: {documents // 10} here), or 0 for no evaluation set, or raise "
+                         "--max_documents.")
+    count = min(asked, documents // 10)
+    if count < asked and getattr(args, "validation_documents_given", False):
+        logger.warning("--validation_documents %d: holding out %d documents, a tenth of the %d there are (at most a "
+                       "tenth is held out).", asked, count, documents)
+    return count
 
 
 def prepare_tokenizer(recipe, args, training_args, text: TrainingText, config_kwargs: dict, tokenizer_dir: Path,
@@ -484,7 +549,8 @@ def build_datasets(recipe, args, training_args, text: TrainingText, tokenizer, c
         eval_dataset = build(text.validation_docs, tokenizer, args) if text.validation_docs is not None else None
     if not args.streaming:
         if len(train_dataset) == 0:
-            raise ValueError("Tokenization produced no training example; is the text column empty?")
+            raise ValueError(f"Tokenization produced no training example from {len(text.train_docs)} training "
+                             f"document(s) (--text_column {args.text_column}); is that column empty?")
         global_batch = training_args.per_device_train_batch_size * training_args.world_size
         if training_args.dataloader_drop_last and len(train_dataset) < global_batch:
             raise ValueError(f"{len(train_dataset)} training examples fill no batch of {global_batch} with "
@@ -535,8 +601,11 @@ def build_model(recipe, args, training_args, config, tokenizer, text: TrainingTe
 
 
 def log_run(args, model, train_dataset) -> None:
-    logger.info("%s %s: %.1fM parameters, %s training examples", args.model, args.model_size,
-                sum(p.numel() for p in model.parameters()) / 1e6, "streamed" if args.streaming else len(train_dataset))
+    from encoder_zoo.training.run.export import parameter_count
+
+    logger.info("%s %s: %s parameters, %s training examples", args.model, args.model_size,
+                parameter_count(sum(p.numel() for p in model.parameters())),
+                "streamed" if args.streaming else len(train_dataset))
 
 
 def build_trainer(recipe, args, training_args, model, tokenizer, collator, train_dataset, eval_dataset):
@@ -560,6 +629,7 @@ def build_trainer(recipe, args, training_args, model, tokenizer, collator, train
         decay_norms_and_biases=args.decay_norms_and_biases,
         callbacks=[SaveOnSignal(), *([StreamEpoch()] if args.streaming else [])],
         max_nonfinite_steps=args.max_nonfinite_steps,
+        default_learning_rate=recipe.training_defaults[args.model_size].learning_rate,
     )
     check_engine(trainer)
     return trainer
@@ -567,21 +637,47 @@ def build_trainer(recipe, args, training_args, model, tokenizer, collator, train
 
 def train(trainer, checkpoint: str | None, output_dir: Path, eval_dataset) -> dict:
     """Train (resuming from `checkpoint`), then evaluate on the held-out examples. A stop signal ends the run here,
-    after its checkpoint is saved."""
+    after its checkpoint is saved. A checkpoint already at the run's last step trains nothing (`ExactResume`): the
+    run's summary is then the one its first attempt saved, or one made from the checkpoint's logs."""
+    from encoder_zoo.training.run.export import mean_logged_loss
+    from encoder_zoo.training.run.folders import TRAINED_PAUSE_ENV, checkpoint_state, summary_after
     from encoder_zoo.training.run.trainer import SaveOnSignal, TrainingDiverged, TrainingStopped
 
+    state = checkpoint_state(checkpoint) if checkpoint else None
+    saved_summary = summary_after(output_dir, state) if state else None  # before save_state() replaces it
     try:
         result = trainer.train(resume_from_checkpoint=checkpoint)
     except TrainingDiverged:
         leave_process_group()  # every process stops at the same step
         raise
+    if os.environ.get(TRAINED_PAUSE_ENV):
+        time.sleep(600)
+    metrics = dict(result.metrics)
+    history = trainer.state.log_history
+    finished_before = state and trainer.state.global_step == state.get("global_step") >= trainer.state.max_steps
+    if finished_before:  # the checkpoint was at the last step: nothing was trained in this session
+        if saved_summary:
+            history.extend(saved_summary)
+            metrics = next((dict(e) for e in reversed(saved_summary) if "train_loss" in e), {})
+        else:
+            summary = {"total_flos": trainer.state.total_flos, "epoch": trainer.state.epoch,
+                       "step": trainer.state.global_step}
+            history.append(summary)
+            metrics = dict(summary)
+        logger.info("%s is at the run's last step (%d): nothing left to train, finishing the export.", checkpoint,
+                    trainer.state.global_step)
+    # The card's mean training loss is that of the whole run, also for a resumed one (Trainer's is the session's).
+    mean = mean_logged_loss(history, trainer.state.global_step)
+    if mean is not None:
+        metrics["train_loss"] = mean
+    elif checkpoint:
+        metrics.pop("train_loss", None)
     trainer.save_state()
     stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
     if trainer.state.global_step < trainer.state.max_steps and stopper.requested:
         leave_process_group()
         saved = output_dir / f"checkpoint-{trainer.state.global_step}"
         raise TrainingStopped(stopper.signum, trainer.state.global_step, str(saved) if saved.is_dir() else None)
-    metrics = dict(result.metrics)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
     return metrics

@@ -480,6 +480,14 @@ def fasttext_vectors(sentences: datasets.Dataset, dim: int, cache_dir: str | Pat
     return vectors_path
 
 
+def frequent_word_coverage(tokenizer, vectors, top: int = 1000) -> tuple[int, int]:
+    """(how many of the CNN's `top` most frequent words have a vector, how many there are). The word tokenizer
+    numbers its words by frequency, after its special tokens."""
+    ordered = sorted((index, word) for word, index in tokenizer.get_vocab().items() if word not in SPECIAL_TOKENS)
+    frequent = [word for _, word in ordered[:top]]
+    return sum(word in vectors for word in frequent), len(frequent)
+
+
 def _installed(distribution: str) -> bool:
     import importlib.metadata
 
@@ -534,37 +542,121 @@ def vector_line_problem(line: str, header: bool = False) -> str | None:
     return None if fields else f"holds no vector ({line[:60]!r})"
 
 
-def read_word_vectors(path: str | Path, wanted: set[str]) -> dict[str, np.ndarray]:
+# Trained word vectors have components of order 1; beyond this they are damage (a NaN-free overflow), and a CNN's
+# fp32 sums over them overflow within a few layers.
+HUGE_WORD_VECTOR = 1e4
+
+
+class WordVectors(dict):
+    """The vectors of the wanted words (word -> array), with what was read: `path`, `dim` (of every vector line),
+    `count` (vector lines read) and `header` ((count, dim) from a .vec header line, or None)."""
+
+    path: Path
+    dim: int | None = None
+    count: int = 0
+    header: tuple[int, int] | None = None
+
+
+class DamagedWordVectors(ValueError):
+    """A word-vector file that is not whole: rows of other lengths, fewer rows than its header says, or values that
+    are NaN, infinite or huge. `problem` says which, naming lines."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"--word_vectors {path}: {problem}; pass a whole file ({WORD_VECTOR_FORMATS}), e.g. download "
+                         "it again.")
+
+
+def read_word_vectors(path: str | Path, wanted: set[str]) -> WordVectors:
     """Vectors of the `wanted` words from a fastText `.bin` or a `.vec` text file. A file word counts under its
-    normalised form (the one word rule), its first (most frequent) occurrence winning: cased vectors serve too."""
+    normalised form (the one word rule), its first (most frequent) occurrence winning: cased vectors serve too.
+
+    The whole file is checked on the way (`DamagedWordVectors`, naming the lines): every vector line has the same
+    length (the header's, if any), there are as many as the header says, and the vectors used are finite and not
+    huge."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"--word_vectors {path}: no such file (a fastText .bin or .vec).")
-    found: dict[str, np.ndarray] = {}
+    found = WordVectors()
+    found.path = path
+    bad_values: list[str] = []
 
-    def keep(word: str, vector):
+    def keep(word: str, vector, line: int | None):
         words = split_words(word)
         if len(words) == 1 and words[0] in wanted and words[0] not in found:
-            found[words[0]] = np.array(vector.split(), dtype=np.float32) if isinstance(vector, str) else np.asarray(vector, dtype=np.float32)
+            array = (np.array(vector.split(), dtype=np.float32) if isinstance(vector, str)
+                     else np.asarray(vector, dtype=np.float32))
+            if not np.isfinite(array).all() or np.abs(array).max(initial=0) > HUGE_WORD_VECTOR:
+                where = f"line {line} ({word!r})" if line else repr(word)
+                what = "NaN/inf" if not np.isfinite(array).all() else f"values up to {np.abs(array).max():.3g}"
+                bad_values.append(f"{where} holds {what}")
+            found[words[0]] = array
 
     if path.suffix == ".bin":
         import fasttext
 
         model = fasttext.load_model(str(path))
+        found.dim = model.get_dimension()
         for word in model.get_words():
-            keep(word, model.get_word_vector(word))
-        return found
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle):
-            word, _, values = line.rstrip("\n").rstrip().partition(" ")
-            if number == 0 and len(values.split()) == 1:
-                continue  # the "count dim" header
-            try:
-                keep(word, values)
-            except ValueError:
-                raise ValueError(f"--word_vectors {path}: line {number + 1} {vector_line_problem(line)}; pass "
-                                 f"{WORD_VECTOR_FORMATS}.") from None
+            found.count += 1
+            keep(word, model.get_word_vector(word), None)
+    else:
+        _read_vec(path, found, keep)
+    if bad_values:
+        more = f" (and {len(bad_values) - 1} more vectors)" if len(bad_values) > 1 else ""
+        raise DamagedWordVectors(path, f"{bad_values[0]}{more}: word vectors must be finite numbers of order 1 (at "
+                                 f"most {HUGE_WORD_VECTOR:g})")
     return found
+
+
+def _read_vec(path: Path, found: WordVectors, keep) -> None:
+    ragged: list[tuple[int, int]] = []  # (line, values) of the lines whose length differs from the file's
+    first_line = None  # the first vector line, which fixes the length when there is no header
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            word, _, values = line.rstrip("\n").rstrip().partition(" ")
+            if number == 1 and len(values.split()) == 1 and word.isdigit() and values.strip().isdigit():
+                found.header = (int(word), int(values))  # the "count dim" header
+                found.dim = found.header[1]
+                continue
+            if not word and not values:
+                continue  # a blank line
+            length = values.count(" ") + 1 if values else 0
+            if length != found.dim:
+                length = _vector_length(values)
+                if found.dim is None and length:
+                    found.dim, first_line = length, number
+                elif length != found.dim:
+                    ragged.append((number, length))
+                    continue
+            found.count += 1
+            try:
+                keep(word, values, number)
+            except ValueError:
+                raise ValueError(f"--word_vectors {path}: line {number} {vector_line_problem(line)}; pass "
+                                 f"{WORD_VECTOR_FORMATS}.") from None
+    if ragged:
+        expected = (f"the header's {found.dim}" if found.header else f"the {found.dim} of line {first_line}")
+        lines = ", ".join(f"line {n} has {k}" for n, k in ragged[:3])
+        raise DamagedWordVectors(path, f"{len(ragged)} vector line{'s' if len(ragged) > 1 else ''} of another length "
+                                 f"than {expected} values ({lines}{', ...' if len(ragged) > 3 else ''}): the file is "
+                                 "ragged or cut mid-line")
+    if found.header and found.header[0] != found.count:
+        raise DamagedWordVectors(path, f"it holds {found.count:,} vectors but its header line says "
+                                 f"{found.header[0]:,}: the file was cut short (or padded)")
+
+
+def _vector_length(values: str) -> int:
+    """How many numbers end a .vec line (a word with spaces in it, as some GloVe files have, is not counted)."""
+    fields = values.split()
+    count = 0
+    for field in reversed(fields):
+        try:
+            float(field)
+        except ValueError:
+            break
+        count += 1
+    return count if count else len(fields)
 
 
 def embedding_table(tokenizer, vectors: dict[str, np.ndarray], dim: int, seed: int) -> tuple[torch.Tensor, int]:
@@ -575,8 +667,10 @@ def embedding_table(tokenizer, vectors: dict[str, np.ndarray], dim: int, seed: i
     rows = [(index, vectors[word]) for word, index in vocabulary.items() if word in vectors]
     for index, vector in rows:
         if vector.shape != (dim,):
-            raise ValueError(f"Word vectors are {vector.shape[0]}-d but the CNN expects {dim}-d; pass "
-                             f"--config_overrides word_embedding_dim={vector.shape[0]}.")
+            source = getattr(vectors, "path", None)
+            raise ValueError(f"Word vectors{f' in {source}' if source else ''} are {vector.shape[0]}-d but the CNN "
+                             f"expects {dim}-d; pass --config_overrides word_embedding_dim={vector.shape[0]} (or "
+                             f"{dim}-d vectors).")
     if rows:
         table[torch.tensor([i for i, _ in rows])] = torch.from_numpy(np.stack([v for _, v in rows]))
     table[tokenizer.pad_token_id] = 0.0

@@ -47,6 +47,7 @@ def load_corpus(
                 "Pass --text_column with the column that holds the raw text."
             )
         corpus = corpus.select_columns([text_column])
+        check_text_column(corpus, text_column, dataset)
         if text_column != "text":
             corpus = corpus.rename_column(text_column, "text")
     corpus = corpus.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
@@ -55,6 +56,22 @@ def load_corpus(
     if max_documents is not None:
         corpus = corpus.select(range(min(max_documents, len(corpus))))
     return corpus
+
+
+def check_text_column(corpus: datasets.Dataset, text_column: str, dataset: str) -> None:
+    """Refuse a text column that holds other values than strings (nulls count as empty documents), naming the
+    column and the first such row."""
+    feature = corpus.features[text_column]
+    if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string", "null"):
+        return
+    for start in range(0, len(corpus), 4096):
+        values = corpus[start : start + 4096][text_column]
+        for offset, value in enumerate(values):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(
+                    f"Column {text_column!r} of {dataset!r} holds {type(value).__name__} values, not text: row "
+                    f"{start + offset + 1} (counting from 1) is {value!r:.80}. Pass --text_column with the column that "
+                    "holds the raw text, or convert its values to strings.")
 
 
 def _load_external(dataset: str, dataset_config: str | None, split: str) -> datasets.Dataset:

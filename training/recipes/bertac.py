@@ -14,12 +14,14 @@ from pathlib import Path
 from encoder_zoo.hub_cards.papers import BERTAC_PAPER
 from encoder_zoo.training.data.bertac_pairs import (
     ENTITY_MASK,
+    DamagedWordVectors,
     EntityPairCollator,
     article_sentences,
     embedding_table,
     encode_pairs,
     entity_masked_pairs,
     fasttext_vectors,
+    frequent_word_coverage,
     load_article_pages,
     read_word_vectors,
     train_word_tokenizer,
@@ -98,18 +100,50 @@ def build_pair_dataset(pages, tokenizer, args):
 
 def load_word_vectors(model, tokenizer, pages, args, training_args) -> None:
     """Fill the frozen word table: the user's `--word_vectors`, else fastText trained on the pages' sentences and
-    cached in OUTPUT_DIR/word_vectors (a resumed run reuses them; its checkpoint holds the table anyway)."""
+    cached in OUTPUT_DIR/word_vectors (a resumed run reuses them; its checkpoint holds the table anyway). A damaged
+    cache is trained again; a damaged or poorly matching user file is refused, naming it."""
     dim = model.config.word_embedding_dim
-    path = args.word_vectors or fasttext_vectors(
-        article_sentences(pages, args.preprocessing_num_workers), dim,
-        Path(training_args.output_dir) / "word_vectors", threads=args.word_vector_threads,
-    )
-    vectors = read_word_vectors(path, set(tokenizer.get_vocab()))
+    wanted = set(tokenizer.get_vocab())
+
+    def train_vectors():
+        return fasttext_vectors(article_sentences(pages, args.preprocessing_num_workers), dim,
+                                Path(training_args.output_dir) / "word_vectors", threads=args.word_vector_threads)
+
+    path = args.word_vectors or train_vectors()
+    try:
+        vectors = read_word_vectors(path, wanted)
+    except DamagedWordVectors as damage:
+        if args.word_vectors:
+            raise
+        logger.warning("The cached fastText vectors %s are damaged (%s): training them again.", path, damage.problem)
+        Path(path).unlink()
+        path = train_vectors()
+        vectors = read_word_vectors(path, wanted)
+    if args.word_vectors:
+        check_coverage(tokenizer, vectors, args)
     table, found = embedding_table(tokenizer, vectors, dim, seed=training_args.seed)
     model.get_input_embeddings().weight.copy_(table)
     args.word_vector_summary = (f"{found} of {len(tokenizer)} CNN words from {'`' + str(args.word_vectors) + '`' if args.word_vectors else f'fastText trained on the pretraining sentences ({dim}-d skipgram)'}"
                                 "; the others U(-0.1, 0.1); frozen")
     logger.info("Word vectors: %s", args.word_vector_summary)
+
+
+def check_coverage(tokenizer, vectors, args) -> None:
+    """Refuse `--word_vectors` that miss most of the CNN's frequent words. A file in the corpus's language under the
+    one word rule (lowercased, accents stripped; cased files serve too) covers nearly all of the 1,000 most frequent
+    words, whose vectors the CNN reads most; under half means another language or word rule, or a damaged file, and
+    the CNN would read mostly random vectors. (Over the whole vocabulary coverage is no measure: fastText itself
+    keeps only words seen 3 times, under half of a Wikipedia vocabulary.)"""
+    covered, frequent = frequent_word_coverage(tokenizer, vectors)
+    minimum = getattr(args, "min_word_vector_coverage", 0.5)
+    if frequent and covered < minimum * frequent:
+        raise ValueError(
+            f"--word_vectors {args.word_vectors} covers {covered} of the {frequent} most frequent CNN words "
+            f"({covered / frequent:.0%}; {len(vectors)} of {len(tokenizer)} words in all), under "
+            f"--min_word_vector_coverage {minimum:g}: is it in this corpus's language, with words as the CNN splits "
+            "them (lowercased, accents stripped), and whole? Pass vectors that match, drop --word_vectors to train "
+            "them on the pretraining sentences, or pass --min_word_vector_coverage 0 to train with random vectors "
+            "for the words it lacks.")
 
 
 def batch_text(training_args) -> str:

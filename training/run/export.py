@@ -52,7 +52,7 @@ def export_pretrained(
             figures.append((caption, file))
     config = model.config
     architecture = {key: getattr(config, key) for key in ARCHITECTURE_KEYS if hasattr(config, key)}
-    architecture["parameters"] = f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
+    architecture["parameters"] = parameter_count(sum(p.numel() for p in model.parameters()))
     architecture.update({key: value for key, value in recipe.config_overrides.items()})
     meta = CardMetadata(
         model_name=repo_id.split("/")[-1] if repo_id else f"{recipe.name}-{model_size}",
@@ -81,6 +81,31 @@ def export_pretrained(
     )
     write_card(meta, export_dir)
     return export_dir
+
+
+def parameter_count(count: int) -> str:
+    """A parameter count with three significant digits: 41.2K, 1.61M, 110M, 1.3B (never "0.0M")."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return str(count)
+
+
+def mean_logged_loss(log_history: list[dict[str, Any]], end_step: int) -> float | None:
+    """The mean training loss over steps 1..`end_step` from the logged interval means (each weighted by the steps
+    it covers); None unless the logs reach `end_step`. Also right for a resumed run, whose Trainer `train_loss` is
+    the mean of its last session only (a run resumed from a checkpoint between two logs counts the steps it trained
+    before the stop with the interval after it)."""
+    logged = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry and "step" in entry]
+    if not logged or logged[-1][0] != end_step or end_step <= 0:
+        return None
+    total, previous = 0.0, 0
+    for step, loss in logged:
+        if step <= previous:
+            return None
+        total += loss * (step - previous)
+        previous = step
+    return total / end_step
 
 
 def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | None) -> dict[str, Any]:

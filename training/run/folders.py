@@ -33,6 +33,8 @@ TOKENIZER_INPUTS = "training_inputs.json"
 RUN_INPUTS = "run_inputs.json"
 # Tests only: a complete export waits 10 minutes in its staging folder before it is published (to be killed there).
 EXPORT_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_EXPORT"
+# Tests only: a run waits 10 minutes once training ended (its last checkpoint saved), before its export.
+TRAINED_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_AFTER_TRAINING"
 RESUME_VALUES = ("True", "true", "auto", "last")
 
 
@@ -78,6 +80,67 @@ def set_aside_partial_saves(output_dir: Path) -> None:
 
 def is_export(folder: Path) -> bool:
     return (folder / EXPORT_MARKER).is_file()
+
+
+def checkpoint_state(checkpoint: str | Path) -> dict:
+    """A checkpoint's trainer_state.json (complete checkpoints always have one)."""
+    return json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+
+
+def check_resume_end(checkpoint: str | Path, training_args) -> tuple[int, int | None]:
+    """(steps the checkpoint trained, the step the resumed run ends at; None when unknown: a run counted in epochs
+    whose --num_train_epochs changed). A checkpoint past the end is refused: resuming cannot train backwards."""
+    state = checkpoint_state(checkpoint)
+    step = int(state.get("global_step") or 0)
+    if training_args.max_steps > 0:
+        end = training_args.max_steps
+    elif state.get("num_train_epochs") == training_args.num_train_epochs and state.get("max_steps"):
+        end = int(state["max_steps"])
+    else:
+        return step, None
+    if step > end:
+        earlier = [p.name for p in checkpoints(Path(checkpoint).parent)
+                   if int(p.name[len(CHECKPOINT_PREFIX):]) <= end]
+        epochs = f"--num_train_epochs {training_args.num_train_epochs:g}"
+        counted = "--max_steps" if training_args.max_steps > 0 else epochs
+        raise ValueError(f"--resume_from_checkpoint {checkpoint} has trained {step} steps, more than this run's "
+                         f"{end} ({counted}); pass --max_steps {step} or more to continue it"
+                         + (f", or resume from an earlier checkpoint ({', '.join(earlier[-3:])})" if earlier else "")
+                         + ", or start afresh with --overwrite_output_dir.")
+    return step, end
+
+
+def export_of_checkpoint(export_dir: Path, checkpoint: str | Path) -> bool:
+    """Whether `export_dir` is a complete export made from `checkpoint`: its marker (the training log) continues the
+    checkpoint's log exactly and ends at the checkpoint's step, and its config and weights are there (exports are
+    published whole, by one rename)."""
+    if not is_export(export_dir) or not (export_dir / "config.json").is_file():
+        return False
+    if not any((export_dir / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        return False
+    try:
+        exported = json.loads((export_dir / EXPORT_MARKER).read_text(encoding="utf-8"))
+        state = checkpoint_state(checkpoint)
+    except (OSError, ValueError):
+        return False
+    logged = state.get("log_history") or []
+    if not isinstance(exported, list) or exported[:len(logged)] != logged:
+        return False
+    steps = [entry.get("step") for entry in exported if isinstance(entry, dict) and "step" in entry]
+    return bool(steps) and max(steps) == state.get("global_step")
+
+
+def summary_after(output_dir: Path, state: dict) -> list[dict] | None:
+    """What a finished attempt of this run logged after the checkpoint `state` (Trainer's summary of the run), from
+    OUTPUT_DIR/trainer_state.json when that continues the checkpoint's log at the same step; else None."""
+    try:
+        saved = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    logged, history = state.get("log_history") or [], saved.get("log_history") or []
+    if saved.get("global_step") != state.get("global_step") or history[:len(logged)] != logged:
+        return None
+    return history[len(logged):] or None
 
 
 def check_new_output_dir(output: Path, overwrite: bool) -> None:

@@ -1,13 +1,16 @@
 """One run per folder: an exclusive lock on a file in the folder, held for the whole run.
 
-The lock is `filelock.FileLock`, an `flock` on Linux: the kernel releases it when its process ends, however it ends
-(SIGKILL, a crash, a node reboot), so a killed run never leaves a stale lock behind. Next to the lock file a small JSON
-names its holder (host, pid, start time, command) for the refusal message. Both files are hidden and stay in the
-folder after the run; they are never a previous run's files.
+The lock is an `flock` (through `fcntl` on POSIX systems, `filelock.FileLock` elsewhere): the kernel releases it when
+its process ends, however it ends (SIGKILL, a crash, a node reboot), so a killed run never leaves a stale lock behind.
+Next to the lock file a small JSON names its holder (host, pid, start time, command) for the refusal message. Both
+files are hidden, never a previous run's files, and are removed when the run ends (`release`, or at the exit of the
+process): the holder unlinks them while it still holds the lock, and a process that locked the file just before it
+was unlinked sees that its file is gone and takes the new one, so two runs never both hold a folder.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -41,19 +44,72 @@ def holder_of(folder: Path, name: str = LOCK_NAME) -> str:
         return "a process that has not recorded itself yet"
 
 
+class _Flock:
+    """An exclusive, non-blocking `flock` on a file that its holder removes on release (POSIX)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+        self.pid = os.getpid()
+
+    def acquire(self) -> bool:
+        import errno
+        import fcntl
+
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                os.close(fd)
+                if error.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    return False
+                raise
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            if current is not None and os.path.samestat(os.fstat(fd), current):
+                self.fd = fd
+                return True
+            os.close(fd)  # the holder unlinked this file while releasing it: lock the one at the path now
+
+    def release(self, also_remove: tuple[Path, ...] = ()) -> None:
+        import fcntl
+
+        if self.fd is None:
+            return
+        if os.getpid() == self.pid:  # a forked child shares the lock: only the process that took it gives it up
+            for path in (*also_remove, self.path):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
 def try_hold(folder: Path, name: str = LOCK_NAME) -> bool:
     """Take `folder`'s lock if it is free (True) or already ours; False while another process holds it."""
-    from filelock import FileLock, Timeout
-
     path = _lock_path(folder, name)
     if str(path) in _HELD:
         return True
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path))
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return False
+        import fcntl  # noqa: F401  (POSIX)
+
+        lock = _Flock(path)
+        if not lock.acquire():
+            return False
+    except ImportError:
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return False
     _HELD[str(path)] = lock
     record = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
               "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500]}
@@ -86,9 +142,44 @@ def wait_and_hold(folder: Path, name: str, waiting_message) -> None:
 
 
 def release(folder: Path, name: str = LOCK_NAME) -> None:
-    lock = _HELD.pop(str(_lock_path(folder, name)), None)
-    if lock is not None:
+    """Give up `folder`'s lock, if this process holds it, and remove its files (the holder record first)."""
+    path = _lock_path(folder, name)
+    _release(str(path), _HELD.pop(str(path), None))
+
+
+def _release(path: str, lock) -> None:
+    if isinstance(lock, _Flock):
+        lock.release(also_remove=(Path(path + HOLDER_SUFFIX),))
+    elif lock is not None:
         lock.release()
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child (a DataLoader worker) closes its copies of the lock files: the lock stays its parent's alone, and
+    a parent killed with SIGKILL frees the folder at once, not when its orphaned workers notice and exit."""
+    for lock in _HELD.values():
+        if isinstance(lock, _Flock) and lock.fd is not None:
+            try:
+                os.close(lock.fd)
+            except OSError:
+                pass
+            lock.fd = None
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+@atexit.register
+def _release_all() -> None:
+    """A script that never calls `release` (or ends with an error) still leaves no lock files behind."""
+    while _HELD:
+        path, lock = _HELD.popitem()
+        try:
+            _release(path, lock)
+        except OSError:
+            pass
 
 
 def hold_run_folder(folder: Path, training_args, what: str = "--output_dir") -> None:

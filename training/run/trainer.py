@@ -30,14 +30,74 @@ STAGING_DIR = ".checkpoint-staging"
 SAVE_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_SAVE_AT_STEP"
 
 
-class PretrainingTrainer(Trainer):
+class ExactResume:
+    """Trainer additions for a resumed run (pretraining and fine-tuning alike).
+
+    - A run resumed from a checkpoint that already reached `max_steps` trains nothing. Trainer's loop takes a step
+      before it checks the end, so such a run would train step `max_steps + 1` (and save checkpoint-`max_steps + 1`).
+      Its session logs no summary (Trainer's would report a training loss of 0 over 0 steps).
+    - Weights a checkpoint leaves out because they are tied to others (a decoder tied to the word embeddings) are not
+      reported as missing; any other missing or unexpected key still is.
+    - A resumed run that logs, evaluates or saves at other intervals than its checkpoint recorded is told so as
+      INFO (what is trained does not change); Trainer's warning stays for any other mismatch (the batch size).
+    """
+
+    def _run_epoch(self, *args, **kwargs):
+        if self.state.max_steps > 0 and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if "train_runtime" in logs and getattr(self, "_initial_global_step", None) == self.state.global_step > 0:
+            return  # the summary of a resumed session that trained nothing: its zeros describe no training
+        super().log(logs, *args, **kwargs)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        model = self.accelerator.unwrap_model(self.model)
+        tied = set(getattr(model, "all_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            model.tie_weights()
+        if missing or load_result.unexpected_keys:
+            super()._issue_warnings_after_load(type(load_result)(missing, list(load_result.unexpected_keys)))
+
+    def train(self, *args, **kwargs):
+        trainer_utils_logger = logging.getLogger("transformers.trainer_utils")
+        interval_filter = _IntervalMismatch()
+        trainer_utils_logger.addFilter(interval_filter)
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            trainer_utils_logger.removeFilter(interval_filter)
+
+
+INTERVAL_ARGUMENTS = ("logging_steps", "eval_steps", "save_steps")
+
+
+class _IntervalMismatch(logging.Filter):
+    """Turns Trainer's resume warning into an INFO line when only the logging/eval/save intervals differ."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Warning: The following arguments do not match"):
+            return True
+        lines = [line.strip() for line in message.splitlines()[1:] if line.strip()]
+        if not lines or any(line.split(":", 1)[0] not in INTERVAL_ARGUMENTS for line in lines):
+            return True
+        logger.info("Resumed with other intervals than the checkpoint recorded (%s): only when logs, evaluations and "
+                    "checkpoints happen changes, not what is trained.", "; ".join(lines))
+        return False
+
+
+class PretrainingTrainer(ExactResume, Trainer):
     """Trainer that also logs the mean of chosen scalar model outputs (e.g. `mlm_loss`, `sbo_loss`, `rtd_accuracy`)
     over each logging interval and over the held-out set, their perplexities, and training throughput in
     non-padding tokens per second. `decay_norms_and_biases=True` applies weight decay to every parameter, as
     SpanBERT's fairseq code did."""
 
     def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False,
-                 max_nonfinite_steps: int | None = None, **kwargs):
+                 max_nonfinite_steps: int | None = None, default_learning_rate: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.label_names is None:
             # A batch has targets when it has `labels`; Trainer would also demand every other forward argument named
@@ -57,7 +117,7 @@ class PretrainingTrainer(Trainer):
         self._flop_kind: str | None = None
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
-        add_divergence_guard(self, max_nonfinite_steps, resumable=True)
+        add_divergence_guard(self, max_nonfinite_steps, resumable=True, default_learning_rate=default_learning_rate)
 
     def create_optimizer(self, model=None):
         from encoder_zoo.training.run.sharding import is_fsdp2, shard_model
@@ -392,15 +452,22 @@ class DivergenceGuard(TrainerCallback):
     The parameters are checked as well before each save and after the last step, so no checkpoint or export ever
     holds a non-finite weight. Default limit: 1, or 20 with --fp16. (DeepSpeed keeps gradients out of `.grad`: there
     the losses are checked, not the gradient norm.)
+
+    The stop message names the likely cause: weights that were already non-finite or huge when training began (a
+    damaged input model, NaN or overflowing word vectors), else the learning rate, with a rate to try: at least 10x
+    lower, and never above `default_learning_rate` (the recipe's) when one is given.
     """
 
-    def __init__(self, max_nonfinite_steps: int | None = None, resumable: bool = False):
+    def __init__(self, max_nonfinite_steps: int | None = None, resumable: bool = False,
+                 default_learning_rate: float | None = None):
         if max_nonfinite_steps is not None and max_nonfinite_steps < 1:
             raise ValueError(f"--max_nonfinite_steps {max_nonfinite_steps}: pass at least 1 (1 stops at the first "
                              "non-finite step).")
         self.max_nonfinite_steps = max_nonfinite_steps
         self.resumable = resumable
+        self.default_learning_rate = default_learning_rate
         self.consecutive = 0
+        self.input_problem: str | None = None  # what was wrong with the weights training began from, if anything
         self._values: list[tuple[str, torch.Tensor]] = []
         self._hook = None
 
@@ -411,6 +478,7 @@ class DivergenceGuard(TrainerCallback):
         self._remove_hook()
         self.consecutive, self._values = 0, []
         if model is not None:
+            self.input_problem = starting_weights_problem(model)
             self._hook = model.register_forward_hook(self._record)
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -473,29 +541,112 @@ class DivergenceGuard(TrainerCallback):
                 args, state.global_step, "the update of that step made parameters non-finite",
                 "training stopped before saving them", bad_weights_step=state.global_step))
 
-    def _stop_message(self, args, step: int, what: str, stopped: str, bad_weights_step: int) -> str:
-        """The stop message. The weights after `bad_weights_step` updates gave the first non-finite value: a checkpoint
-        of that step (saved when its values were finite, e.g. a huge learning rate's update) is not a good one."""
+    def _stop_message(self, args, step: int, what: str, stopped: str, bad_weights_step: int, other_fix: str = "",
+                      first_bad: str = "the first non-finite value") -> str:
+        """The stop message. The weights after `bad_weights_step` updates gave the first bad value: a checkpoint of that
+        step (saved when its values were finite, e.g. a huge learning rate's update) is not a good one."""
         saved = {int(p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]): p for p in Path(args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
                  if p.name[len(PREFIX_CHECKPOINT_DIR) + 1:].isdigit() and checkpoint_is_complete(p)}
         good = [saved[k] for k in sorted(saved) if k < bad_weights_step]
-        lower = f"{args.learning_rate / 10:g}"
-        advice = (f"{saved[bad_weights_step]} holds the weights that gave the first non-finite value. "
+        lower = suggested_learning_rate(args.learning_rate, self.default_learning_rate)
+        advice = (f"{saved[bad_weights_step]} holds the weights that gave {first_bad}. "
                   if bad_weights_step in saved else "")
-        if good and self.resumable:
+        advice += self.cause(args)
+        if self.input_problem:
+            advice += (f"The last good checkpoint is {good[-1]}. " if good else "") + ("Fix the weights first; a lower "
+                                                                                     "learning rate will not help.")
+        elif good and self.resumable:
             advice += (f"The last good checkpoint is {good[-1]}: resume from it at a lower learning rate, e.g. "
-                       f"--resume_from_checkpoint {good[-1]} --learning_rate {lower}.")
+                       f"--resume_from_checkpoint {good[-1]} --learning_rate {lower}{other_fix}.")
         elif good:
-            advice += f"The last good checkpoint is {good[-1]}. Rerun with a lower --learning_rate (e.g. {lower})."
+            advice += (f"The last good checkpoint is {good[-1]}. Rerun with a lower --learning_rate (e.g. {lower})"
+                       f"{other_fix}.")
         else:
-            advice += f"No good checkpoint was saved before it. Rerun with a lower --learning_rate (e.g. {lower})."
+            advice += (f"No good checkpoint was saved before it. Rerun with a lower --learning_rate (e.g. {lower})"
+                       f"{other_fix}.")
         return f"training diverged at step {step}: {what}; {stopped}, and no model was saved or exported. {advice}"
 
+    def cause(self, args) -> str:
+        """The likely cause, as a sentence: the starting weights if they were bad, else the learning rate."""
+        if self.input_problem:
+            return f"Likely cause: {self.input_problem}. "
+        default = self.default_learning_rate
+        ratio = (f", {args.learning_rate / default:.3g} times the recipe's default {default:g}"
+                 if default and args.learning_rate > default else "")
+        return f"Likely cause: the learning rate ({args.learning_rate:g}{ratio}) is too high for this run. "
 
-def add_divergence_guard(trainer, max_nonfinite_steps: int | None = None, resumable: bool = False) -> None:
+
+def suggested_learning_rate(learning_rate: float, default: float | None = None) -> str:
+    """A learning rate to retry with: at least 10x lower than `learning_rate`, and never above `default`."""
+    lower = learning_rate / 10
+    if default and default <= lower:
+        return f"{default:g}"
+    if not math.isfinite(lower) or lower <= 0:
+        return f"{lower:g}"
+    exponent = math.floor(math.log10(lower))
+    mantissa = math.floor(lower / 10**exponent * 10 + 1e-9) / 10  # two digits, rounded down: never above the bound
+    return f"{mantissa * 10**exponent:.2g}"
+
+
+# Weights beyond this magnitude are not learnt values: fp32 overflows once a few such products are summed.
+HUGE_WEIGHT = 1e6
+
+
+def starting_weights_problem(model) -> str | None:
+    """What is wrong with the weights a run starts from, in words (None if nothing): parameters (or the input
+    embeddings, trainable or a frozen buffer) holding NaN/inf or values beyond `HUGE_WEIGHT`. Buffers other than the
+    input embeddings are left alone: some models keep masks of -inf there by design."""
+    tensors = dict(model.named_parameters())
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # not a transformers model, or one without word embeddings
+        embeddings = None
+    embedding_weight = getattr(embeddings, "weight", None) if embeddings is not None else None
+    frozen_embeddings = None
+    if isinstance(embedding_weight, torch.Tensor):
+        frozen_embeddings = next((name for name, buffer in model.named_buffers() if buffer is embedding_weight), None)
+        if frozen_embeddings:
+            tensors[frozen_embeddings] = embedding_weight
+    floating = {name: _local(t.detach()) for name, t in tensors.items() if t.is_floating_point() and t.numel()}
+    if not floating:
+        return None
+    names = list(floating)
+    with torch.no_grad():
+        finite = torch.stack([torch.isfinite(t).all() for t in floating.values()]).tolist()
+        largest = torch.stack([t.abs().max().float() if f else t.new_zeros((), dtype=torch.float32)
+                               for t, f in zip(floating.values(), finite)]).tolist()
+    non_finite = [name for name, ok in zip(names, finite) if not ok]
+    huge = [(name, value) for name, value in zip(names, largest) if value > HUGE_WEIGHT]
+    if not non_finite and not huge:
+        return None
+
+    def label(name: str) -> str:
+        if name == frozen_embeddings:
+            return f"{name} (the frozen word vectors: bertac_cnn's --word_vectors)"
+        if embedding_weight is not None and tensors.get(name) is embedding_weight:
+            return f"{name} (the input word embeddings)"
+        return name
+
+    if non_finite:
+        shown = ", ".join(label(n) for n in non_finite[:3]) + (", ..." if len(non_finite) > 3 else "")
+        return (f"the weights training began from were already non-finite: {len(non_finite)} of {len(names)} weight "
+                f"tensors hold NaN/inf ({shown}); the input model, checkpoint or word vectors are damaged")
+    name, value = max(huge, key=lambda item: item[1])
+    return (f"the weights training began from hold values up to {value:.3g} in magnitude ({label(name)}"
+            + (f" and {len(huge) - 1} more" if len(huge) > 1 else "") + "), which overflow in fp32; the input model, "
+            "checkpoint or word vectors are damaged")
+
+
+def add_divergence_guard(trainer, max_nonfinite_steps: int | None = None, resumable: bool = False,
+                         default_learning_rate: float | None = None) -> None:
     """Give `trainer` a `DivergenceGuard` unless its callbacks hold one already."""
     if not any(isinstance(c, DivergenceGuard) for c in trainer.callback_handler.callbacks):
-        trainer.add_callback(DivergenceGuard(max_nonfinite_steps, resumable=resumable))
+        trainer.add_callback(DivergenceGuard(max_nonfinite_steps, resumable=resumable,
+                                             default_learning_rate=default_learning_rate))
+
+
+def divergence_guard(trainer) -> DivergenceGuard | None:
+    return next((c for c in trainer.callback_handler.callbacks if isinstance(c, DivergenceGuard)), None)
 
 
 def checkpoint_is_complete(folder: Path) -> bool:
@@ -512,6 +663,10 @@ def checkpoint_is_complete(folder: Path) -> bool:
     return True
 
 
+class GanCollapsed(TrainingDiverged):
+    """A GAN's losses and gradients collapsed to exactly 0 (or stopped changing): it learns nothing any more."""
+
+
 class NonFiniteLossError(TrainingDiverged):
     """A loss or gradient became NaN or infinite. Raised before the update that would use it, so nothing bad is
     applied or saved: the last checkpoint stays the last good state."""
@@ -524,7 +679,10 @@ class GanTrainer(PretrainingTrainer):
 
     Logs what the model outputs of both calls (`logged_outputs`), pairs and words per second; evaluation reports
     the mean of the same outputs on the held-out pairs as `eval_<name>`. A NaN/inf loss or gradient stops the run
-    with `NonFiniteLossError` before the update that would apply it.
+    with `NonFiniteLossError` before the update that would apply it. So does a collapse (`GanCollapsed`): a GAN whose
+    gradients are all exactly 0 while its losses are 0 or repeat the step before learns nothing any more (a huge
+    learning rate saturates D instead of making it NaN); after `--max_nonfinite_steps` such steps in a row the run
+    stops as a diverged one does (status 3, nothing exported).
     """
 
     def __init__(self, *args, **kwargs):
@@ -540,7 +698,10 @@ class GanTrainer(PretrainingTrainer):
         self.args.ddp_broadcast_buffers = False
         config = getattr(self.model, "config", None)
         self.alternating = getattr(config, "pretraining_objective", "gan") == "gan"
+        self.non_saturating = getattr(config, "generator_loss", None) == "non_saturating"
         self._discriminator_outputs: dict[str, torch.Tensor] = {}
+        self._previous_values: torch.Tensor | None = None
+        self._collapsed_steps = 0
 
     def throughput(self, inputs) -> dict[str, int]:
         words = int(inputs["attention_mask"].sum()) + int(inputs["entity_attention_mask"].sum())
@@ -549,7 +710,7 @@ class GanTrainer(PretrainingTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         if not self.alternating:
             loss = super().training_step(model, inputs, num_items_in_batch)
-            self._stop_if_not_finite("training", loss, model)
+            self._stop_if_collapsed(self._stop_if_not_finite("training", loss, model), ("the MSE objective",))
             return loss
         model.train()
         inputs = self._prepare_inputs(inputs)
@@ -562,12 +723,13 @@ class GanTrainer(PretrainingTrainer):
         with self.compute_loss_context_manager():
             outputs = model(**inputs, gan_step="discriminator")
         self.accelerator.backward(outputs.loss)
-        self._stop_if_not_finite("discriminator (D and R)", outputs.loss, model)
+        discriminator = self._stop_if_not_finite("discriminator (D and R)", outputs.loss, model)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._discriminator_outputs = {name: value for name, value in outputs.items() if value.dim() == 0}
         loss = super().training_step(model, inputs, num_items_in_batch)  # F: compute_loss below, then backward
-        self._stop_if_not_finite("generator (F)", loss, model)
+        generator = self._stop_if_not_finite("generator (F)", loss, model)
+        self._stop_if_collapsed(torch.cat([discriminator, generator]), ("D and R", "F"))
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -582,14 +744,14 @@ class GanTrainer(PretrainingTrainer):
                 self.record_eval(outputs, inputs)
         return (outputs["loss"], outputs) if return_outputs else outputs["loss"]
 
-    def _stop_if_not_finite(self, which: str, loss: torch.Tensor, model) -> None:
+    def _stop_if_not_finite(self, which: str, loss: torch.Tensor, model) -> torch.Tensor:
+        """Stop on a non-finite loss or gradient; returns (loss, gradient norm), the same on every process."""
         gradients = [p.grad for p in model.parameters() if p.grad is not None]
         values = torch.stack([loss.detach().float().reshape(()),
                               torch.nn.utils.get_total_norm(gradients).float() if gradients else loss.new_zeros((), dtype=torch.float32)])
-        bad = (~torch.isfinite(values)).any().float()
-        if self.args.world_size > 1:  # every rank must stop together
-            bad = self.accelerator.reduce(bad, reduction="sum")
-        if bad.item():
+        if self.args.world_size > 1:  # every rank must stop together, and judge a collapse on the same values
+            values = self.accelerator.reduce(values, reduction="mean")
+        if not torch.isfinite(values).all().item():
             from transformers.trainer_utils import get_last_checkpoint
 
             last = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
@@ -597,9 +759,51 @@ class GanTrainer(PretrainingTrainer):
                 f"the {which} loss became {values[0].item():.4g} (gradient norm {values[1].item():.4g}) at step "
                 f"{self.state.global_step + 1}; training stopped before that update. "
                 + (f"The last good checkpoint, {last}, is kept. " if last else "No checkpoint was saved yet. ")
-                + "Resume from it (or start a new run) with a lower --learning_rate, or try "
-                "--config_overrides generator_loss=non_saturating."
-            )
+                + self._gan_advice(last))
+        return values
+
+    def _gan_advice(self, last_checkpoint: str | None) -> str:
+        guard = divergence_guard(self)
+        cause = guard.cause(self.args) if guard else ""
+        if guard and guard.input_problem:
+            return cause + "Fix the weights first; a lower learning rate will not help."
+        lower = suggested_learning_rate(self.args.learning_rate, guard.default_learning_rate if guard else None)
+        fix = (f"Resume from it with a lower --learning_rate (e.g. --resume_from_checkpoint {last_checkpoint} "
+               f"--learning_rate {lower})" if last_checkpoint else
+               f"Start the run again with a lower --learning_rate (e.g. {lower})")
+        if not self.non_saturating and self.alternating:
+            fix += ", or try --config_overrides generator_loss=non_saturating"
+        return cause + fix + "."
+
+    def _stop_if_collapsed(self, values: torch.Tensor, networks: tuple[str, ...]) -> None:
+        """`values`: (loss, gradient norm) of each network's update this step. Every gradient exactly 0 and every loss
+        0 (or as in the step before) is a collapsed step; `--max_nonfinite_steps` of them in a row stop the run."""
+        previous, self._previous_values = self._previous_values, values
+        gradients_zero = bool((values[1::2] == 0).all().item())
+        losses_zero = bool((values[0::2] == 0).all().item())
+        repeated = previous is not None and previous.shape == values.shape and torch.equal(previous, values)
+        if not gradients_zero or not (losses_zero or repeated):
+            self._collapsed_steps = 0
+            return
+        self._collapsed_steps += 1
+        guard = divergence_guard(self)
+        limit = guard.limit(self.args) if guard else 1
+        if self._collapsed_steps < limit:
+            return
+        step = self.state.global_step + 1
+        what = ("losses and gradient norms all became exactly 0" if losses_zero else
+                "gradient norms became exactly 0 and its losses stopped changing")
+        names = " and of ".join(networks)
+        steps = f"{self._collapsed_steps} step{'s' if self._collapsed_steps > 1 else ''}"
+        message = (f"the {'GAN' if self.alternating else 'training'} collapsed: the {what} (of {names}) for {steps} in "
+                   f"a row (--max_nonfinite_steps {limit}), so no network learns any more")
+        fix = ("" if self.non_saturating or not self.alternating
+               else ", or try --config_overrides generator_loss=non_saturating")
+        if guard is None:
+            raise GanCollapsed(f"training diverged at step {step}: {message}; training stopped before that update.")
+        raise GanCollapsed(guard._stop_message(self.args, step, message, "training stopped before that update",
+                                               bad_weights_step=step - self._collapsed_steps, other_fix=fix,
+                                               first_bad="the first collapsed step"))
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # The pairs carry no `labels`, so Trainer's own prediction_step would report no eval_loss.
@@ -613,7 +817,7 @@ class GanTrainer(PretrainingTrainer):
 TRAINING_ARGS_JSON = "training_args.json"
 
 
-class FineTuningTrainer(Trainer):
+class FineTuningTrainer(ExactResume, Trainer):
     """Trainer for the fine-tuning scripts (`glue/`, `qa/`). The folders it saves, the final model that users publish
     and its checkpoints, hold the training arguments as JSON (`training_args.json`, `TrainingArguments.to_json_string()`,
     tokens masked) instead of Trainer's pickled `training_args.bin`: unpickling runs code, so no pickle goes into a
