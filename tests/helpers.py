@@ -22,9 +22,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+# `accelerate launch` through this interpreter: works without the venv's bin/ on PATH (a venv used, not activated).
+ACCELERATE_LAUNCH = (sys.executable, "-m", "accelerate.commands.launch")
+
+
 def two_process_launcher() -> tuple[str, ...]:
     """`accelerate launch` of two processes on a free port: on a CPU-only machine Trainer runs them as DDP over gloo."""
-    return ("accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port()))
+    return (*ACCELERATE_LAUNCH, "--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port()))
 
 
 def run_isolated(code: str, cwd: str | None = None, timeout: int = 300) -> str:
@@ -86,6 +90,28 @@ def terminate_when(command: list[str], marker, env: dict, timeout: float = 300) 
     process.send_signal(signal.SIGTERM)
     if process.wait(timeout=120) != 128 + signal.SIGTERM:
         raise AssertionError(f"the interrupted run ended with {process.returncode}, not 143:\n{process.stderr.read()[-3000:]}")
+
+
+def call_cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    """Run a script's `cli()` (what `python script.py` runs) in this process with `args` in sys.argv, and return its
+    exit status, stdout and stderr as `subprocess.run` would: the same code path without paying the imports again.
+    For tests of what a script says and refuses; use a subprocess where a fresh process is what the test is about."""
+    import contextlib
+    import importlib
+    import io
+
+    entry_point = importlib.import_module(module).cli
+    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
+    sys.argv = [module.rsplit(".", 1)[-1] + ".py", *args]
+    status = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            entry_point()
+    except SystemExit as exit:
+        status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    finally:
+        sys.argv = argv
+    return subprocess.CompletedProcess(sys.argv, status, out.getvalue(), err.getvalue())
 
 
 def pretrain_env(**extra) -> dict:

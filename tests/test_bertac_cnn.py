@@ -294,6 +294,7 @@ def test_export_reloads_without_this_repository_and_encodes_text_in_two_lines(re
     torch.testing.assert_close(torch.tensor(result["vectors"]), reference, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_bitwise(reference_run, tmp_path):
     out = tmp_path / "interrupted"
     args = [*TINY, "--output_dir", str(out), "--max_steps", str(REFERENCE_STEPS), "--logging_steps", "1",
@@ -317,6 +318,7 @@ def test_interrupted_run_resumes_bitwise(reference_run, tmp_path):
     assert all(torch.equal(resumed_state[i][k], reference_state[i][k]) for i in reference_state for k in reference_state[i])
 
 
+@pytest.mark.multiprocess
 def test_two_processes_train_like_one_process_with_the_global_batch(reference_run, tmp_path):
     """CPU DDP over gloo: both updates of a step all-reduce their gradients, so 2 x 8 pairs give the weights of 1 x 16."""
     vectors = next((reference_run / "word_vectors").glob("*.vec"))
@@ -378,6 +380,7 @@ def test_real_data_gan_run_moves_d_off_chance_with_finite_losses(tmp_path):
     assert math.isfinite(final_eval["eval_cosine_unrelated"]) and 0 <= final_eval["eval_d_accuracy_fake"] <= 1
 
 
+@pytest.mark.slow
 def test_self_supervised_ablation_trains_through_pretrain(reference_run, tmp_path):
     vectors = next((reference_run / "word_vectors").glob("*.vec"))
     out = tmp_path / "self_supervised"

@@ -125,6 +125,7 @@ def test_character_cnn_cloze_learns_real_text_and_its_export_spells_the_word_voc
     assert 0 < result["loss"] < first
 
 
+@pytest.mark.slow
 def test_a_cloze_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path, tokenizer):
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 

@@ -1,16 +1,13 @@
 """GLUE harness: data sources, preprocessing, metrics against sklearn/scipy, tiny end-to-end fine-tunes, bad input."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import evaluate
 import numpy as np
 import pytest
 import yaml
-from helpers import save_tiny_spanbert
+from helpers import call_cli, save_tiny_spanbert
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import AutoTokenizer
@@ -257,8 +254,7 @@ def test_custom_string_labels_are_mapped_to_ids_and_named_in_the_config(tmp_path
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, str(REPO / "glue" / "run_glue.py"), *args], capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    return call_cli("encoder_zoo.glue.run_glue", *args)
 
 
 def test_bad_input_is_named(tmp_path):

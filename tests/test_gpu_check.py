@@ -35,6 +35,7 @@ def failures(checks, names):
     return {name: checks[name]["reason"][-1500:] for name in names if checks[name]["status"] != "pass"}
 
 
+@pytest.mark.slow
 def test_smoke_records_every_check_with_its_numbers_and_tolerance(smoke):
     result, record, checks, root = smoke
     expected = {*(f"train:{m}" for m in gpu_check.MODELS), *(f"attention:{m}" for m in gpu_check.MODELS),
@@ -60,6 +61,7 @@ def test_smoke_records_every_check_with_its_numbers_and_tolerance(smoke):
     assert "Tolerances (bf16 autocast)" in summary
 
 
+@pytest.mark.slow
 def test_every_model_trains_with_finite_falling_losses(smoke):
     _, _, checks, _ = smoke
     names = [f"train:{m}" for m in gpu_check.MODELS]
@@ -71,6 +73,7 @@ def test_every_model_trains_with_finite_falling_losses(smoke):
     assert checks["train:bertac_cnn"]["summary"].startswith("20 steps at w123-f100, loss ")
 
 
+@pytest.mark.slow
 def test_attention_implementations_agree_on_logits_and_loss(smoke):
     _, _, checks, _ = smoke
     names = [f"attention:{m}" for m in gpu_check.ATTENTION_MODELS]
@@ -81,6 +84,7 @@ def test_attention_implementations_agree_on_logits_and_loss(smoke):
         assert all(entry["worst_ratio"] <= 1 for entry in sdpa.values() if isinstance(entry, dict))
 
 
+@pytest.mark.slow
 def test_packed_batches_and_runs_give_the_padded_loss(smoke):
     _, _, checks, _ = smoke
     assert not failures(checks, [f"packing:{m}" for m in gpu_check.PACKABLE] + ["packing:pretrain"])
@@ -88,12 +92,14 @@ def test_packed_batches_and_runs_give_the_padded_loss(smoke):
     assert checks["packing:pretrain"]["measured"]["steps"] == 6
 
 
+@pytest.mark.slow
 def test_compiled_run_gives_the_eager_losses(smoke):
     _, _, checks, _ = smoke
     assert not failures(checks, ["compile:pretrain"])
     assert checks["compile:pretrain"]["measured"]["worst_rel_diff"] <= gpu_check.BF16_RUN_LOSS.rtol
 
 
+@pytest.mark.slow
 def test_deterministic_runs_and_a_killed_and_resumed_run_are_bitwise_equal(smoke):
     _, _, checks, _ = smoke
     assert not failures(checks, ["determinism", "resume"])
@@ -102,6 +108,7 @@ def test_deterministic_runs_and_a_killed_and_resumed_run_are_bitwise_equal(smoke
     assert resume["weights_equal"] and resume["steps_differing"] == []
 
 
+@pytest.mark.slow
 def test_fine_tuning_and_fsdp_run_on_the_export(smoke):
     _, _, checks, _ = smoke
     assert not failures(checks, ["glue", "qa", "fsdp:1"])

@@ -10,6 +10,10 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.install
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -163,6 +163,7 @@ def test_packing_wrapper_hands_epochs_over_and_evaluates_padded(tokenizer, block
         pack_batch({**collator(examples), "next_sentence_label": torch.zeros(len(examples), dtype=torch.long)})
 
 
+@pytest.mark.slow
 def test_packed_pretraining_run_trains_and_reports_real_tokens(tmp_path):
     out = tmp_path / "run"
     pretrain("--model", "spanbert", "--packing", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "200",

@@ -51,6 +51,7 @@ def test_pretokenized_shards_record_and_counts(blocks):
     assert not list(blocks.parent.glob(".*incomplete"))
 
 
+@pytest.mark.slow
 def test_a_run_on_pretokenized_data_trains_as_a_run_that_tokenizes_itself(blocks, tmp_path):
     """Same held-out documents, vocabulary, blocks, masks: every step's loss and the held-out loss are equal."""
     pretrain("--model", "spanbert", *RUN, "--pretokenized", str(blocks), "--output_dir", str(tmp_path / "pre"))
@@ -61,6 +62,7 @@ def test_a_run_on_pretokenized_data_trains_as_a_run_that_tokenizes_itself(blocks
     assert "pre-tokenized: 1156 examples" in card or "pre-tokenized:" in card
 
 
+@pytest.mark.multiprocess
 def test_two_processes_share_one_pretokenized_folder(blocks, tmp_path):
     out = tmp_path / "run"
     pretrain("--model", "teams", *RUN, "--pretokenized", str(blocks), "--output_dir", str(out),
@@ -103,6 +105,7 @@ def test_mismatches_are_refused_with_the_fix(blocks, tmp_path, monkeypatch, caps
                                              monkeypatch, capsys)
 
 
+@pytest.mark.slow
 def test_cloze_paragraphs_pretokenize_and_train(tmp_path):
     from encoder_zoo.training.data.resources import minilm_path
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import PRETRAIN, local_paths_in, pretrain, run_isolated, two_process_launcher
+from helpers import PRETRAIN, call_cli, local_paths_in, pretrain, run_isolated, two_process_launcher
 from helpers import pretrain_env as env
 
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "300", "--tokenizer_vocab_size", "2000",
@@ -131,6 +131,7 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_optimizer_and_schedule
     assert "Resuming" in resumed.stderr or "Continuing training from checkpoint" in resumed.stderr or resumed.returncode == 0
 
 
+@pytest.mark.multiprocess
 def test_two_process_cpu_run(tmp_path):
     # On a CPU-only machine `accelerate launch --cpu` starts ONE process; --multi_gpu starts two that Trainer runs
     # as CPU DDP over gloo (see README).
@@ -143,27 +144,33 @@ def test_two_process_cpu_run(tmp_path):
     assert state["global_step"] == 6 and state["train_batch_size"] == 8
 
 
+def pretrain_cli(*args):
+    """pretrain.py's command line in this process (its refusals come before any training)."""
+    return call_cli("encoder_zoo.training.pretrain", *args)
+
+
 def test_bad_input_gets_clear_errors_and_keeps_what_is_saved(tmp_path):
-    unknown = pretrain("--model", "gpt5", "--output_dir", str(tmp_path / "x"), check=False)
+    unknown = pretrain_cli("--model", "gpt5", "--output_dir", str(tmp_path / "x"))
     assert unknown.returncode == 2 and "Unknown --model 'gpt5'. Available: " in unknown.stderr and "spanbert" in unknown.stderr
     assert "Traceback" not in unknown.stderr
 
-    missing = pretrain("--model", "spanbert", *TINY, "--dataset", str(tmp_path / "nowhere.jsonl"),
-                       "--output_dir", str(tmp_path / "y"), check=False)
+    missing = pretrain_cli("--model", "spanbert", *TINY, "--dataset", str(tmp_path / "nowhere.jsonl"), "--output_dir",
+                           str(tmp_path / "y"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n".join(json.dumps({"text": t}) for t in ["", "   ", ""]) + "\n")
-    result = pretrain("--model", "spanbert", *TINY, "--dataset", str(empty), "--output_dir", str(tmp_path / "z"), check=False)
+    result = pretrain_cli("--model", "spanbert", *TINY, "--dataset", str(empty), "--output_dir", str(tmp_path / "z"))
     assert result.returncode == 2 and "no non-empty document" in result.stderr
 
     wrong_column = tmp_path / "body.jsonl"
     wrong_column.write_text(json.dumps({"body": "Some text."}) + "\n")
-    result = pretrain("--model", "spanbert", *TINY, "--dataset", str(wrong_column), "--output_dir", str(tmp_path / "w"), check=False)
+    result = pretrain_cli("--model", "spanbert", *TINY, "--dataset", str(wrong_column), "--output_dir",
+                          str(tmp_path / "w"))
     assert result.returncode == 2 and "Column 'text' not found" in result.stderr and "['body']" in result.stderr
 
-    override = pretrain("--model", "spanbert", *TINY, "--config_overrides", "not_a_field=3", "--output_dir",
-                        str(tmp_path / "v"), "--max_steps", "1", check=False)
+    override = pretrain_cli("--model", "spanbert", *TINY, "--config_overrides", "not_a_field=3", "--output_dir",
+                            str(tmp_path / "v"), "--max_steps", "1")
     assert override.returncode == 2 and "not_a_field" in override.stderr
 
     # An existing run is never trained over silently; its checkpoint survives.
@@ -221,3 +228,30 @@ def test_demo_runs_end_to_end_with_a_relative_output_dir(tmp_path):
     assert "==== SpanBERT demo summary ====" in result.stdout
     assert "transformers_modules" in result.stdout and "fresh process, trust_remote_code=True" in result.stdout
     assert (tmp_path / "runs" / "demo" / "export" / "model.safetensors").exists()
+    assert "4 steps" in result.stdout  # the run's steps, not its last logged step
+
+
+@pytest.mark.slow
+def test_a_demo_rerun_reuses_its_export_and_keeps_one_earlier_copy(tmp_path):
+    """Rerun with the same options: nothing is trained and the export is byte for byte the same. Other options: a new
+    run, the previous one moved to replaced-<time>/, and only the newest earlier copy kept."""
+    def demo(steps):
+        result = subprocess.run([sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "demo", "--max_steps",
+                                 str(steps), "--model_size", "tiny"], capture_output=True, text=True, env=env(),
+                                cwd=tmp_path, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    weights = tmp_path / "demo" / "export" / "model.safetensors"
+    demo(3)
+    first = (weights.read_bytes(), weights.stat().st_mtime_ns)
+    again = demo(3)
+    assert "reusing the finished demo" in again.stdout and "Nothing to do" in again.stderr
+    assert (weights.read_bytes(), weights.stat().st_mtime_ns) == first
+    assert not list((tmp_path / "demo").glob("replaced-*"))
+    demo(2)
+    time.sleep(1.1)  # replaced-<time> names have a one-second resolution
+    last = demo(3)
+    earlier = list((tmp_path / "demo").glob("replaced-*"))
+    assert len(earlier) == 1 and "removed the older demo run" in last.stdout
+    assert "3 steps" in last.stdout

@@ -1,16 +1,13 @@
 """Extractive QA harness: windows, post-processing, official metrics, threshold tuning, embedded data, end to end."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import evaluate
 import numpy as np
 import pytest
-from helpers import save_tiny_spanbert
+from helpers import call_cli, save_tiny_spanbert
 from transformers import AutoTokenizer
 
 from encoder_zoo import models  # noqa: F401
@@ -335,8 +332,7 @@ def test_validation_file_alone_is_detected_as_squad_v2(tmp_path, wiki, tiny_zoo_
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, str(REPO / "qa" / "run_qa.py"), *args], capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    return call_cli("encoder_zoo.qa.run_qa", *args)
 
 
 def test_bad_input_gets_clear_errors(tmp_path):

@@ -272,3 +272,27 @@ def test_help_and_log_give_the_warmup_steps_of_a_short_run(tmp_path, caplog):
     with caplog.at_level("INFO", logger="encoder_zoo.training.run.trainer"):
         built(tmp_path, "--model", "teams", "--model_size", "tiny", "--max_steps", "10000")
     assert "Learning-rate warmup: 200 of 10000 updates (--warmup_steps 0.02)" in caplog.text
+
+
+def test_a_recipe_module_is_found_not_listed(tmp_path, monkeypatch):
+    """A module beside the family recipes that defines RECIPES adds its `--model`s, with no list to edit; a name
+    defined twice is refused."""
+    import sys
+
+    import encoder_zoo.training.recipes as package
+    from encoder_zoo.training.recipes.registry import all_recipes, get_recipe, recipe_modules
+
+    (tmp_path / "toy_family.py").write_text(
+        "from dataclasses import replace\n"
+        "from encoder_zoo.training.recipes.spanbert import RECIPES as SPANBERT\n"
+        "RECIPES = {'toy': replace(SPANBERT['bert'], name='toy')}\n")
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "encoder_zoo.training.recipes.toy_family", raising=False)
+    assert "encoder_zoo.training.recipes.toy_family" in recipe_modules()
+    assert get_recipe("toy").family == "spanbert" and {"spanbert", "teams", "cloze", "bertac_cnn"} <= set(all_recipes())
+
+    (tmp_path / "toy_family.py").write_text(
+        "from encoder_zoo.training.recipes.spanbert import RECIPES as SPANBERT\nRECIPES = {'bert': SPANBERT['bert']}\n")
+    monkeypatch.delitem(sys.modules, "encoder_zoo.training.recipes.toy_family")
+    with pytest.raises(ValueError, match="'bert' is defined twice"):
+        all_recipes()

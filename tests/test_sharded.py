@@ -8,12 +8,15 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 
 import pytest
 import torch
-from helpers import REPO, free_port, pretrain, pretrain_env, run_isolated
+from helpers import ACCELERATE_LAUNCH, REPO, free_port, pretrain, pretrain_env, run_isolated
 from safetensors.torch import load_file
+
+pytestmark = pytest.mark.multiprocess
 
 CONFIGS = os.path.join(REPO, "training", "accelerate_configs")
 FSDP_ON_CPU = os.path.join(REPO, "tests", "fsdp_on_cpu.py")
@@ -26,7 +29,7 @@ TEAMS = ["--model", "teams", "--model_size", "tiny", "--max_seq_length", "64", "
 
 
 def launch(config: str, *script, processes: int = 2):
-    return ("accelerate", "launch", "--config_file", os.path.join(CONFIGS, config), "--num_processes", str(processes),
+    return (*ACCELERATE_LAUNCH, "--config_file", os.path.join(CONFIGS, config), "--num_processes", str(processes),
             "--main_process_port", str(free_port()), *script)
 
 
@@ -204,7 +207,9 @@ def test_slurm_script_launches_one_node_of_two_processes(tmp_path):
     """training/slurm/pretrain.sbatch without Slurm (SRUN empty, one node): its accelerate line trains and exports;
     rerun, it resumes instead of refusing the existing run."""
     out = tmp_path / "run"
-    env = {**pretrain_env(), "SRUN": "", "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost",
+    # the script calls `accelerate` from PATH, as on a cluster: this interpreter's bin/ first (a venv not activated)
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    env = {**pretrain_env(), "PATH": path, "SRUN": "", "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost",
            "GPUS_PER_NODE": "2", "CONFIG": os.path.join(CONFIGS, "ddp.yaml"), "OUTPUT_DIR": str(out), "MODEL": "bert",
            "MODEL_SIZE": "tiny"}
     args = ["--max_seq_length", "64", "--max_documents", "60", "--tokenizer_vocab_size", "500", "--validation_documents", "0",

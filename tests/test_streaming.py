@@ -5,6 +5,7 @@ import itertools
 import json
 import signal
 
+import pytest
 import torch
 from helpers import pretrain
 from test_resume import assert_same_weights, start, step_logs, wait_for
@@ -19,9 +20,8 @@ STREAM = ["--streaming", "--model_size", "tiny", "--max_seq_length", "64", "--ma
 
 
 def tokenizer():
-    from transformers import AutoTokenizer
-
     from encoder_zoo.training.data.resources import minilm_path
+    from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(minilm_path())
 
@@ -96,6 +96,7 @@ def test_a_restored_position_continues_with_the_next_example_reading_one_window(
     assert [e["example_index"] for e in resumed] == list(range(250, 300))
 
 
+@pytest.mark.slow
 def test_killed_streaming_run_resumes_bitwise(tmp_path):
     """SIGKILL after checkpoint-20 (second epoch of the stream), then --resume_from_checkpoint true: every step's
     losses, the held-out losses, the final weights and the Adam moments equal the uninterrupted run's bitwise."""

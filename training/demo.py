@@ -40,10 +40,34 @@ print(json.dumps({
 """
 
 
+OPTIONS_FILE = "demo_options.json"
+
+
+def recorded_options(output_dir: Path) -> dict | None:
+    try:
+        return json.loads((output_dir / OPTIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def prune_earlier_copies(output_dir: Path) -> None:
+    """Keep the newest earlier demo (`replaced-<time>/`, moved aside by --overwrite_output_dir) and remove older ones:
+    reruns of the demo do not pile up copies."""
+    import shutil
+
+    earlier = sorted(p for p in output_dir.glob("replaced-*") if p.is_dir())
+    if earlier:
+        print(f"demo: the previous demo run is kept in {earlier[-1]}.")
+    for folder in earlier[:-1]:
+        shutil.rmtree(folder)
+        print(f"demo: removed the older demo run {folder} (one earlier copy is kept).")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="runs/demo", help="Where checkpoints and the export go.")
-    parser.add_argument("--max_steps", type=int, default=400, help="Training steps (400 take a few minutes on 2 cores).")
+    parser.add_argument("--max_steps", type=int, default=400,
+                        help="Training steps (400 take about 4 minutes on 2 cores; `make demo STEPS=N`).")
     parser.add_argument("--model_size", default="small", help="SpanBERT size preset.")
     options = parser.parse_args(argv)
 
@@ -51,14 +75,20 @@ def main(argv: list[str] | None = None) -> dict:
     from encoder_zoo.training.run.trainer import TrainingStopped
 
     output_dir = Path(options.output_dir)
-    # An interrupted demo (checkpoints, no export yet) continues; a finished one is moved aside for a new run.
-    interrupted = output_dir.is_dir() and checkpoints(output_dir) and not (output_dir / "export").exists()
+    # A demo with the same options continues (interrupted) or is reused as it is (finished: pretrain.py has nothing
+    # to do); a demo with other options is moved aside, and only the newest earlier copy is kept.
+    wanted = {"max_steps": options.max_steps, "model_size": options.model_size}
+    same = output_dir.is_dir() and bool(checkpoints(output_dir)) and recorded_options(output_dir) == wanted
+    if same and (output_dir / "export").is_dir():
+        print(f"demo: reusing the finished demo in {output_dir} (same options); delete it to train again.")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / OPTIONS_FILE).write_text(json.dumps(wanted) + "\n")
     try:
         export_dir = pretrain.main([
             "--model", "spanbert",
             "--model_size", options.model_size,
             "--output_dir", options.output_dir,
-            *(["--resume_from_checkpoint", "true"] if interrupted else ["--overwrite_output_dir"]),
+            *(["--resume_from_checkpoint", "true"] if same else ["--overwrite_output_dir"]),
             "--max_steps", str(options.max_steps),
             "--max_seq_length", "128",
             "--tokenizer_vocab_size", "8000",
@@ -74,6 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"demo: {stop} Or run the same command again: the demo continues its run in {options.output_dir}.",
               file=sys.stderr)
         raise SystemExit(stop.exit_code) from None
+    prune_earlier_copies(output_dir)
     log = json.loads((export_dir / "training_log.json").read_text())
     train_logs = [entry for entry in log if "loss" in entry]
     reload = subprocess.run(

@@ -1,7 +1,7 @@
 """Pretrain any zoo model with Trainer/accelerate, then export a Hub-ready folder.
 
     accelerate launch training/pretrain.py --model spanbert --model_size small --output_dir runs/spanbert \\
-        [--dataset PATH_OR_HUB_ID] [--max_steps N] [--max_seq_length 512] [any TrainingArguments flag]
+        [--dataset PATH_OR_HUB_ID] [--max_steps N] [--max_seq_length 128] [any TrainingArguments flag]
 
 One CPU, many GPUs or many nodes: the same command under `accelerate launch` / `torchrun`. bf16/fp16, gradient
 accumulation, checkpointing and `--resume_from_checkpoint` are Trainer's; a resumed run continues bitwise as if
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import logging
 import os
 import sys
@@ -46,12 +47,18 @@ PRETRAINING_DEFAULTS = [
 ]
 
 
+# Sequence length of the sizes below the papers' (smoke tests, CPU runs): short blocks, as BERT's own miniatures
+# and ELECTRA-Small use; larger sizes default to 512.
+SIZE_SEQ_LENGTHS = {"tiny": 128, "small": 128}
+
+
 @dataclass
 class PretrainArguments:
     model: str = field(metadata={"help": "Which method to pretrain (`--model` registry): " + ", ".join(sorted(all_recipes()))})
     model_size: str = field(
         default="small",
-        metadata={"help": "Size preset: tiny, small, base, large (per recipe; bertac_cnn: tiny, w123-f100 ... w1234-f300)."},
+        metadata={"help": "Size preset: tiny, small, base, large (per recipe; bertac_cnn: tiny, w123-f100 ... w1234-f300). "
+                  "tiny and small train on 128-token blocks unless --max_seq_length says otherwise."},
     )
     config_overrides: str | None = field(
         default=None,
@@ -75,7 +82,11 @@ class PretrainArguments:
         metadata={"help": "A fast tokenizer (path or Hub id). Default: train a cased WordPiece on the corpus."},
     )
     tokenizer_vocab_size: int = field(default=16000, metadata={"help": "Vocabulary size of a trained tokenizer."})
-    max_seq_length: int = field(default=512, metadata={"help": "Block length in word pieces, [CLS] and [SEP] included."})
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={"help": "Block length in word pieces, [CLS] and [SEP] included. Default: the size's, 128 for tiny and "
+                  "small, 512 for larger sizes (a paper's own size keeps the paper's length, e.g. ELECTRA-Small 128)."},
+    )
     masking_scheme: str | None = field(
         default=None,
         metadata={"help": "subword, whole_word, span, named_entity or noun_phrase (default: the recipe's)."},
@@ -217,6 +228,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
         set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
+    if args.max_seq_length is None:  # neither the user nor the paper's size set it
+        args.max_seq_length = default_seq_length(args)
     # A default held-out count larger than a small corpus is cut to a tenth of it; one the user asked for is not.
     args.validation_documents_given = any(a.split("=")[0] == "--validation_documents" for a in argv)
     if not any(a.split("=")[0] in ("--include_num_input_tokens_seen", "--include-num-input-tokens-seen") for a in argv):
@@ -231,6 +244,19 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     if args.streaming:  # the stream restores its own position: Trainer must not re-read the batches it trained on
         training_args.ignore_data_skip = True
     return args, training_args
+
+
+def default_seq_length(args: PretrainArguments) -> int:
+    """The blocks' length when no flag sets it: pre-tokenised blocks' own (their record), else the size's."""
+    from encoder_zoo.training.data.pretokenized import RECORD
+
+    record = Path(args.pretokenized) / RECORD if args.pretokenized else None
+    if record is not None and record.is_file():
+        try:
+            return int(json.loads(record.read_text())["max_seq_length"])
+        except (ValueError, KeyError, TypeError):
+            pass  # a damaged record is named when the blocks are opened
+    return SIZE_SEQ_LENGTHS.get(args.model_size, 512)
 
 
 def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -> None:

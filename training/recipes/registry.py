@@ -2,7 +2,8 @@
 
 A recipe names the model family, its size presets, how to build the collator (the pretraining objective's data side),
 which model outputs to log, the paper's optimisation recipe per size (`TrainingDefaults`) and the paper metadata the
-model card needs. Families add their recipes in `training/recipes_<family>.py` and list them in `_RECIPE_MODULES`.
+model card needs. A family adds its recipes in a module of this package, `training/recipes/<family>.py`, that
+defines `RECIPES: dict[str, Recipe]`: every such module is found here, none is listed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import json
 import logging
 import math
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -240,14 +242,21 @@ class Recipe:
         return f"{builder.__module__}.{builder.__qualname__}" if builder else "encoder_zoo.training.data.blocks.pack_blocks"
 
 
-# Each module defines RECIPES: dict[str, Recipe].
-_RECIPE_MODULES = tuple(f"encoder_zoo.training.recipes.{family}" for family in ("spanbert", "teams", "cloze", "bertac"))
+def recipe_modules() -> list[str]:
+    """The modules of this package that define `RECIPES` (found, not listed: a new family adds a file)."""
+    package = __name__.rsplit(".", 1)[0]
+    names = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__))
+    return [f"{package}.{name}" for name in names if name != "registry"
+            and hasattr(importlib.import_module(f"{package}.{name}"), "RECIPES")]
 
 
 def all_recipes() -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
-    for module_name in _RECIPE_MODULES:
-        recipes.update(importlib.import_module(module_name).RECIPES)
+    for module_name in recipe_modules():
+        for name, recipe in importlib.import_module(module_name).RECIPES.items():
+            if name in recipes:
+                raise ValueError(f"--model {name!r} is defined twice: in {module_name} and before it; rename one.")
+            recipes[name] = recipe
     return recipes
 
 
