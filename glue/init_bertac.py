@@ -123,8 +123,9 @@ def check_backbone_is_an_encoder(backbone: str) -> None:
 
 
 def write_model_card(model, options, output: Path) -> Path:
-    from encoder_zoo.hub_cards import CardMetadata, write_card
+    from encoder_zoo.hub_cards import CardMetadata, carried_backbone_code, write_card
     from encoder_zoo.hub_cards.papers import BERTAC_PAPER
+    from encoder_zoo.models.bertac.modeling_bertac import backbone_code_files
 
     config = model.config
     backbone = display_name(options.backbone)
@@ -153,6 +154,8 @@ def write_model_card(model, options, output: Path) -> Path:
     parameters = sum(p.numel() for p in model.parameters())
     encoder_parameters = sum(p.numel() for p in model.bertac.backbone.parameters())
     architecture["parameters"] = f"{parameters:,} ({(parameters / encoder_parameters - 1) * 100:.1f}% over the encoder)"
+    encoder = model.bertac.backbone
+    carried = carried_backbone_code(encoder, options.backbone, list(backbone_code_files(encoder)))
     meta = CardMetadata(
         model_name=output.name,
         summary="BERTAC: a GAN-pretrained CNN fused into a transformer encoder through TIER layers (Oh et al., 2021), "
@@ -178,6 +181,7 @@ def write_model_card(model, options, output: Path) -> Path:
             "attention; the input-update layers receive gradient (the code detaches the CNN output); no update layer "
             "after the last TIER; no [MASK] prepended when no noun phrase is found (the paper's m = s).",
         ],
+        carried_code=[carried] if carried else [],
     )
     return write_card(meta, output)
 

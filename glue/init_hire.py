@@ -53,6 +53,8 @@ def main(argv=None):
     parser.add_argument("--trust_remote_code", action="store_true", help="Allow a backbone whose code is in its folder.")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into an --output_dir that holds files.")
     options = parser.parse_args(argv)
+    if options.num_labels < 1:
+        raise ValueError(f"--num_labels {options.num_labels}: pass the number of classes (2 or more), or 1 for regression.")
     output = Path(options.output_dir)
     check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
@@ -116,9 +118,12 @@ def check_hire_options(options, hire_options: dict) -> None:
 
 
 def write_model_card(model, options, output: Path) -> Path:
-    from encoder_zoo.hub_cards import CardMetadata, display_name, write_card
+    from encoder_zoo.hub_cards import CardMetadata, carried_backbone_code, display_name, write_card
+    from encoder_zoo.models.hire.modeling_hire import backbone_code_files
 
     config = model.config
+    encoder = model.hire.backbone
+    carried = carried_backbone_code(encoder, options.backbone, list(backbone_code_files(encoder)))
     backbone = display_name(options.backbone)
     architecture = {
         "encoder": f"{backbone} ({config.backbone_config.model_type}, {config.backbone_config.num_hidden_layers} layers, "
@@ -148,6 +153,7 @@ def write_model_card(model, options, output: Path) -> Path:
         paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning on sentence and sentence-pair classification or regression.",
         limitations=["Not fine-tuned: its predictions are random until it is."],
+        carried_code=[carried] if carried else [],
     )
     return write_card(meta, output)
 

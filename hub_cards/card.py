@@ -47,6 +47,23 @@ LoRA with PEFT: PEFT keys its default `target_modules` by built-in model types, 
 `LoraConfig(target_modules={{ meta.peft_target_modules }}, task_type="SEQ_CLS")` (the classification head is
 `classifier`, which PEFT then trains).
 {% endif %}
+{%- for code in meta.carried_code %}
+## Encoder code this checkpoint carries
+
+The encoder is remote code, saved next to this model's own so the folder loads anywhere; loading runs it.
+
+| encoder code | |
+| --- | --- |
+| files | {% for file in code.files %}`{{ file }}`{% if not loop.last %}, {% endif %}{% endfor %} |
+| classes | {{ code.classes }}, from the module `{{ code.module }}` |
+| copied from | `{{ code.source }}` |
+| its `auto_map` | {% for auto_class, target in code.auto_map.items() -%}
+`{{ auto_class }}` -> `{{ target }}`{{ ", " if not loop.last }}
+{%- else %}none{% endfor %} |
+| licence | {{ code.license }} |
+
+This card's `license` covers this model's own code; the encoder's files and weights keep the encoder's licence.
+{% endfor %}
 ## Architecture
 
 | hyperparameter | value |

@@ -15,6 +15,8 @@ class CardMetadata:
     `optimisation` maps a setting to (the value this run used, the paper's), shown side by side;
     `optimisation_source` names where the paper's values come from.
     `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
+    `carried_code` lists the code of other models the folder carries (HIRE's or BERTAC's remote-code encoder), each
+    as `provenance.carried_backbone_code` describes it: files, classes, source, its `auto_map` and licence.
     Nothing here may hold an absolute local path: the folder is meant for the Hub.
     """
 
@@ -43,6 +45,7 @@ class CardMetadata:
         "`glue/run_glue.py` or `qa/run_qa.py`) before using its predictions."
     )
     limitations: list[str] = field(default_factory=list)
+    carried_code: list[dict[str, Any]] = field(default_factory=list)
 
 
 def display_name(path_or_id: str) -> str:

@@ -186,6 +186,58 @@ def _():
     assert all(torch.allclose(plain[n], checkpointed[n], atol=1e-5) for n in plain)
 
 
+def every_config(model):
+    """The model's config, its sub-configs and every sub-model's config (HIRE's and BERTAC's encoder, BERTAC's CNN)."""
+    configs = [model.config]
+    configs += [module.config for module in model.modules() if isinstance(module, transformers.PreTrainedModel)]
+    for config in list(configs):
+        configs += [getattr(config, key) for key in config.sub_configs if getattr(config, key, None) is not None]
+    return configs
+
+
+@client("attn_implementation (explicit, set_attn_implementation)")
+def _():
+    """An explicit sdpa or eager load works, every config then says it, and set_attn_implementation changes them all;
+    the outputs do not depend on it."""
+    outputs = {}
+    for implementation in ("sdpa", "eager"):
+        model = load("AutoModel", attn_implementation=implementation).eval()
+        assert {c._attn_implementation for c in every_config(model)} == {implementation}, implementation
+        with torch.no_grad():
+            outputs[implementation] = model(**batch).last_hidden_state
+    assert torch.allclose(outputs["sdpa"], outputs["eager"], atol=1e-4)
+    model = load("AutoModel").eval()
+    model.set_attn_implementation("eager")
+    assert {c._attn_implementation for c in every_config(model)} == {"eager"}
+    with torch.no_grad():
+        assert torch.allclose(model(**batch).last_hidden_state, outputs["sdpa"], atol=1e-4)
+
+
+@client("quiet load (AutoModel, no load report)")
+def _():
+    """The export through AutoModel (and AutoModelForPreTraining where it has one) prints no load report, though it
+    holds pretraining heads or a classifier the bare model does not read."""
+    import logging
+
+    messages = []
+
+    class Records(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    records, root = Records(), logging.getLogger("transformers")
+    transformers.logging.set_verbosity_warning()  # the isolated process runs at error level: show the report
+    root.addHandler(records)
+    try:
+        load("AutoModel")
+        if FAMILY not in ("hire", "bertac"):  # noqa: F821
+            load("AutoModelForPreTraining")
+    finally:
+        root.removeHandler(records)
+        transformers.logging.set_verbosity_error()
+    assert not any("LOAD REPORT" in message for message in messages), "\n".join(messages)
+
+
 @client("torch.compile")
 def _():
     model = load("AutoModel").eval()

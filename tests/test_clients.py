@@ -31,7 +31,8 @@ RESULTS = Path(__file__).with_name("works_with.json")
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
 ENCODER_CLIENTS = ["feature-extraction", "text-classification", "resize_token_embeddings",
                    "PEFT LoRA (sequence classification)", "sentence-transformers", "gradient checkpointing",
-                   "torch.compile"]
+                   "torch.compile", "attn_implementation (explicit, set_attn_implementation)",
+                   "quiet load (AutoModel, no load report)"]
 # The clients each family supports: HIRE and BERTAC have no masked-LM head; HIRE has no pretraining head (it is
 # built over a pretrained encoder), BERTAC's is its part-1 CNN's (the GAN's F and D).
 CLIENTS = {
@@ -88,6 +89,7 @@ def run_family(family: str, exports: dict) -> dict:
     return json.loads(output.rsplit("\nRESULTS ", 1)[1])
 
 
+@pytest.mark.slow
 def test_every_family_works_with_every_client(exports, tmp_path):
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(CLIENTS, pool.map(run_family, CLIENTS, [exports] * len(CLIENTS))))

@@ -96,6 +96,12 @@ class BertacCnnConfig(PreTrainedConfig):
         """de, the width of the CNN's vector: one `num_filters` block per window width."""
         return len(self.filter_windows) * self.num_filters
 
+    @property
+    def hidden_size(self) -> int:
+        """The width of the CNN's one output, its vector (`output_size`; the CNN keeps no per-word hidden states):
+        where sentence-transformers and other clients read a model's embedding width."""
+        return self.output_size
+
 
 @strict
 class BertacConfig(PreTrainedConfig):
@@ -152,7 +158,8 @@ class BertacConfig(PreTrainedConfig):
     model_type = "bertac"
     sub_configs_defaults = {
         "backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
-        "cnn_config": SubConfigSpec(config_class=BertacCnnConfig),
+        # [EM] is id 2 in every bertac_cnn export's word tokenizer ([PAD] 0, [UNK] 1, [EM] 2).
+        "cnn_config": SubConfigSpec(config_class=BertacCnnConfig, init_kwargs={"mask_token_id": 2}),
     }
 
     backbone_config: dict | PreTrainedConfig | None = None
@@ -190,9 +197,24 @@ class BertacConfig(PreTrainedConfig):
             raise ValueError(f"max_segments={self.max_segments}; BERTAC reads one or two segments (the paper's u).")
         if self.cnn_trainable and self.detach_cnn_output:
             raise ValueError("cnn_trainable=True trains the CNN through its output; it cannot go with detach_cnn_output=True.")
+        if self.use_cnn_and_tier:
+            self._check_cnn_special_ids()
         width, heads = self.tier_width, self.tier_layer_config().num_attention_heads
         if width % heads:
             raise ValueError(f"tier_hidden_size {width} is not a multiple of tier_num_attention_heads {heads}.")
+
+    def _check_cnn_special_ids(self) -> None:
+        """The word lookup writes the CNN's [PAD] id where a segment has no more words and its [EM] id for the masked
+        noun phrase: both must be rows of the CNN's word table."""
+        cnn = self.cnn_config
+        for name, token in (("pad_token_id", "[PAD]"), ("mask_token_id", "[EM]")):
+            value = getattr(cnn, name)
+            if value is None or not 0 <= value < cnn.vocab_size:
+                raise ValueError(
+                    f"BertacConfig.cnn_config.{name} is {value!r}: BERTAC's word lookup needs the CNN's {token} id, a "
+                    f"row of its {cnn.vocab_size}-word table. Set cnn_config.{name} (a `bertac_cnn` export's config "
+                    "has it: build from one with from_pretrained_parts or glue/init_bertac.py)."
+                )
 
     # Copied from models.hire.configuration_hire.HireConfig._backbone_from_dict with HIRE->BERTAC,RoBERTa->BERT
     @staticmethod

@@ -49,11 +49,7 @@ from torch.nn import functional as F
 from transformers import AutoModel, BertConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.dynamic_module_utils import get_relative_import_files
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-)
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
 from transformers.models.bert.modeling_bert import BertIntermediate, BertOutput, BertPooler, BertSelfOutput
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
@@ -142,6 +138,16 @@ class BertacCnnForPreTrainingOutput(ModelOutput):
     fake_representation: torch.Tensor | None = None
 
 
+@dataclass
+class BertacCnnModelOutput(ModelOutput):
+    """
+    pooler_output: `(B, len(filter_windows) * num_filters)` the CNN's vector of each word sequence. The CNN pools over
+        time inside itself, so this vector is its only output: no per-word hidden states (`last_hidden_state`).
+    """
+
+    pooler_output: torch.Tensor | None = None
+
+
 class BertacWordEmbeddings(nn.Module):
     """The frozen word embedding table, held as a persistent buffer: saved and loaded with the weights (transformers
     turns every loaded parameter trainable again, a buffer stays frozen), and never seen by an optimizer."""
@@ -221,6 +227,14 @@ class BertacCnnPreTrainedModel(PreTrainedModel):
     config: BertacCnnConfig
     base_model_prefix = "cnn"
     main_input_name = "input_ids"
+    # The CNN has no attention: it computes the same under every implementation, so it accepts the one asked of
+    # BERTAC (which applies it to the encoder), as transformers' attention-free sub-models accept their parent's.
+    _supports_sdpa = True
+    _supports_flash_attn = True
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        return True  # nothing to switch (the heuristic reads BertacTierAttention, of the same file)
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
                                 mean_resizing: bool = True) -> BertacWordEmbeddings:
@@ -308,7 +322,7 @@ class BertacCnnModel(BertacCnnPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPooling:
+    ) -> BertacCnnModelOutput:
         r"""
         input_ids: `(B, L)` CNN word ids. attention_mask: `(B, L)`, 1 on words (default: every non-pad id).
         inputs_embeds: `(B, L, dw)` word embeddings instead of ids (BERTAC's updated CNN inputs).
@@ -323,7 +337,7 @@ class BertacCnnModel(BertacCnnPreTrainedModel):
             )
         if inputs_embeds is None:
             inputs_embeds = self.embeddings(input_ids)
-        return BaseModelOutputWithPooling(pooler_output=self.encoder(inputs_embeds, attention_mask))
+        return BertacCnnModelOutput(pooler_output=self.encoder(inputs_embeds, attention_mask))
 
 
 class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
@@ -785,6 +799,29 @@ def _portable_config(config) -> dict:
     return values
 
 
+# Copied from models.hire.modeling_hire.backbone_positions
+def backbone_positions(backbone: PreTrainedModel) -> int | None:
+    """The longest input the encoder's absolute position table covers, or None when it has none (relative or rotary
+    positions, whose limits the encoder checks itself). A RoBERTa-style table starts after its padding index."""
+    table = getattr(getattr(backbone, "embeddings", None), "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        return None
+    return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
+
+
+# Copied from models.hire.modeling_hire.check_input_length
+def check_input_length(backbone: PreTrainedModel, inputs: torch.Tensor | None, position_ids: torch.Tensor | None):
+    """The zoo encoders' error for `inputs` (ids or embeddings) longer than the encoder's positions, instead of the
+    encoder's shape error deep inside its embeddings. (Explicit `position_ids` are the caller's to keep in range, as
+    in the zoo encoders.)"""
+    limit = backbone_positions(backbone)
+    if inputs is not None and position_ids is None and limit is not None and inputs.shape[1] > limit:
+        raise ValueError(
+            f"Input has {inputs.shape[1]} tokens but this model has {limit} positions; "
+            "truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
+        )
+
+
 # Copied from models.hire.modeling_hire.build_backbone
 def build_backbone(backbone_config) -> PreTrainedModel:
     """The encoder, from the classes saved with this checkpoint if any, else through `AutoModel`. Without its pooler
@@ -800,18 +837,29 @@ def build_backbone(backbone_config) -> PreTrainedModel:
 BERTAC_FILES = ("configuration_bertac.py", "modeling_bertac.py", "bertac_backbone.py")
 
 
-# Copied from models.hire.modeling_hire.save_backbone_code with HIRE->BERTAC,Hire->Bertac,hire->bertac
-def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
-    """Copy a remote-code encoder's modeling files next to BERTAC's and write `bertac_backbone.py` to import its classes.
-    Returns the copied file names (none for an encoder built into transformers)."""
+# Copied from models.hire.modeling_hire.backbone_code_files
+def backbone_code_files(backbone: PreTrainedModel) -> dict[str, Path]:
+    """The files of a remote-code encoder's classes (its config and model modules and what they import relatively),
+    by name: what `save_backbone_code` copies. Empty for an encoder built into transformers."""
     config_class, model_class = type(backbone.config), type(backbone)
     if config_class.__module__.startswith("transformers.") and model_class.__module__.startswith("transformers."):
-        return []
+        return {}
     files = {}
     for cls in (config_class, model_class):
         source = Path(sys.modules[cls.__module__].__file__)
         for path in (source, *map(Path, get_relative_import_files(source))):
             files[path.name] = path
+    return files
+
+
+# Copied from models.hire.modeling_hire.save_backbone_code with HIRE->BERTAC,Hire->Bertac,hire->bertac
+def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
+    """Copy a remote-code encoder's modeling files next to BERTAC's and write `bertac_backbone.py` to import its classes.
+    Returns the copied file names (none for an encoder built into transformers)."""
+    files = backbone_code_files(backbone)
+    if not files:
+        return []
+    config_class, model_class = type(backbone.config), type(backbone)
     if clash := set(BERTAC_FILES) & set(files):
         raise ValueError(f"The encoder's code has files named like BERTAC's ({', '.join(sorted(clash))}); rename them.")
     for name, path in files.items():
@@ -834,6 +882,13 @@ class BertacPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # transformers' heuristic finds BertacTierAttention, which computes its weights itself (one query per segment,
+        # summed per token) under every implementation, and concludes that the setting cannot change. It can: it is
+        # the encoder's, and set_attn_implementation checks the encoder's own class.
+        return True
 
     @property
     def _bertac(self) -> "BertacModel":
@@ -1016,6 +1071,7 @@ class BertacModel(BertacPreTrainedModel):
         if output_attentions is None:
             output_attentions = self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
+        check_input_length(self.backbone, reference, position_ids)
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         backbone_inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -1162,6 +1218,7 @@ __all__ = [
     "BertacCnnModel",
     "BertacCnnForPreTraining",
     "BertacCnnForPreTrainingOutput",
+    "BertacCnnModelOutput",
     "discriminator_loss",
     "generator_loss",
     "pair_statistics",

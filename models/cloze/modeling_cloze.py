@@ -460,6 +460,12 @@ class TwoTowerClozeModel(TwoTowerClozePreTrainedModel):
     `combination_mask="cloze"` for the pretraining view.
     """
 
+    # A pretraining export also holds the output projection (saved when it is not tied to the input embeddings) or
+    # the adaptive softmax, which the bare model does not read: loading it here is no mismatch. transformers adds
+    # these patterns to every model that holds this one (the task heads); any other key that does not fit is still
+    # reported.
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", r"^adaptive_softmax\."]
+
     def __init__(self, config: TwoTowerClozeConfig):
         super().__init__(config)
         self.embeddings = TwoTowerClozeEmbeddings(config)

@@ -180,6 +180,27 @@ class HireClassificationHead(nn.Module):
         return self.out_proj(torch.tanh(self.dense(self.dropout(first_token))))
 
 
+def backbone_positions(backbone: PreTrainedModel) -> int | None:
+    """The longest input the encoder's absolute position table covers, or None when it has none (relative or rotary
+    positions, whose limits the encoder checks itself). A RoBERTa-style table starts after its padding index."""
+    table = getattr(getattr(backbone, "embeddings", None), "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        return None
+    return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
+
+
+def check_input_length(backbone: PreTrainedModel, inputs: torch.Tensor | None, position_ids: torch.Tensor | None):
+    """The zoo encoders' error for `inputs` (ids or embeddings) longer than the encoder's positions, instead of the
+    encoder's shape error deep inside its embeddings. (Explicit `position_ids` are the caller's to keep in range, as
+    in the zoo encoders.)"""
+    limit = backbone_positions(backbone)
+    if inputs is not None and position_ids is None and limit is not None and inputs.shape[1] > limit:
+        raise ValueError(
+            f"Input has {inputs.shape[1]} tokens but this model has {limit} positions; "
+            "truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))."
+        )
+
+
 def build_backbone(backbone_config) -> PreTrainedModel:
     """The encoder, from the classes saved with this checkpoint if any, else through `AutoModel`. Without its pooler
     where it has one: the pooler is never used, and unused parameters break DDP."""
@@ -194,17 +215,27 @@ def build_backbone(backbone_config) -> PreTrainedModel:
 HIRE_FILES = ("configuration_hire.py", "modeling_hire.py", "hire_backbone.py")
 
 
-def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
-    """Copy a remote-code encoder's modeling files next to HIRE's and write `hire_backbone.py` to import its classes.
-    Returns the copied file names (none for an encoder built into transformers)."""
+def backbone_code_files(backbone: PreTrainedModel) -> dict[str, Path]:
+    """The files of a remote-code encoder's classes (its config and model modules and what they import relatively),
+    by name: what `save_backbone_code` copies. Empty for an encoder built into transformers."""
     config_class, model_class = type(backbone.config), type(backbone)
     if config_class.__module__.startswith("transformers.") and model_class.__module__.startswith("transformers."):
-        return []
+        return {}
     files = {}
     for cls in (config_class, model_class):
         source = Path(sys.modules[cls.__module__].__file__)
         for path in (source, *map(Path, get_relative_import_files(source))):
             files[path.name] = path
+    return files
+
+
+def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
+    """Copy a remote-code encoder's modeling files next to HIRE's and write `hire_backbone.py` to import its classes.
+    Returns the copied file names (none for an encoder built into transformers)."""
+    files = backbone_code_files(backbone)
+    if not files:
+        return []
+    config_class, model_class = type(backbone.config), type(backbone)
     if clash := set(HIRE_FILES) & set(files):
         raise ValueError(f"The encoder's code has files named like HIRE's ({', '.join(sorted(clash))}); rename them.")
     for name, path in files.items():
@@ -267,6 +298,9 @@ class HirePreTrainedModel(PreTrainedModel):
 class HireModel(HirePreTrainedModel):
     """Encoder + HIRE + fusion network: returns F and the layer importance scores."""
 
+    # A HIRE export holds its classifier too (init_hire.py saves one); the bare model does not read it.
+    _keys_to_ignore_on_load_unexpected = [r"^classifier\."]
+
     def __init__(self, config: HireConfig):
         super().__init__(config)
         self.backbone = build_backbone(config.backbone_config)
@@ -288,6 +322,7 @@ class HireModel(HirePreTrainedModel):
         if output_attentions is None:
             output_attentions = self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
+        check_input_length(self.backbone, reference, position_ids)
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         # Run right-padded whatever the caller's layout: the GRUs read each sequence from its first real token.

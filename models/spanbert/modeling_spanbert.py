@@ -134,6 +134,12 @@ class SpanBertModel(SpanBertPreTrainedModel):
     `add_pooling_layer=False` leaves that pooler out for heads that never read it (its weights are then dropped).
     """
 
+    # A pretraining export also holds the MLM, SBO and NSP heads (and NSP's pooler), which the encoder does not read:
+    # loading it here is no mismatch. transformers adds these patterns to every model that holds this one (the task
+    # heads); any other key that does not fit is still reported.
+    _keys_to_ignore_on_load_unexpected = [r"^cls\.predictions\.", r"^cls\.seq_relationship\.", r"^sbo\.",
+                                          r"^(spanbert\.)?pooler\."]
+
     def __init__(self, config: SpanBertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)

@@ -211,6 +211,12 @@ class TeamsModel(TeamsPreTrainedModel):
     `with_all_task_layers=True` (pretraining) builds every task layer; by default only the one fine-tuning reads.
     """
 
+    # A pretraining export also holds the generator, the RTD and MWS heads and the task layer fine-tuning does not
+    # read: loading it here is no mismatch. transformers adds these patterns to every model that holds this one (the
+    # task heads); any other key that does not fit is still reported.
+    _keys_to_ignore_on_load_unexpected = [r"^generator\.", r"^rtd_head\.", r"^mws_head\.", r"^(teams\.)?rtd_layer\.",
+                                          r"^(teams\.)?mws_layer\."]
+
     def __init__(self, config: TeamsConfig, with_all_task_layers: bool = False):
         super().__init__(config)
         self.embeddings = ElectraEmbeddings(config)
