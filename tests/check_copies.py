@@ -2,7 +2,7 @@
 
 A definition preceded by
 
-    # Copied from models.spanbert.modeling_spanbert.SpanBertForQuestionAnswering.forward with SpanBert->Teams,spanbert->teams
+    # Copied from models.hire.configuration_hire.HireConfig._backbone_from_dict with HIRE->BERTAC,RoBERTa->BERT
 
 must equal its original (a module-level function or class, or a method `Class.method`) after the replacements, each
 applied to the original's text in order. Each family folder travels alone inside its checkpoints, so the code cannot
@@ -81,7 +81,8 @@ def find_copies(root: Path) -> list[Copy]:
                 continue
             if index + 1 not in starts:
                 raise ValueError(f"{file}:{index + 1}: '# Copied from' must sit right above a def or class.")
-            pairs = [tuple(item.strip().split("->")) for item in (match["replacements"] or "").split(",") if item.strip()]
+            pairs = [tuple(item.strip().split("->")) for item in (match["replacements"] or "").split(",")
+                     if item.strip()]
             copies.append(Copy(file, index, match["target"], pairs, index + 1, starts[index + 1]))
     return copies
 

@@ -59,4 +59,5 @@ def pytest_sessionfinish(session):
         import json
         from pathlib import Path
 
-        Path(__file__).with_name("common_tests.json").write_text(json.dumps(_common_counts, indent=1, sort_keys=True) + "\n")
+        Path(__file__).with_name("common_tests.json").write_text(json.dumps(_common_counts, indent=1, sort_keys=True)
+                                                                 + "\n")

@@ -89,7 +89,8 @@ def terminate_when(command: list[str], marker, env: dict, timeout: float = 300) 
         time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
     if process.wait(timeout=120) != 128 + signal.SIGTERM:
-        raise AssertionError(f"the interrupted run ended with {process.returncode}, not 143:\n{process.stderr.read()[-3000:]}")
+        raise AssertionError(f"the interrupted run ended with {process.returncode}, not 143:\n"
+                             f"{process.stderr.read()[-3000:]}")
 
 
 def call_cli(module: str, *args: str) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from test_bad_input import ENTRY_POINTS, Case, snapshot, write
 
 SCRIPTS = {**ENTRY_POINTS, "hire_importance.py": "encoder_zoo.glue.hire_importance"}
 FAST = ["--num_train_epochs", "1", "--per_device_train_batch_size", "4", "--max_seq_length", "32"]
-QA_FAST = ["--num_train_epochs", "1", "--per_device_train_batch_size", "4", "--max_seq_length", "64", "--doc_stride", "16",
-           "--max_question_length", "16"]
+QA_FAST = ["--num_train_epochs", "1", "--per_device_train_batch_size", "4", "--max_seq_length", "64",
+           "--doc_stride", "16", "--max_question_length", "16"]
 
 
 def minilm(_=None) -> str:
@@ -50,7 +50,8 @@ def squad(path: Path, qas: list[dict], context: str = "Rome is old.", qas_key: s
 def negative_offset(w: Path) -> None:
     """-89 counts from the end in Python: the text IS found there, so the offset was accepted and trained on."""
     context = "Rome" + "." * 85  # 89 characters: context[-89:-85] == "Rome"
-    squad(w / "dev.json", [{"id": "q-1", "question": "What?", "answers": [{"text": "Rome", "answer_start": -89}]}], context)
+    squad(w / "dev.json", [{"id": "q-1", "question": "What?", "answers": [{"text": "Rome", "answer_start": -89}]}],
+          context)
 
 
 def sst2_tsv(w: Path, train: str) -> None:
@@ -78,12 +79,15 @@ OPEN_RECORD = {"id": "q", "question": "Who came?", "answers": ["Ann"], "passages
 CATALOGUE = [
     # 1. answer_start outside the context
     Case("qa-negative-answer-start", "run_qa.py",
-         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
+         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"),
+                    "--output_dir", str(w / "o")],
          "dev.json: record 'q-1' (row 0): answer_start -89 of answer 'Rome' is outside its context", negative_offset),
     Case("qa-answer-start-beyond-context", "run_qa.py",
-         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
+         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"),
+                    "--output_dir", str(w / "o")],
          "answer_start 500 of answer 'Rome' is outside its context (a character offset from 0 to 8",
-         lambda w: squad(w / "dev.json", [{"id": "q-1", "question": "What?", "answers": [{"text": "Rome", "answer_start": 500}]}])),
+         lambda w: squad(w / "dev.json",
+                         [{"id": "q-1", "question": "What?", "answers": [{"text": "Rome", "answer_start": 500}]}])),
     # 3. duplicate seeds
     Case("glue-duplicate-seeds", "run_glue.py",
          lambda w: ["--model_name_or_path", minilm(), "--seeds", "1", "2", "1", "--output_dir", str(w / "o")],
@@ -95,7 +99,8 @@ CATALOGUE = [
          "--num_labels -3: pass the number of classes"),
     # 5. one class only
     Case("glue-single-class", "run_glue.py", lambda w: glue_files(w),
-         "--label_column 'label' of the train file", lambda w: csv_rows(w / "train.csv", [(f"row {i}", 1) for i in range(6)])),
+         "--label_column 'label' of the train file",
+         lambda w: csv_rows(w / "train.csv", [(f"row {i}", 1) for i in range(6)])),
     # 6. text columns that are not text, in the three scripts
     Case("glue-text-column-of-ints", "run_glue.py", lambda w: glue_files(w),
          "Text column 'text' of the train file", lambda w: csv_rows(w / "train.csv", [(i, i % 2) for i in range(6)])),
@@ -104,11 +109,14 @@ CATALOGUE = [
          lambda w: jsonl(w / "t.jsonl", [{"text": None if i == 2 else f"r {i}", "label": i % 2} for i in range(6)])),
     Case("glue-text-column-with-list", "run_glue.py", lambda w: glue_files(w, "t.jsonl"),
          "holds ['a', 'b'] (list) at row 3, not a string",
-         lambda w: jsonl(w / "t.jsonl", [{"text": ["a", "b"] if i == 3 else f"r {i}", "label": i % 2} for i in range(6)])),
+         lambda w: jsonl(w / "t.jsonl",
+                         [{"text": ["a", "b"] if i == 3 else f"r {i}", "label": i % 2} for i in range(6)])),
     Case("qa-question-is-a-number", "run_qa.py",
-         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
+         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"),
+                    "--output_dir", str(w / "o")],
          "record 'q-1' (data[0].paragraphs[0].qas[0]) has question 5 (int); it must be text",
-         lambda w: squad(w / "dev.json", [{"id": "q-1", "question": 5, "answers": [{"text": "Rome", "answer_start": 0}]}])),
+         lambda w: squad(w / "dev.json",
+                         [{"id": "q-1", "question": 5, "answers": [{"text": "Rome", "answer_start": 0}]}])),
     Case("open-qa-answer-is-a-number", "run_open_qa.py",
          lambda w: ["--model_name_or_path", minilm(), "--train_file", str(w / "q.jsonl"), "--output_dir", str(w / "o")],
          "q.jsonl, record 0: answers is [1984]; it must be a list of strings",
@@ -123,7 +131,8 @@ CATALOGUE = [
          "The label 2 at row 1 of the train file",
          lambda w: write(w / "train.csv", "sentence,label\ngood,1\nodd,2\nbad,0\n")),
     Case("glue-tsv-label-outside-the-tasks-classes", "run_glue.py",
-         lambda w: ["--model_name_or_path", minilm(), "--task_name", "sst2", "--data_dir", str(w / "glue"), "--output_dir", str(w / "o")],
+         lambda w: ["--model_name_or_path", minilm(), "--task_name", "sst2", "--data_dir", str(w / "glue"),
+                    "--output_dir", str(w / "o")],
          "train.tsv, line 3: label '2' is not one of sst2's ['negative', 'positive', '0', '1']",
          lambda w: sst2_tsv(w, "good\t1\nodd\t2\n")),
     Case("glue-validation-label-unseen-in-training", "run_glue.py", lambda w: glue_files(w, "train.csv", "dev.csv"),
@@ -135,22 +144,27 @@ CATALOGUE = [
     Case("glue-label-column-is-a-text-column", "run_glue.py", lambda w: [*glue_files(w), "--label_column", "text"],
          "--label_column 'text' is also a text column", lambda w: csv_rows(w / "train.csv", [("a", 0), ("b", 1)])),
     Case("qa-misnamed-key", "run_qa.py",
-         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
+         lambda w: ["--model_name_or_path", minilm(), "--validation_file", str(w / "dev.json"),
+                    "--output_dir", str(w / "o")],
          "dev.json: data[0].paragraphs[0] has no 'qas'; its keys are ['context', 'questions']",
          lambda w: squad(w / "dev.json", [{"id": "q", "question": "?", "answers": []}], qas_key="questions")),
     # 10, 11. GLUE TSV rows without a field
     Case("glue-tsv-row-without-label", "run_glue.py",
-         lambda w: ["--model_name_or_path", minilm(), "--task_name", "sst2", "--data_dir", str(w / "glue"), "--output_dir", str(w / "o")],
+         lambda w: ["--model_name_or_path", minilm(), "--task_name", "sst2", "--data_dir", str(w / "glue"),
+                    "--output_dir", str(w / "o")],
          "train.tsv, line 3: no 'label' (column 'label'): the row has 1 tab-separated field where the header has 2",
          lambda w: sst2_tsv(w, "good\t1\na row without its label\nbad\t0\n")),
     Case("glue-tsv-mnli-row-without-sentence2", "run_glue.py",
-         lambda w: ["--model_name_or_path", minilm(), "--task_name", "mnli", "--data_dir", str(w / "glue"), "--output_dir", str(w / "o")],
-         "train.tsv, line 3: no 'hypothesis' (column 'sentence2') and 'label' (column 'gold_label')", mnli_without_sentence2),
+         lambda w: ["--model_name_or_path", minilm(), "--task_name", "mnli", "--data_dir", str(w / "glue"),
+                    "--output_dir", str(w / "o")],
+         "train.tsv, line 3: no 'hypothesis' (column 'sentence2') and 'label' (column 'gold_label')",
+         mnli_without_sentence2),
     # 12. a damaged cache is named, and left for the user to delete
     Case("open-qa-truncated-cache", "run_open_qa.py",
          lambda w: ["--model_name_or_path", minilm(), "--dataset", "wiki_open", "--cache_dir", str(w / "cache"),
                     "--output_dir", str(w / "o")],
-         "wiki_cloze_v1_4000_0.json is damaged (Unterminated string starting at: line 1 column 23 (char 22)). Delete that file (only it)",
+         "wiki_cloze_v1_4000_0.json is damaged (Unterminated string starting at: line 1 column 23 (char 22)). "
+         "Delete that file (only it)",
          lambda w: write(w / "cache" / "wiki_cloze_v1_4000_0.json", '[{"id": "a", "title": "Ro')),
     # 13. --max_seq_length beyond the model's positions: the flag and the limit, the same in every script
     Case("glue-max-seq-length-beyond-positions", "run_glue.py",
@@ -158,18 +172,20 @@ CATALOGUE = [
                     "--output_dir", str(w / "o")],
          "--max_seq_length 1024 is longer than", lambda w: tiny_model(w)),
     Case("qa-max-seq-length-beyond-positions", "run_qa.py",
-         lambda w: ["--model_name_or_path", minilm(), "--max_seq_length", "1024", "--validation_file", str(w / "dev.json"),
-                    "--output_dir", str(w / "o")],
-         "can read: 512 tokens (bert position embeddings, max_position_embeddings 512). Pass --max_seq_length 512 or less.",
-         lambda w: squad(w / "dev.json", [{"id": "q-1", "question": "What?", "answers": [{"text": "Rome", "answer_start": 0}]}])),
+         lambda w: ["--model_name_or_path", minilm(), "--max_seq_length", "1024",
+                    "--validation_file", str(w / "dev.json"), "--output_dir", str(w / "o")],
+         "can read: 512 tokens (bert position embeddings, max_position_embeddings 512). "
+         "Pass --max_seq_length 512 or less.",
+         lambda w: squad(w / "dev.json",
+                         [{"id": "q-1", "question": "What?", "answers": [{"text": "Rome", "answer_start": 0}]}])),
     Case("open-qa-max-seq-length-beyond-positions", "run_open_qa.py",
          lambda w: ["--model_name_or_path", minilm(), "--max_seq_length", "1024", "--train_file", str(w / "q.jsonl"),
                     "--output_dir", str(w / "o")],
          "Pass --max_seq_length 512 or less.", lambda w: jsonl(w / "q.jsonl", [OPEN_RECORD])),
     # 14. bad data of a later task stops the command before the first task trains
     Case("glue-second-task-data-checked-first", "run_glue.py",
-         lambda w: ["--model_name_or_path", minilm(), "--task_name", "rotten_tomatoes", "sst2", "--data_dir", str(w / "glue"),
-                    "--output_dir", str(w / "o"), *FAST],
+         lambda w: ["--model_name_or_path", minilm(), "--task_name", "rotten_tomatoes", "sst2",
+                    "--data_dir", str(w / "glue"), "--output_dir", str(w / "o"), *FAST],
          "train.tsv, line 2: no 'label'", lambda w: sst2_tsv(w, "a row without its label\n")),
     # 7. hire_importance on a model that is not HIRE
     Case("hire-importance-not-hire", "hire_importance.py",
@@ -211,13 +227,15 @@ def test_string_answers_are_one_answer_each_and_scored_as_such(tmp_path, caplog)
     from encoder_zoo.qa.open_data import load_open_file
     from encoder_zoo.qa.run_open_qa import METRIC_MODULE, references
 
-    jsonl(tmp_path / "q.jsonl", [{**OPEN_RECORD, "answers": "Ann Smith"}, {**OPEN_RECORD, "id": "r", "answers": ["Bob"]}])
+    jsonl(tmp_path / "q.jsonl",
+          [{**OPEN_RECORD, "answers": "Ann Smith"}, {**OPEN_RECORD, "id": "r", "answers": ["Bob"]}])
     with caplog.at_level(logging.INFO):
         questions = load_open_file(tmp_path / "q.jsonl")
     assert questions["answers"] == [["Ann Smith"], ["Bob"]]
     assert "1 records give their answer as a string, not a list (records 0)" in caplog.text
     metric = evaluate.load(METRIC_MODULE, "v1")
-    scores = metric.compute(predictions=[{"id": "q", "prediction_text": "Ann Smith"}, {"id": "r", "prediction_text": "Bob"}],
+    scores = metric.compute(predictions=[{"id": "q", "prediction_text": "Ann Smith"},
+                                         {"id": "r", "prediction_text": "Bob"}],
                             references=references(questions))
     assert scores["exact_match"] == scores["f1"] == 100.0
     # A string that reached the scorer anyway is still one answer, not its letters.
@@ -225,12 +243,14 @@ def test_string_answers_are_one_answer_each_and_scored_as_such(tmp_path, caplog)
 
 
 @pytest.mark.parametrize("script,args,names", [
-    ("run_glue.py", ["--task_name", "rte"], ["rotten_tomatoes", "movie_sentiment_regression", "--train_file", "--data_dir"]),
+    ("run_glue.py", ["--task_name", "rte"],
+     ["rotten_tomatoes", "movie_sentiment_regression", "--train_file", "--data_dir"]),
     ("run_qa.py", ["--dataset", "squad_v2"], ["wiki_cloze", "--train_file/--validation_file"]),
     ("run_open_qa.py", ["--dataset", "search_qa"], ["wiki_open", "--train_file/--validation_file"]),
 ])
 @pytest.mark.parametrize("how", ["HF_HUB_OFFLINE", "no network"])
-def test_hub_data_fails_within_seconds_offline_and_names_the_way_out(tmp_path, monkeypatch, capsys, script, args, names, how):
+def test_hub_data_fails_within_seconds_offline_and_names_the_way_out(tmp_path, monkeypatch, capsys, script, args,
+                                                                     names, how):
     import datasets
     from huggingface_hub import constants
 
@@ -248,7 +268,8 @@ def test_hub_data_fails_within_seconds_offline_and_names_the_way_out(tmp_path, m
             raise OSError("[Errno 101] Network is unreachable")
 
         monkeypatch.setattr(socket, "create_connection", no_route)
-    monkeypatch.setattr(sys, "argv", [script, "--model_name_or_path", minilm(), *args, "--output_dir", str(tmp_path / "o")])
+    monkeypatch.setattr(sys, "argv",
+                        [script, "--model_name_or_path", minilm(), *args, "--output_dir", str(tmp_path / "o")])
     start = time.monotonic()
     with pytest.raises(SystemExit) as exit:
         importlib.import_module(SCRIPTS[script]).cli()
@@ -269,7 +290,8 @@ def test_a_reachable_hub_is_asked_as_before(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(tasks, "hub_unreachable", lambda: None)
     asked = []
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: asked.append((a, constants.HF_HUB_OFFLINE)) or "hub data")
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **k: asked.append((a, constants.HF_HUB_OFFLINE)) or "hub data")
     assert tasks.load_hub_dataset("nyu-mll/glue", "rte", "--task_name rte", "") == "hub data"
     assert asked == [(("nyu-mll/glue", "rte"), False)]
 
@@ -312,22 +334,24 @@ def test_ctrl_c_in_run_glue_says_what_was_saved_and_how_to_go_on(tmp_path, monke
     from encoder_zoo.glue.run_glue import main  # complete results replace the partial ones
 
     main([*command, "--seeds", "1"])
-    assert (tmp_path / "o" / "glue_results.json").is_file() and not (tmp_path / "o" / "glue_results.partial.json").exists()
+    assert ((tmp_path / "o" / "glue_results.json").is_file()
+            and not (tmp_path / "o" / "glue_results.partial.json").exists())
 
 
 def test_ctrl_c_in_run_qa_and_run_open_qa(tmp_path, monkeypatch, capsys):
-    squad(tmp_path / "qa.json", [{"id": f"q-{i}", "question": "What is old?", "answers": [{"text": "Rome", "answer_start": 0}]}
-                                 for i in range(4)])
+    squad(tmp_path / "qa.json", [{"id": f"q-{i}", "question": "What is old?",
+                                  "answers": [{"text": "Rome", "answer_start": 0}]} for i in range(4)])
     model = tiny_model(tmp_path, "SpanBertForQuestionAnswering")
     interrupt_training_on_call(monkeypatch, 1)
-    code, last = run_cli(monkeypatch, capsys, "run_qa.py", ["--model_name_or_path", model, "--trust_remote_code", "--train_file",
-                                                            str(tmp_path / "qa.json"), "--output_dir", str(tmp_path / "qa"), *QA_FAST])
+    code, last = run_cli(monkeypatch, capsys, "run_qa.py",
+                         ["--model_name_or_path", model, "--trust_remote_code",
+                          "--train_file", str(tmp_path / "qa.json"), "--output_dir", str(tmp_path / "qa"), *QA_FAST])
     assert code == 130 and "before the fine-tuned model was saved" in last and "Run the same command again" in last
     jsonl(tmp_path / "q.jsonl", [{**OPEN_RECORD, "id": f"q{i}"} for i in range(4)])
     interrupt_training_on_call(monkeypatch, 2)  # the reader's training, after the selector's
     code, last = run_cli(monkeypatch, capsys, "run_open_qa.py",
-                         ["--model_name_or_path", model, "--trust_remote_code", "--train_file", str(tmp_path / "q.jsonl"),
-                          "--output_dir", str(tmp_path / "open"), *QA_FAST])
+                         ["--model_name_or_path", model, "--trust_remote_code",
+                          "--train_file", str(tmp_path / "q.jsonl"), "--output_dir", str(tmp_path / "open"), *QA_FAST])
     assert code == 130 and f"Saved: the trained selector ({tmp_path / 'open' / 'selector'})" in last
     assert f"--selector_model {tmp_path / 'open' / 'selector'}" in last
     assert (tmp_path / "open" / "selector" / "model.safetensors").is_file()
@@ -343,8 +367,9 @@ def test_per_seed_cards_are_complete_and_scores_print_in_percent(tmp_path, caplo
     model = tiny_model(tmp_path)
     write(Path(model) / "README.md", "---\nlicense: mit\nmodel_name: tiny-spanbert\n---\n# tiny\n")  # the base's card
     with caplog.at_level(logging.INFO, logger="run_glue"):
-        results = main(["--model_name_or_path", model, "--trust_remote_code", "--train_file", str(tmp_path / "train.csv"),
-                        "--validation_file", str(tmp_path / "train.csv"), "--text_columns", "text", "--seeds", "1",
+        results = main(["--model_name_or_path", model, "--trust_remote_code",
+                        "--train_file", str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "train.csv"),
+                        "--text_columns", "text", "--seeds", "1",
                         "--add_to_model_card", "--output_dir", str(tmp_path / "o"), *FAST])
     card = (tmp_path / "o" / "custom" / "seed-1" / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])
@@ -357,7 +382,8 @@ def test_per_seed_cards_are_complete_and_scores_print_in_percent(tmp_path, caplo
     assert 0 <= accuracy <= 1
     assert f"custom seed 1: accuracy {100 * accuracy:.2f}" in caplog.text
     assert f"| custom | accuracy | {100 * accuracy:.2f} |" in capsys.readouterr().out
-    assert {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}["accuracy"] == pytest.approx(100 * accuracy)
+    assert ({m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}["accuracy"]
+            == pytest.approx(100 * accuracy))
 
 
 def test_a_seed_card_over_a_hub_model_names_it_as_base_model(tmp_path):
@@ -375,7 +401,8 @@ def test_a_seed_card_over_a_hub_model_names_it_as_base_model(tmp_path):
     assert ModelCard.load(folder / "README.md").data.license == "apache-2.0"
 
 
-def test_hire_importance_shows_progress_prints_its_numbers_and_writes_into_its_output_dir(tmp_path, monkeypatch, capsys):
+def test_hire_importance_shows_progress_prints_its_numbers_and_writes_into_its_output_dir(tmp_path, monkeypatch,
+                                                                                          capsys):
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from encoder_zoo.glue.hire_importance import main
@@ -385,7 +412,8 @@ def test_hire_importance_shows_progress_prints_its_numbers_and_writes_into_its_o
     BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=32)).save_pretrained(tmp_path / "backbone")
     tokenizer.save_pretrained(tmp_path / "backbone")
-    hire = init_hire(["--backbone", str(tmp_path / "backbone"), "--output_dir", str(tmp_path / "hire"), "--gru_hidden_size", "8"])
+    hire = init_hire(["--backbone", str(tmp_path / "backbone"), "--output_dir", str(tmp_path / "hire"),
+                      "--gru_hidden_size", "8"])
     monkeypatch.chdir(tmp_path)
     main(["--run", f"rotten_tomatoes={hire}", "--output_dir", str(tmp_path / "imp"), "--max_examples", "8"])
     captured = capsys.readouterr()
@@ -402,7 +430,9 @@ def test_hire_importance_shows_progress_prints_its_numbers_and_writes_into_its_o
 
 def test_a_qa_file_without_questions_is_refused_before_training(tmp_path, monkeypatch, capsys):
     write(tmp_path / "dev.json", '{"data": []}')
-    code, last = run_cli(monkeypatch, capsys, "run_qa.py", ["--model_name_or_path", minilm(), "--validation_file",
-                                                            str(tmp_path / "dev.json"), "--output_dir", str(tmp_path / "o")])
+    code, last = run_cli(monkeypatch, capsys, "run_qa.py",
+                         ["--model_name_or_path", minilm(), "--validation_file", str(tmp_path / "dev.json"),
+                          "--output_dir", str(tmp_path / "o")])
     assert code == 2 and last.endswith("dev.json has no validation questions. SQuAD format: {\"data\": [{\"title\", "
-                                       "\"paragraphs\": [{\"context\", \"qas\": [{\"id\", \"question\", \"answers\"}]}]}]}."), last
+                                       "\"paragraphs\": [{\"context\", \"qas\": "
+                                       "[{\"id\", \"question\", \"answers\"}]}]}]}."), last

@@ -29,12 +29,19 @@ from encoder_zoo.models.bertac.modeling_bertac import (
     BertacWordLookup,
     build_word_lookup,
 )
-from encoder_zoo.training.masking.entity_spans import EntitySpanBuilder, load_pipeline, longest_common_noun_phrase, longest_noun_phrase, noun_chunks
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.masking.entity_spans import (
+    EntitySpanBuilder,
+    load_pipeline,
+    longest_common_noun_phrase,
+    longest_noun_phrase,
+    noun_chunks,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = [
-    ("The new international airport opened in 2006 near Bang Phli.", "The airport replaced Don Mueang as the main hub."),
+    ("The new international airport opened in 2006 near Bang Phli.",
+     "The airport replaced Don Mueang as the main hub."),
     ("A man is playing a guitar on the street.", "The man plays an old electric guitar on stage."),
 ]
 
@@ -71,7 +78,8 @@ def backbone(tmp_path_factory, tokenizer):
     path = tmp_path_factory.mktemp("backbone")
     torch.manual_seed(0)
     BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).save_pretrained(path)
+                         intermediate_size=64, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 
@@ -126,7 +134,8 @@ def test_tier_layer_keeps_the_sequence_length_and_computes_the_paper_attention()
 
 
 def test_narrow_tier_layers_sit_between_projections_as_over_albert_xxlarge():
-    backbone = BertConfig(vocab_size=100, hidden_size=48, num_hidden_layers=1, num_attention_heads=4, intermediate_size=96)
+    backbone = BertConfig(vocab_size=100, hidden_size=48, num_hidden_layers=1, num_attention_heads=4,
+                          intermediate_size=96)
     config = BertacConfig(backbone_config=backbone.to_dict(), tier_hidden_size=16, tier_intermediate_size=64,
                           tier_num_attention_heads=4, cnn_config={"vocab_size": 20, "word_embedding_dim": 8,
                                                                   "num_filters": 5, "mask_token_id": 2},
@@ -183,14 +192,17 @@ def _trained_tokenizer(kind, texts):
 
     if kind == "byte_level_bpe":
         tokenizer = Tokenizer(tokenizer_models.BPE(unk_token="<unk>"))
-        tokenizer.pre_tokenizer, tokenizer.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-        tokenizer.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        tokenizer.pre_tokenizer, tokenizer.decoder = (pre_tokenizers.ByteLevel(add_prefix_space=False),
+                                                      decoders.ByteLevel())
+        tokenizer.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=3000,
+                                                                 special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
                                                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
         tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
         return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
                                        cls_token="<s>", pad_token="<pad>", unk_token="<unk>")
     tokenizer = Tokenizer(tokenizer_models.Unigram())
-    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(),
+                                                 normalizers.Lowercase()])
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()])
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=3000, unk_token="<unk>",
@@ -296,12 +308,13 @@ def test_config_exposes_the_encoder_as_its_text_config(backbone, cnn_export, tmp
 def test_the_cnn_and_its_table_get_no_gradient_while_updates_and_tiers_train(backbone, cnn_export, tokenizer, tmp_path):
     model = build(backbone, cnn_export).train()
     assert all(not p.requires_grad for p in model.bertac.cnn.parameters())
-    assert "bertac.cnn.embeddings.weight" in model.state_dict() and "bertac.cnn.embeddings.weight" not in dict(model.named_parameters())
+    assert ("bertac.cnn.embeddings.weight" in model.state_dict()
+            and "bertac.cnn.embeddings.weight" not in dict(model.named_parameters()))
     model(**pair_batch(tokenizer), labels=torch.tensor([0, 2])).loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters()}
     assert all(grads[n] is None for n in grads if n.startswith("bertac.cnn."))
-    for part in ("bertac.tier_layers.0.", "bertac.tier_layers.2.", "bertac.input_updates.0.0.", "bertac.input_updates.1.1.",
-                 "bertac.backbone.", "pooler.", "classifier."):
+    for part in ("bertac.tier_layers.0.", "bertac.tier_layers.2.", "bertac.input_updates.0.0.",
+                 "bertac.input_updates.1.1.", "bertac.backbone.", "pooler.", "classifier."):
         trained = [n for n in grads if n.startswith(part)]
         assert trained and all(grads[n] is not None and grads[n].abs().sum() > 0 for n in trained), part
     # transformers makes every loaded parameter trainable; the CNN is frozen again after from_pretrained.
@@ -317,7 +330,8 @@ def test_heads_compute_their_losses(backbone, cnn_export, tokenizer):
     with torch.no_grad():
         output = regressor(**batch, labels=torch.tensor([0.5, -1.0]))
     assert output.logits.shape == (2, 1)
-    torch.testing.assert_close(output.loss, torch.nn.functional.mse_loss(output.logits.squeeze(-1), torch.tensor([0.5, -1.0])))
+    torch.testing.assert_close(output.loss,
+                               torch.nn.functional.mse_loss(output.logits.squeeze(-1), torch.tensor([0.5, -1.0])))
     reader = build(backbone, cnn_export, head=BertacForQuestionAnswering).eval()
     starts, ends = torch.tensor([3, 5]), torch.tensor([4, 9])
     with torch.no_grad():
@@ -342,14 +356,16 @@ def test_without_update_every_tier_reads_the_first_cnn_vectors(backbone, cnn_exp
 
 
 def test_without_cnn_and_tier_is_the_encoder_alone_with_the_same_head(backbone, cnn_export, tokenizer):
-    model = BertacForSequenceClassification.from_pretrained_parts(backbone, None, num_labels=3, use_cnn_and_tier=False).eval()
+    model = BertacForSequenceClassification.from_pretrained_parts(backbone, None, num_labels=3,
+                                                                  use_cnn_and_tier=False).eval()
     assert model.bertac.cnn is None and model.bertac.tier_layers is None and model.bertac.word_lookup is None
     reference = BertForSequenceClassification.from_pretrained(backbone, num_labels=3).eval()
     reference.bert.pooler.load_state_dict(model.pooler.state_dict())
     reference.classifier.load_state_dict(model.classifier.state_dict())
     batch = pair_batch(tokenizer)
     with torch.no_grad():
-        torch.testing.assert_close(model(**batch).logits, reference(**{k: v for k, v in batch.items() if k != "entity_spans"}).logits)
+        torch.testing.assert_close(model(**batch).logits,
+                                   reference(**{k: v for k, v in batch.items() if k != "entity_spans"}).logits)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters())
     full = build(backbone, cnn_export)
     assert sum(p.numel() for p in full.parameters()) > sum(p.numel() for p in model.parameters())
@@ -373,7 +389,9 @@ def test_self_supervised_cnn_export_plugs_in_as_its_ablation(backbone, cnn_expor
     config = gan.config.to_dict()
     config.update(pretraining_objective="self_supervised")
     torch.manual_seed(1)
-    supervised = BertacCnnForPreTraining(type(gan.config)(**{k: v for k, v in config.items() if k not in ("auto_map", "architectures", "transformers_version")}))
+    supervised = BertacCnnForPreTraining(type(gan.config)(**{k: v for k, v in config.items()
+                                                             if k not in ("auto_map", "architectures",
+                                                                          "transformers_version")}))
     supervised.cnn.embeddings.weight.copy_(gan.embeddings.weight)
     supervised.save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(cnn_export).save_pretrained(tmp_path)
@@ -442,8 +460,9 @@ def tiny_cnn_export(folder: Path) -> str:
 
     words = train_word_tokenizer([sentence for pair in PAIRS for sentence in pair], vocab_size=100)
     torch.manual_seed(0)
-    cnn = BertacCnnModel(BertacCnnConfig(vocab_size=len(words), word_embedding_dim=8, filter_windows=[1, 2], num_filters=4,
-                                         mask_token_id=words.mask_token_id, pad_token_id=words.pad_token_id))
+    cnn = BertacCnnModel(BertacCnnConfig(vocab_size=len(words), word_embedding_dim=8, filter_windows=[1, 2],
+                                         num_filters=4, mask_token_id=words.mask_token_id,
+                                         pad_token_id=words.pad_token_id))
     cnn.save_pretrained(folder)
     words.save_pretrained(folder)
     return str(folder)
@@ -473,7 +492,8 @@ def test_bertac_over_every_zoo_encoder_reloads_without_this_repository(tokenizer
         tokenizer.save_pretrained(tmp_path / family)
         folder = Path(init_bertac(["--backbone", str(tmp_path / family), "--cnn", cnn, "--num_labels", "3",
                                    "--output_dir", str(tmp_path / f"bertac-{family}")]))
-        assert {f"configuration_{family}.py", f"modeling_{family}.py", "bertac_backbone.py"} <= {p.name for p in folder.iterdir()}
+        assert ({f"configuration_{family}.py", f"modeling_{family}.py", "bertac_backbone.py"}
+                <= {p.name for p in folder.iterdir()})
         assert f"BACKBONE_CLASSES = {{{family!r}: ({config_class.__name__}, {model_class.__name__})}}" in (
             folder / "bertac_backbone.py").read_text()
         model = BertacForSequenceClassification.from_pretrained(folder).eval()
@@ -495,7 +515,8 @@ def test_bertac_over_every_zoo_encoder_reloads_without_this_repository(tokenizer
         print(json.dumps(out))
     """).strip().splitlines()[-1])
     for family in ZOO_BACKBONES:
-        assert result[family]["encoder"].startswith("transformers_modules.") and result[family]["encoder"].endswith(f"modeling_{family}")
+        assert (result[family]["encoder"].startswith("transformers_modules.")
+                and result[family]["encoder"].endswith(f"modeling_{family}"))
         assert result[family]["bare"] == models.get_class(family, "AutoModel").__name__
         torch.testing.assert_close(torch.tensor(result[family]["logits"]), expected[family], rtol=1e-5, atol=1e-6)
 
@@ -532,15 +553,16 @@ def test_glue_fine_tunes_bertac_on_single_sentences_and_pairs(bertac_init, tmp_p
     common = ["--model_name_or_path", bertac_init, "--trust_remote_code", "--max_train_samples", "32",
               "--max_eval_samples", "16", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
               "--max_seq_length", "48"]
-    results = run_glue([*common, "--task_name", "rotten_tomatoes", "--seeds", "1", "2", "--output_dir", str(tmp_path / "rt"),
-                        "--add_to_model_card"])
+    results = run_glue([*common, "--task_name", "rotten_tomatoes", "--seeds", "1", "2",
+                        "--output_dir", str(tmp_path / "rt"), "--add_to_model_card"])
     runs = results["tasks"]["rotten_tomatoes"]["runs"]
     assert len(runs) == 2 and 0 <= results["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
     assert not (tmp_path / "rt" / "rotten_tomatoes" / "seed-1" / "README.md").exists()  # cut-down runs: no model-index
     rows = [{"premise": a, "hypothesis": b, "label": i % 2} for i, (a, b) in enumerate(PAIRS * 12)]
     for name, chunk in (("train", rows), ("validation", rows[:8])):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chunk))
-    pair = run_glue([*common, "--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "validation.jsonl"),
+    pair = run_glue([*common, "--train_file", str(tmp_path / "train.jsonl"),
+                     "--validation_file", str(tmp_path / "validation.jsonl"),
                      "--text_columns", "premise", "hypothesis", "--output_dir", str(tmp_path / "pairs")])
     assert set(pair["tasks"]["custom"]["median"]) == {"accuracy", "f1"}
     tuned = BertacForSequenceClassification.from_pretrained(tmp_path / "pairs" / "custom" / "seed-42")
@@ -549,8 +571,9 @@ def test_glue_fine_tunes_bertac_on_single_sentences_and_pairs(bertac_init, tmp_p
 
 def squad_file(path, records):
     data = [{"title": "t", "paragraphs": [{"context": r["context"], "qas": [
-        {"id": r["id"], "question": r["question"], "answers": [{"text": t, "answer_start": s} for t, s in
-                                                                zip(r["answers"]["text"], r["answers"]["answer_start"])]}]}]}
+        {"id": r["id"], "question": r["question"],
+         "answers": [{"text": t, "answer_start": s}
+                     for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}]}]}
             for r in records]
     path.write_text(json.dumps({"version": "v1.1", "data": data}))
     return str(path)
@@ -600,8 +623,10 @@ def test_open_domain_qa_runs_end_to_end_for_any_encoder(encoder, bertac_init, ba
     for split, rows in records.items():
         rows.to_json(tmp_path / f"{split}.jsonl")
     model = bertac_init if encoder == "bertac" else backbone
-    results = run_open_qa(["--model_name_or_path", model, "--trust_remote_code", "--train_file", str(tmp_path / "train.jsonl"),
-                           "--validation_file", str(tmp_path / "validation.jsonl"), "--output_dir", str(tmp_path / "out"),
+    results = run_open_qa(["--model_name_or_path", model, "--trust_remote_code",
+                           "--train_file", str(tmp_path / "train.jsonl"),
+                           "--validation_file", str(tmp_path / "validation.jsonl"),
+                           "--output_dir", str(tmp_path / "out"),
                            "--max_seq_length", "96", "--doc_stride", "32", "--max_question_length", "40",
                            "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--add_to_model_card"])
     card = ModelCard.load(tmp_path / "out" / "reader" / "README.md")  # the dataset by its own id, no local path
@@ -629,9 +654,10 @@ def test_bad_input_gets_one_clear_line(backbone, cnn_export, bertac_init, tmp_pa
         init_bertac(["--backbone", backbone, "--cnn", cnn_export, "--output_dir", bertac_init])
     (tmp_path / "bad.jsonl").write_text('{"question": "q?", "passages": ["p"]}\n')
     with pytest.raises(ValueError, match=r"missing \['answers'\]"):
-        run_open_qa(["--model_name_or_path", backbone, "--train_file", str(tmp_path / "bad.jsonl"), "--output_dir", str(tmp_path / "b")])
-    result = subprocess.run([sys.executable, str(REPO / "glue" / "init_bertac.py"), "--backbone", backbone, "--output_dir",
-                             str(tmp_path / "c")], capture_output=True, text=True, timeout=300,
+        run_open_qa(["--model_name_or_path", backbone, "--train_file", str(tmp_path / "bad.jsonl"),
+                     "--output_dir", str(tmp_path / "b")])
+    result = subprocess.run([sys.executable, str(REPO / "glue" / "init_bertac.py"), "--backbone", backbone,
+                             "--output_dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("init_bertac.py: error: --cnn is required")

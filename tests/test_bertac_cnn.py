@@ -37,14 +37,16 @@ WIKITEXT = """{{Infobox airport}}
 It serves [[Bangkok|the capital]] and many [[bus]]es of the [[U.S. Army]] daily. [[File:Plane.jpg|thumb|A [[plane]]]]
 * A list item with a [[Link]].
 == History ==
-The airport opened in 2006 near [[Bang Phli District|Bang Phli]], replacing [[Don Mueang International Airport|Don Mueang]].  No link here.
+The airport opened in 2006 near [[Bang Phli District|Bang Phli]], replacing \
+[[Don Mueang International Airport|Don Mueang]].  No link here.
 [[Category:Airports in Thailand]]
 [[de:Flughafen Suvarnabhumi]]
 """
 
 
 def step_logs(state_path):
-    return [entry for entry in json.loads(Path(state_path).read_text())["log_history"] if "f_loss" in entry or "mse_loss" in entry]
+    return [entry for entry in json.loads(Path(state_path).read_text())["log_history"]
+            if "f_loss" in entry or "mse_loss" in entry]
 
 
 def tiny_config(**overrides):
@@ -125,13 +127,15 @@ def test_real_and_fake_generators_share_no_parameters_and_each_step_trains_its_o
     assert fake and real and not fake & real
     assert not {id(p) for p in model.discriminator.parameters()} & (fake | real)
     # The word table is frozen: a buffer saved with the weights, read by both, trained by neither.
-    assert "cnn.embeddings.weight" in model.state_dict() and "cnn.embeddings.weight" not in dict(model.named_parameters())
+    assert ("cnn.embeddings.weight" in model.state_dict()
+            and "cnn.embeddings.weight" not in dict(model.named_parameters()))
     assert model.cnn.embeddings.weight[model.config.pad_token_id].abs().sum() == 0
 
     ids, entities = torch.randint(3, 60, (6, 8)), torch.randint(3, 60, (6, 2))
     torch.nn.init.normal_(model.discriminator.weight)  # a zero (fresh) D passes no gradient to R
     model(ids, entity_ids=entities, gan_step="discriminator").loss.backward()
-    trained = {name.split(".")[0] for name, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    trained = {name.split(".")[0] for name, p in model.named_parameters()
+               if p.grad is not None and p.grad.abs().sum() > 0}
     assert trained == {"real_encoder", "discriminator"}
     model.zero_grad(set_to_none=True)
     model(ids, entity_ids=entities, gan_step="generator").loss.backward()
@@ -209,7 +213,8 @@ def test_pair_builder_replaces_one_whole_mention_by_em_deterministically():
 
 def test_article_pages_stream_from_an_xml_dump_and_parse_on_two_processes(tmp_path):
     def page(title, ns, text, redirect=""):
-        return f"<page><title>{title}</title><ns>{ns}</ns><id>1</id>{redirect}<revision><text>{text}</text></revision></page>"
+        return (f"<page><title>{title}</title><ns>{ns}</ns><id>1</id>{redirect}"
+                f"<revision><text>{text}</text></revision></page>")
 
     escaped = WIKITEXT.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     dump = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/"><siteinfo><sitename>W</sitename></siteinfo>'
@@ -279,7 +284,8 @@ def test_export_reloads_without_this_repository_and_encodes_text_in_two_lines(re
 
     texts = ["[EM] is Thailand's main international air hub.", "The airport opened near [EM] in 2006."]
     tokenizer = AutoTokenizer.from_pretrained(export)
-    reference = AutoModel.from_pretrained(export).eval()(**tokenizer(texts, padding=True, return_tensors="pt")).pooler_output
+    reference = AutoModel.from_pretrained(export).eval()(**tokenizer(texts, padding=True,
+                                                                     return_tensors="pt")).pooler_output
     result = json.loads(run_isolated(f"""
         import json, torch
         from transformers import AutoModel, AutoTokenizer
@@ -315,19 +321,22 @@ def test_interrupted_run_resumes_bitwise(reference_run, tmp_path):
     resumed_state = torch.load(final / "optimizer.pt", weights_only=False)["state"]
     reference_state = torch.load(expected / "optimizer.pt", weights_only=False)["state"]
     assert len(reference_state) == 12  # F: projection + 2 convolutions (w, b); R: the same; D: w, b
-    assert all(torch.equal(resumed_state[i][k], reference_state[i][k]) for i in reference_state for k in reference_state[i])
+    assert all(torch.equal(resumed_state[i][k], reference_state[i][k])
+               for i in reference_state for k in reference_state[i])
 
 
 @pytest.mark.multiprocess
 def test_two_processes_train_like_one_process_with_the_global_batch(reference_run, tmp_path):
-    """CPU DDP over gloo: both updates of a step all-reduce their gradients, so 2 x 8 pairs give the weights of 1 x 16."""
+    """CPU DDP over gloo: both updates of a step all-reduce their gradients, so 2 x 8 pairs give the weights of
+    1 x 16."""
     vectors = next((reference_run / "word_vectors").glob("*.vec"))
     out = tmp_path / "ddp"
     pretrain(*TINY, "--per_device_train_batch_size", "8", "--output_dir", str(out), "--max_steps", "10",
-             "--logging_steps", "1", "--save_steps", "10", "--validation_documents", "2", "--word_vectors", str(vectors),
-             launcher=two_process_launcher())
+             "--logging_steps", "1", "--save_steps", "10", "--validation_documents", "2",
+             "--word_vectors", str(vectors), launcher=two_process_launcher())
     assert "| batch (sequences per update) | 16 | 4000 |" in (out / "export" / "README.md").read_text()
-    two, one = load_file(out / "checkpoint-10" / "model.safetensors"), load_file(reference_run / "checkpoint-10" / "model.safetensors")
+    two, one = (load_file(out / "checkpoint-10" / "model.safetensors"),
+                load_file(reference_run / "checkpoint-10" / "model.safetensors"))
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6)
     assert not torch.equal(two["discriminator.weight"], torch.zeros_like(two["discriminator.weight"]))
@@ -336,8 +345,9 @@ def test_two_processes_train_like_one_process_with_the_global_batch(reference_ru
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(reference_run, tmp_path):
     vectors = next((reference_run / "word_vectors").glob("*.vec"))
     out = tmp_path / "diverging"
-    result = pretrain(*TINY, "--output_dir", str(out), "--max_steps", "20", "--save_steps", "1", "--save_total_limit", "100",
-                      "--learning_rate", "1e8", "--validation_documents", "0", "--word_vectors", str(vectors), check=False)
+    result = pretrain(*TINY, "--output_dir", str(out), "--max_steps", "20", "--save_steps", "1",
+                      "--save_total_limit", "100", "--learning_rate", "1e8", "--validation_documents", "0",
+                      "--word_vectors", str(vectors), check=False)
     assert result.returncode == 3 and "Traceback" not in result.stderr  # diverged (docs/reliability.md)
     failed_at = int(re.search(r"at step (\d+); training stopped before that update", result.stderr).group(1))
     last_good = out / f"checkpoint-{failed_at - 1}"

@@ -96,7 +96,8 @@ def test_bare_model_shapes_tower_states_and_hidden_states():
     [
         (TwoTowerClozeForSequenceClassification, dict(labels=torch.tensor([0, 2, 1])), "logits", (3, 3)),
         (TwoTowerClozeForTokenClassification, dict(labels=torch.zeros(3, 16, dtype=torch.long)), "logits", (3, 16, 3)),
-        (TwoTowerClozeForQuestionAnswering, dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 3, 4])), "start_logits", (3, 16)),
+        (TwoTowerClozeForQuestionAnswering,
+         dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 3, 4])), "start_logits", (3, 16)),
     ],
 )
 def test_task_heads_shapes_and_losses(head, kwargs, field, shape):
@@ -119,12 +120,14 @@ def test_pretraining_logits_only_at_labelled_positions_and_tied_projection():
     assert out.loss is out.cloze_loss and out.bilm_loss is None and out.forward_logits is None
     assert model.lm_head.weight is model.cloze.embeddings.word_embeddings.weight
     # The cloze logits are the pretraining-mask combination outputs projected by the input embeddings.
-    hidden = model.cloze(inputs["input_ids"], attention_mask=inputs["attention_mask"], combination_mask="cloze").last_hidden_state
+    hidden = model.cloze(inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                         combination_mask="cloze").last_hidden_state
     torch.testing.assert_close(out.logits, hidden[labelled] @ model.cloze.embeddings.word_embeddings.weight.T)
     # Without labels every position is predicted, as a masked LM's head does, and there is no loss; a
     # prediction_mask picks rows instead.
     unlabelled = model(inputs["input_ids"], attention_mask=inputs["attention_mask"])
-    assert unlabelled.loss is None and unlabelled.logits.shape == (tester.batch_size, tester.seq_length, tester.vocab_size)
+    assert unlabelled.loss is None and unlabelled.logits.shape == (tester.batch_size, tester.seq_length,
+                                                                   tester.vocab_size)
     torch.testing.assert_close(unlabelled.logits[labelled], out.logits)
     picked = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], prediction_mask=labelled)
     torch.testing.assert_close(picked.logits, out.logits)
@@ -140,7 +143,8 @@ def test_cloze_prediction_never_sees_the_token_it_predicts(query_combination):
     with torch.no_grad():
         base = model(input_ids, attention_mask=attention_mask, labels=everywhere).logits
         for position in range(tester.seq_length):
-            changed = model(change_token(input_ids, 0, position), attention_mask=attention_mask, labels=everywhere).logits
+            changed = model(change_token(input_ids, 0, position), attention_mask=attention_mask,
+                            labels=everywhere).logits
             torch.testing.assert_close(changed[position], base[position], rtol=0, atol=1e-5)
             others = torch.arange(tester.seq_length) != position
             assert (changed[others] - base[others]).abs().max() > 1e-3
@@ -195,8 +199,10 @@ def test_padding_gives_no_nan_and_the_unpadded_outputs(side):
                 alone = bare(row[None], combination_mask=mode, output_tower_states=True)
                 real = attention_mask[r].bool()
                 for name in ("last_hidden_state", "forward_states", "backward_states"):
-                    torch.testing.assert_close(getattr(out, name)[r, real], getattr(alone, name)[0], rtol=1e-4, atol=1e-5)
-        pretraining = model(input_ids, attention_mask=attention_mask, labels=input_ids.masked_fill(attention_mask == 0, -100))
+                    torch.testing.assert_close(getattr(out, name)[r, real], getattr(alone, name)[0], rtol=1e-4,
+                                               atol=1e-5)
+        pretraining = model(input_ids, attention_mask=attention_mask,
+                            labels=input_ids.masked_fill(attention_mask == 0, -100))
         assert torch.isfinite(pretraining.logits).all() and torch.isfinite(pretraining.loss)
 
 
@@ -423,7 +429,8 @@ def test_every_auto_class_is_registered_locally():
 def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path):
     model = model_with_seed(TwoTowerCloze, query_combination="concat")
     model.save_pretrained(tmp_path)
-    assert {"config.json", "model.safetensors", "modeling_cloze.py", "configuration_cloze.py"} <= {p.name for p in tmp_path.iterdir()}
+    assert ({"config.json", "model.safetensors", "modeling_cloze.py", "configuration_cloze.py"}
+            <= {p.name for p in tmp_path.iterdir()})
     inputs = tester.inputs()
     with torch.no_grad():
         expected = model(**inputs)
@@ -441,9 +448,12 @@ def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path)
             result["loss"], result["logits"] = out.loss.item(), out.logits.tolist()
             result["tied"] = pre.lm_head.weight is pre.cloze.embeddings.word_embeddings.weight
             bare = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
-            result["hidden"] = bare(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state.tolist()
-            classifier = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True, num_labels=3).eval()
-            result["classifier_logits"] = classifier(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits.tolist()
+            result["hidden"] = bare(inputs["input_ids"],
+                                    attention_mask=inputs["attention_mask"]).last_hidden_state.tolist()
+            classifier = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True,
+                                                                            num_labels=3).eval()
+            result["classifier_logits"] = classifier(inputs["input_ids"],
+                                                     attention_mask=inputs["attention_mask"]).logits.tolist()
             result["remote"] = [type(m).__module__.startswith("transformers_modules") for m in (pre, bare, classifier)]
         print(json.dumps(result))
     """)
@@ -547,7 +557,8 @@ def test_character_model_round_trip_in_fresh_process_keeps_the_word_table(tmp_pa
             bare = AutoModel.from_pretrained(path, trust_remote_code=True)
         table = bare.embeddings.character_cnn.word_characters
         print(json.dumps({{"loss": out.loss.item(), "logits": out.logits.tolist(), "table": table.tolist(),
-                          "dtype": str(table.dtype), "remote": type(pre).__module__.startswith("transformers_modules")}}))
+                          "dtype": str(table.dtype),
+                          "remote": type(pre).__module__.startswith("transformers_modules")}}))
     """)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["remote"] and result["dtype"] == "torch.int16"
@@ -615,15 +626,19 @@ def test_character_cnn_model_resizes_its_vocabulary_in_every_auto_class(auto_nam
     base = model.cloze if hasattr(model, "cloze") else model
     cnn = base.embeddings.character_cnn
     old_table = cnn.word_characters.clone()
-    grown = model.resize_token_embeddings(tester.vocab_size + 3, pad_to_multiple_of=8, new_words=["riverbank", "Zürich"])
+    grown = model.resize_token_embeddings(tester.vocab_size + 3, pad_to_multiple_of=8,
+                                          new_words=["riverbank", "Zürich"])
     size = 104  # 99 + 3, padded to a multiple of 8
-    assert grown is cnn and cnn.num_embeddings == size == model.config.vocab_size == model.config.get_text_config().vocab_size
+    assert (grown is cnn
+            and cnn.num_embeddings == size == model.config.vocab_size == model.config.get_text_config().vocab_size)
     assert torch.equal(cnn.word_characters[: tester.vocab_size], old_table)
-    assert cnn.word_characters[99].tolist() == [b + 1 for b in b"riverb"] and cnn.word_characters[100, 1] == ord("\xc3") + 1
+    assert (cnn.word_characters[99].tolist() == [b + 1 for b in b"riverb"]
+            and cnn.word_characters[100, 1] == ord("\xc3") + 1)
     assert cnn.word_characters[101:].abs().sum() == 0  # no spelling given: all padding bytes
     softmax = getattr(model, "adaptive_softmax", None)
     if softmax is not None:
-        assert softmax.n_classes == size and softmax.cutoffs == [10, 40, size] and softmax.tail[-1][1].out_features == size - 40
+        assert (softmax.n_classes == size and softmax.cutoffs == [10, 40, size]
+                and softmax.tail[-1][1].out_features == size - 40)
     inputs = tester.inputs()
     inputs["input_ids"][:, 3] = torch.tensor([99, 100, 103])
     kwargs = {"labels": inputs["labels"]} if softmax is not None else {}

@@ -11,8 +11,8 @@ from helpers import run_isolated
 from test_pretrain import pretrain, real_text_run, train_logs
 from transformers import AutoTokenizer
 
-from encoder_zoo.training.recipes.cloze import ClozeCollator, paragraph_examples
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.recipes.cloze import ClozeCollator, paragraph_examples
 
 
 class Args:
@@ -97,7 +97,8 @@ def test_cloze_loss_goes_down_on_real_text(tmp_path):
 
 @pytest.mark.slow
 def test_character_cnn_cloze_learns_real_text_and_its_export_spells_the_word_vocabulary(tmp_path):
-    state = real_text_run("cloze", tmp_path / "run", steps=150, logging_steps=15, learning_rate=None, model_size="cnn_tiny")
+    state = real_text_run("cloze", tmp_path / "run", steps=150, logging_steps=15, learning_rate=None,
+                          model_size="cnn_tiny")
     logs = train_logs(state)
     first, last = logs[0]["cloze_loss"], sum(entry["cloze_loss"] for entry in logs[-3:]) / 3
     # From ~ln(4000) = 8.3 nats over a 4,000-word vocabulary (rarer words are [UNK], a frequent target).
@@ -142,14 +143,17 @@ def test_a_cloze_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path,
     TwoTowerCloze(config).save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)
     glue = run_glue(["--model_name_or_path", str(checkpoint), "--trust_remote_code", "--task_name", "rotten_tomatoes",
-                     "--max_train_samples", "32", "--max_eval_samples", "16", "--max_seq_length", "64", "--preset", "cloze",
-                     "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "glue")])
+                     "--max_train_samples", "32", "--max_eval_samples", "16", "--max_seq_length", "64",
+                     "--preset", "cloze", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
+                     "--output_dir", str(tmp_path / "glue")])
     assert 0 <= glue["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
-    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "glue" / "rotten_tomatoes" / "seed-42", trust_remote_code=True)
+    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "glue" / "rotten_tomatoes" / "seed-42",
+                                                                    trust_remote_code=True)
     assert type(classifier).__name__ == "TwoTowerClozeForSequenceClassification"
     qa = run_qa(["--model_name_or_path", str(checkpoint), "--trust_remote_code", "--dataset", "wiki_cloze",
-                 "--max_train_samples", "24", "--max_eval_samples", "12", "--max_seq_length", "128", "--doc_stride", "32",
-                 "--max_question_length", "48", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
-                 "--output_dir", str(tmp_path / "qa")])
+                 "--max_train_samples", "24", "--max_eval_samples", "12", "--max_seq_length", "128",
+                 "--doc_stride", "32", "--max_question_length", "48", "--num_train_epochs", "1",
+                 "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "qa")])
     assert "f1" in qa["eval"]
-    assert type(AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa", trust_remote_code=True)).__name__ == "TwoTowerClozeForQuestionAnswering"
+    assert (type(AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa", trust_remote_code=True)).__name__
+            == "TwoTowerClozeForQuestionAnswering")

@@ -22,13 +22,15 @@ def test_a_drifted_copy_is_found_and_fixed(tmp_path, monkeypatch):
     original = teams.read_text()
     teams.write_text(original.replace("start_logits.squeeze(-1).contiguous()", "start_logits.squeeze(-1)", 1))
     assert check(models) == ["models/teams/modeling_teams.py:" + str(
-        original.splitlines().index(next(l for l in original.splitlines() if "SpanBertForQuestionAnswering.forward" in l)) + 1)
+        original.splitlines().index(next(line for line in original.splitlines()
+                                         if "SpanBertForQuestionAnswering.forward" in line)) + 1)
         + " models.spanbert.modeling_spanbert.SpanBertForQuestionAnswering.forward"]
     check(models, fix=True)
     assert teams.read_text() == original and check(models) == []
 
 
-@pytest.mark.parametrize("line", ["# Copied from models.spanbert.modeling_spanbert.no_such_function\ndef f():\n    pass\n"])
+@pytest.mark.parametrize("line", ["# Copied from models.spanbert.modeling_spanbert.no_such_function\n"
+                                  "def f():\n    pass\n"])
 def test_a_copy_of_nothing_is_an_error(tmp_path, monkeypatch, line):
     import check_copies
 

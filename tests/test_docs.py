@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = sorted([REPO / "README.md", REPO / "glue" / "README.md", REPO / "qa" / "README.md", *(REPO / "docs").rglob("*.md")])
+PAGES = sorted([REPO / "README.md", REPO / "glue" / "README.md", REPO / "qa" / "README.md",
+                *(REPO / "docs").rglob("*.md")])
 ROOTS = ("models", "training", "glue", "qa", "bench", "repro", "tests", "docs", "hub_cards")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 PATH = re.compile(rf"^(?:{'|'.join(ROOTS)})/[\w./-]*$")
@@ -118,7 +119,8 @@ def test_fenced_command(page, words):
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_quoted_paths_exist(page):
     text = FENCE.sub("", page.read_text())
-    quoted = [path for path in re.findall(r"`([^`\s]+)`", text) if PATH.match(path) and not re.search(r"[<{]|\.\.\.", path)]
+    quoted = [path for path in re.findall(r"`([^`\s]+)`", text)
+              if PATH.match(path) and not re.search(r"[<{]|\.\.\.", path)]
     missing = [path for path in quoted if not (any(REPO.glob(path)) if "*" in path else (REPO / path).exists())]
     assert not missing, f"{page.relative_to(REPO)} names paths that do not exist: {missing}"
 

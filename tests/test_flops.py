@@ -14,8 +14,8 @@ from encoder_zoo.training.run import flops
 from encoder_zoo.training.run.trainer import PretrainingTrainer
 
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60", "--tokenizer_vocab_size", "500",
-        "--validation_documents", "0", "--dataloader_num_workers", "0", "--logging_steps", "1", "--disable_tqdm", "true",
-        "--per_device_train_batch_size", "4", "--max_steps", "3", "--save_steps", "3"]
+        "--validation_documents", "0", "--dataloader_num_workers", "0", "--logging_steps", "1",
+        "--disable_tqdm", "true", "--per_device_train_batch_size", "4", "--max_steps", "3", "--save_steps", "3"]
 
 
 @pytest.fixture
@@ -101,7 +101,8 @@ def test_each_recipe_gets_its_kind(model, overrides, kind):
     from encoder_zoo.training.recipes import get_recipe
 
     recipe = get_recipe(model)
-    config = models.get_class(recipe.family, "AutoConfig")(**recipe.sizes["tiny"], **recipe.config_overrides, **overrides)
+    config = models.get_class(recipe.family, "AutoConfig")(**recipe.sizes["tiny"], **recipe.config_overrides,
+                                                           **overrides)
     built = models.get_class(recipe.family, "AutoModelForPreTraining")(config)
     inputs = {"input_ids": torch.ones(1, 4, dtype=torch.long), "labels": torch.ones(1, 4, dtype=torch.long)}
     if recipe.default_masking_scheme == "span":

@@ -29,12 +29,14 @@ def write_glue_tsv(root: Path):
     """A miniature of the original GLUE TSV distribution for MNLI, CoLA and STS-B."""
     mnli = root / "MNLI"
     mnli.mkdir(parents=True)
-    header = "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n"
+    header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
+              "sentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n")
     labels = ["entailment", "neutral", "contradiction"]
     pairs = [("A man is playing a guitar.", "A person plays music."), ("The cat sleeps.", "The cat is awake."),
              ("Kids are at school.", "It is summer holiday."), ("She reads \"quoted\" text.", "She reads.")]
     for name, count in (("train.tsv", 12), ("dev_matched.tsv", 6), ("dev_mismatched.tsv", 5)):
-        rows = [f"{i}\t0\t0\tfiction\t()\t()\t()\t()\t{pairs[i % 4][0]}\t{pairs[i % 4][1]}\t{labels[i % 3]}\t{labels[i % 3]}\n" for i in range(count)]
+        rows = [f"{i}\t0\t0\tfiction\t()\t()\t()\t()\t{pairs[i % 4][0]}\t{pairs[i % 4][1]}\t"
+                f"{labels[i % 3]}\t{labels[i % 3]}\n" for i in range(count)]
         (mnli / name).write_text(header + "".join(rows))
     cola = root / "CoLA"
     cola.mkdir()
@@ -44,7 +46,8 @@ def write_glue_tsv(root: Path):
     stsb.mkdir()
     header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
     for name in ("train.tsv", "dev.tsv"):
-        (stsb / name).write_text(header + "".join(f"{i}\tnews\tf\t2012\t{i}\ts\ts\tA plane takes off {i}.\tA plane is taking off.\t{i % 5}.{i}\n" for i in range(10)))
+        (stsb / name).write_text(header + "".join(f"{i}\tnews\tf\t2012\t{i}\ts\ts\tA plane takes off {i}.\t"
+                                                  f"A plane is taking off.\t{i % 5}.{i}\n" for i in range(10)))
 
 
 def test_embedded_tasks_are_real_and_fixed():
@@ -68,7 +71,8 @@ def test_preprocessing_single_sentence_and_pairs(tmp_path):
     encoded = tokenizer(data["train"][0]["premise"], data["train"][0]["hypothesis"])
     assert encoded["input_ids"].count(tokenizer.sep_token_id) == 2 and set(encoded["token_type_ids"]) == {0, 1}
     task, data = load_task("cola", data_dir=str(tmp_path))
-    assert task.text_columns == ("sentence",) and data["validation"][1] == {"sentence": "The sentence number 1 is here.", "label": 1}
+    assert (task.text_columns == ("sentence",)
+            and data["validation"][1] == {"sentence": "The sentence number 1 is here.", "label": 1})
     task, data = load_task("stsb", data_dir=str(tmp_path / "STS-B"))  # the task folder itself works too
     assert task.is_regression and data["train"][3]["label"] == pytest.approx(3.3)
 
@@ -102,7 +106,8 @@ def test_metric_known_values():
     # Hand-checked: 2 of 3 positives found, 1 false positive -> precision 2/3, recall 2/3, F1 2/3; accuracy 3/5.
     result = evaluate.load(METRIC_MODULE, "mrpc").compute(predictions=[1, 1, 0, 1, 0], references=[1, 1, 1, 0, 0])
     assert result == {"accuracy": pytest.approx(0.6), "f1": pytest.approx(2 / 3)}
-    assert evaluate.load(METRIC_MODULE, "cola").compute(predictions=[1, 0, 1, 0], references=[1, 0, 1, 0]) == {"matthews_correlation": 1.0}
+    assert (evaluate.load(METRIC_MODULE, "cola").compute(predictions=[1, 0, 1, 0], references=[1, 0, 1, 0])
+            == {"matthews_correlation": 1.0})
 
 
 def test_glue_average_excludes_wnli_and_averages_multi_metric_tasks():
@@ -121,7 +126,8 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
     mnli = results["tasks"]["mnli"]
     assert set(mnli["median"]) == {"accuracy_matched", "accuracy_mismatched"}
     assert [run["seed"] for run in mnli["runs"]] == [1, 2]
-    assert results["glue_average"] == pytest.approx(task_average := sum(mnli["median"].values()) / 2) and task_average >= 0
+    assert (results["glue_average"] == pytest.approx(task_average := sum(mnli["median"].values()) / 2)
+            and task_average >= 0)
     saved = json.loads((tmp_path / "out" / "glue_results.json").read_text())
     assert saved["tasks"]["mnli"]["median"] == mnli["median"]
     assert "| mnli | accuracy_mismatched |" in (tmp_path / "out" / "glue_results.md").read_text()
@@ -132,16 +138,19 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
         tmp_path / "out" / "glue_results.md").read_text()
     card = (tmp_path / "out" / "mnli" / "seed-1" / "README.md").read_text()
     index = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]
-    assert index["dataset"]["type"] == "nyu-mll/glue" and {m["type"] for m in index["metrics"]} == {"accuracy_matched", "accuracy_mismatched"}
+    assert index["dataset"]["type"] == "nyu-mll/glue" and {m["type"] for m in index["metrics"]} == {"accuracy_matched",
+                                                                                                    "accuracy_mismatched"}
     for run in mnli["runs"]:  # each seed's card carries its own score, in percent, and names its seed
         card = (tmp_path / "out" / "mnli" / f"seed-{run['seed']}" / "README.md").read_text()
         metrics = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]["metrics"]
-        assert {m["type"]: m["value"] for m in metrics} == {k: pytest.approx(100 * v, abs=1e-4) for k, v in run["metrics"].items()}
+        assert {m["type"]: m["value"] for m in metrics} == {k: pytest.approx(100 * v, abs=1e-4)
+                                                            for k, v in run["metrics"].items()}
         assert all(m["name"].endswith(f"(1 seed: {run['seed']})") for m in metrics)
     # The fine-tuned zoo model reloads with its 3-way head.
     from transformers import AutoModelForSequenceClassification
 
-    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "mnli" / "seed-1", trust_remote_code=True)
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "mnli" / "seed-1",
+                                                               trust_remote_code=True)
     assert model.config.num_labels == 3 and model.config.id2label[2] == "contradiction"
     # The folders users publish hold the training arguments as JSON, no pickle.
     assert not list((tmp_path / "out").rglob("training_args.bin"))
@@ -192,7 +201,8 @@ def test_no_pin_memory_without_an_accelerator(tmp_path):
 def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
     train = tmp_path / "train.jsonl"
     valid = tmp_path / "valid.jsonl"
-    rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "stars": float(i % 5) + 0.5} for i in range(24)]
+    rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "stars": float(i % 5) + 0.5}
+            for i in range(24)]
     train.write_text("\n".join(json.dumps(r) for r in rows))
     valid.write_text("\n".join(json.dumps(r) for r in rows[:8]))
     results = main(["--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(valid),
@@ -218,13 +228,15 @@ def test_model_index_gives_each_dataset_its_identity_each_seed_its_score_and_the
 
     results = {"tasks": {
         "rotten_tomatoes": task({1: {"accuracy": 0.81}, 2: {"accuracy": 0.79}, 3: {"accuracy": 0.80}}),
-        "movie_sentiment_regression": task({1: {"pearson": 0.5, "spearmanr": 0.4}, 2: {"pearson": 0.6, "spearmanr": 0.5},
+        "movie_sentiment_regression": task({1: {"pearson": 0.5, "spearmanr": 0.4},
+                                            2: {"pearson": 0.6, "spearmanr": 0.5},
                                             3: {"pearson": 0.7, "spearmanr": 0.6}}),
         "sst2": task({1: {"accuracy": 0.66}, 2: {"accuracy": 0.70}, 3: {"accuracy": 0.68}}),
     }}
     write_model_index(results, tmp_path / "out", str(tmp_path / "export"))
     seed_two = ModelCard.load(tmp_path / "out" / "rotten_tomatoes" / "seed-2" / "README.md").data.eval_results
-    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in seed_two] == [("encoder-zoo:rotten_tomatoes", "accuracy", 79.0)]
+    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in seed_two] == [("encoder-zoo:rotten_tomatoes",
+                                                                                     "accuracy", 79.0)]
     export = {(r.dataset_type, r.dataset_config, r.metric_type): (r.metric_value, r.metric_name, r.dataset_split)
               for r in ModelCard.load(tmp_path / "export" / "README.md").data.eval_results}
     seeds = "(median of 3 seeds: 1, 2, 3)"
@@ -238,7 +250,8 @@ def test_model_index_gives_each_dataset_its_identity_each_seed_its_score_and_the
 
 def test_custom_string_labels_are_mapped_to_ids_and_named_in_the_config(tmp_path):
     """pos/neg labels become ids in name order (as transformers' run_glue.py does); the config's id2label names them."""
-    rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "sentiment": "pos" if i % 2 else "neg"} for i in range(24)]
+    rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "sentiment": "pos" if i % 2 else "neg"}
+            for i in range(24)]
     for name, part in (("train.jsonl", rows), ("valid.jsonl", rows[:8])):
         (tmp_path / name).write_text("\n".join(json.dumps(r) for r in part))
     results = main(["--model_name_or_path", minilm_path(), "--train_file", str(tmp_path / "train.jsonl"),
@@ -246,10 +259,12 @@ def test_custom_string_labels_are_mapped_to_ids_and_named_in_the_config(tmp_path
                     "sentiment", "--output_dir", str(tmp_path / "out"), "--num_train_epochs", "1",
                     "--per_device_train_batch_size", "8", "--max_seq_length", "32"])
     assert set(results["tasks"]["custom"]["median"]) == {"accuracy", "f1"}
-    config = json.loads((tmp_path / "out" / "custom" / f"seed-{results['tasks']['custom']['runs'][0]['seed']}" / "config.json").read_text())
+    config = json.loads((tmp_path / "out" / "custom" / f"seed-{results['tasks']['custom']['runs'][0]['seed']}"
+                         / "config.json").read_text())
     assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
-    _, data = load_task("custom", train_file=str(tmp_path / "train.jsonl"), validation_file=str(tmp_path / "valid.jsonl"),
-                        text_columns=["review"], label_column="sentiment")
+    _, data = load_task("custom", train_file=str(tmp_path / "train.jsonl"),
+                        validation_file=str(tmp_path / "valid.jsonl"), text_columns=["review"],
+                        label_column="sentiment")
     assert data["train"]["label"][:4] == [0, 1, 0, 1]
 
 
@@ -262,28 +277,32 @@ def test_bad_input_is_named(tmp_path):
     assert unknown.returncode == 2 and "Unknown --task_name 'sst3'" in unknown.stderr
     train = tmp_path / "train.csv"
     train.write_text("text,target\nhello,1\nbye,0\n")
-    wrong = run_cli("--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(train),
-                    "--text_columns", "sentence", "--output_dir", str(tmp_path / "o"))
-    assert wrong.returncode == 2 and "Column 'sentence' not found" in wrong.stderr and "['text', 'target']" in wrong.stderr
-    no_label = run_cli("--model_name_or_path", minilm_path(), "--train_file", str(train), "--validation_file", str(train),
-                       "--text_columns", "text", "--output_dir", str(tmp_path / "o"))
+    wrong = run_cli("--model_name_or_path", minilm_path(), "--train_file", str(train),
+                    "--validation_file", str(train), "--text_columns", "sentence", "--output_dir", str(tmp_path / "o"))
+    assert (wrong.returncode == 2 and "Column 'sentence' not found" in wrong.stderr
+            and "['text', 'target']" in wrong.stderr)
+    no_label = run_cli("--model_name_or_path", minilm_path(), "--train_file", str(train),
+                       "--validation_file", str(train), "--text_columns", "text", "--output_dir", str(tmp_path / "o"))
     assert no_label.returncode == 2 and "Column 'label' not found" in no_label.stderr
-    missing = run_cli("--model_name_or_path", minilm_path(), "--task_name", "rte", "--data_dir", str(tmp_path / "nowhere"),
-                      "--output_dir", str(tmp_path / "o"))
+    missing = run_cli("--model_name_or_path", minilm_path(), "--task_name", "rte",
+                      "--data_dir", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "o"))
     assert missing.returncode == 2 and "train.tsv not found" in missing.stderr
-    preset = run_cli("--model_name_or_path", minilm_path(), "--preset", "bert_huge", "--output_dir", str(tmp_path / "o"))
+    preset = run_cli("--model_name_or_path", minilm_path(), "--preset", "bert_huge",
+                     "--output_dir", str(tmp_path / "o"))
     assert preset.returncode == 2 and "Unknown --preset" in preset.stderr
 
 
 def test_every_glue_task_is_described():
     assert {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"} <= set(TASKS)
-    assert TASKS["stsb"].is_regression and TASKS["mnli"].validation_splits == ("validation_matched", "validation_mismatched")
+    assert TASKS["stsb"].is_regression and TASKS["mnli"].validation_splits == ("validation_matched",
+                                                                               "validation_mismatched")
 
 
 def test_hire_preset_is_the_papers_appendix(tmp_path):
     from transformers import Trainer
 
-    args, training_args, _ = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--output_dir", str(tmp_path)])
+    args, training_args, _ = parse_args(["--model_name_or_path", "m", "--preset", "hire",
+                                         "--output_dir", str(tmp_path)])
     optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_args)
     # App. A.2: Adam with beta1 0.9, beta2 0.98, eps 1e-6; lr 1e-5 (of 1e-5, 2e-5); 6% warmup; weight decay 0.1;
     # gradient norm clipped at 1; inputs of 128 tokens.
@@ -318,7 +337,8 @@ def test_early_stopping_stops_and_the_best_checkpoint_is_the_saved_model(tmp_pat
     state = json.loads((folder / f"checkpoint-{run['trained_steps']}" / "trainer_state.json").read_text())
     logged = next(e for e in state["log_history"] if e.get("step") == run["best_step"] and "eval_accuracy" in e)
     # Trainer logs percentages (GLUE's scale); glue_results.json keeps the metric's 0-1 value.
-    assert 100 * run["metrics"]["accuracy"] == pytest.approx(logged["eval_accuracy"]) == pytest.approx(logged["eval_score"])
+    assert (100 * run["metrics"]["accuracy"] == pytest.approx(logged["eval_accuracy"])
+            == pytest.approx(logged["eval_score"]))
 
 
 def test_selection_settings_and_l2_through_adam(tmp_path):
@@ -326,7 +346,8 @@ def test_selection_settings_and_l2_through_adam(tmp_path):
 
     from encoder_zoo.glue.run_glue import PRESETS, l2_adam, selection_arguments
 
-    args, training_args, flags = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--output_dir", str(tmp_path)])
+    args, training_args, flags = parse_args(["--model_name_or_path", "m", "--preset", "hire",
+                                             "--output_dir", str(tmp_path)])
     assert args.early_stopping_patience == 3 and args.weight_decay_type == "decoupled"
     assert selection_arguments(args, training_args, flags, PRESETS["hire"]) == {
         "load_best_model_at_end": True, "eval_strategy": "epoch", "eval_steps": None, "save_strategy": "epoch",
@@ -339,7 +360,8 @@ def test_selection_settings_and_l2_through_adam(tmp_path):
     assert selection_arguments(args, training_args, flags) == {"load_best_model_at_end": True}  # the user's own
     with pytest.raises(ValueError, match="--early_stopping_patience 0"):
         selection_arguments(*parse_args([*argv[:2], "--early_stopping_patience", "0", "--output_dir", str(tmp_path)]))
-    # The user's --save_strategy no turns the preset's selection off; with their own --early_stopping_patience, an error.
+    # The user's --save_strategy no turns the preset's selection off; with their own --early_stopping_patience, an
+    # error.
     argv = ["--model_name_or_path", "m", "--preset", "hire", "--save_strategy", "no", "--output_dir", str(tmp_path)]
     assert selection_arguments(*parse_args(argv), PRESETS["hire"]) == {}
     with pytest.raises(ValueError, match="--save_strategy no rules out"):
@@ -407,17 +429,20 @@ def dropout_rates(model):
     return rates
 
 
-def test_cloze_preset_switches_off_dropout_in_the_language_model_and_keeps_it_before_the_projection(tmp_path, tiny_cloze):
+def test_cloze_preset_switches_off_dropout_in_the_language_model_and_keeps_it_before_the_projection(tmp_path,
+                                                                                                    tiny_cloze):
     from transformers import AutoModelForSequenceClassification
 
     results = main(["--model_name_or_path", tiny_cloze, "--trust_remote_code", "--task_name", "rotten_tomatoes",
-                    "--preset", "cloze", "--max_train_samples", "16", "--max_eval_samples", "8", "--max_seq_length", "32",
-                    "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "out")])
+                    "--preset", "cloze", "--max_train_samples", "16", "--max_eval_samples", "8",
+                    "--max_seq_length", "32", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
+                    "--output_dir", str(tmp_path / "out")])
     assert 0 <= results["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
     trained = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "rotten_tomatoes" / "seed-42",
                                                                  trust_remote_code=True)
     config = trained.config
-    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob, config.activation_dropout) == (0.0, 0.0, 0.0)
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob,
+            config.activation_dropout) == (0.0, 0.0, 0.0)
     rates = dropout_rates(trained)
     language_model = {name: rate for name, rate in rates.items() if name.startswith("cloze.")}
     assert len(language_model) >= 10 and set(language_model.values()) == {0.0}  # towers and combination layer

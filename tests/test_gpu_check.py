@@ -131,7 +131,8 @@ def test_comparisons_fail_beyond_their_tolerance():
     assert not gpu_check.GpuCheck.within(gpu_check.GpuCheck.compare(reference, nan))
     flipped = dict(reference, corrupted_input_ids=torch.tensor([0, 1, 2, 3, 4, 9]), rtd_logits=torch.ones(6) * 5)
     compared = gpu_check.GpuCheck.compare(reference, flipped)
-    assert "rtd_logits" not in compared and compared["sampled_tokens_differ"] == 1 and gpu_check.GpuCheck.within(compared)
+    assert ("rtd_logits" not in compared and compared["sampled_tokens_differ"] == 1
+            and gpu_check.GpuCheck.within(compared))
     assert gpu_check.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
 

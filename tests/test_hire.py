@@ -98,16 +98,19 @@ def test_without_fusion_A_goes_to_the_output_layer():
     torch.testing.assert_close(model.hire(ids, attention_mask=mask).last_hidden_state, A * mask[..., None])
 
 
-@pytest.mark.parametrize("selection, expected", [("all", [0.25] * 4), ("first_k", [0.5, 0.5, 0, 0]), ("last_k", [0, 0, 0.5, 0.5])])
+@pytest.mark.parametrize("selection, expected", [("all", [0.25] * 4), ("first_k", [0.5, 0.5, 0, 0]),
+                                                 ("last_k", [0, 0, 0.5, 0.5])])
 def test_fixed_mean_weightings(selection, expected):
-    model = HireRobertaForSequenceClassification(config(layer_weighting="mean", layer_selection=selection, num_selected_layers=2)).eval()
+    model = HireRobertaForSequenceClassification(config(layer_weighting="mean", layer_selection=selection,
+                                                        num_selected_layers=2)).eval()
     ids, mask = inputs()
     importance = model(ids, attention_mask=mask).layer_importance
     torch.testing.assert_close(importance, torch.tensor([expected, expected]))
 
 
 def test_fixed_random_weighting_is_the_same_for_every_example_and_saved():
-    model = HireRobertaForSequenceClassification(config(layer_weighting="random", layer_selection="last_k", num_selected_layers=3)).eval()
+    model = HireRobertaForSequenceClassification(config(layer_weighting="random", layer_selection="last_k",
+                                                        num_selected_layers=3)).eval()
     ids, mask = inputs()
     importance = model(ids, attention_mask=mask).layer_importance
     torch.testing.assert_close(importance[0], importance[1])
@@ -271,7 +274,8 @@ def test_hire_over_a_zoo_encoder_reloads_without_this_repository(tmp_path):
 
     backbone = save_tiny_spanbert(tmp_path / "spanbert", "SpanBertModel")
     torch.manual_seed(0)
-    model = HireRobertaForSequenceClassification.from_backbone_pretrained(backbone, num_labels=3, gru_hidden_size=8).eval()
+    model = HireRobertaForSequenceClassification.from_backbone_pretrained(backbone, num_labels=3,
+                                                                          gru_hidden_size=8).eval()
     model.save_pretrained(tmp_path / "hire")
     files = {p.name for p in (tmp_path / "hire").iterdir()}
     assert {"configuration_spanbert.py", "modeling_spanbert.py", "hire_backbone.py", "modeling_hire.py"} <= files
@@ -340,7 +344,8 @@ def test_fixed_weightings_build_no_summariser_and_train_every_parameter(weightin
 
     large = RobertaConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
     with torch.device("meta"):
-        counts = {w: sum(p.numel() for p in HireModel(HireConfig(backbone_config=large, layer_weighting=w)).parameters())
+        counts = {w: sum(p.numel()
+                         for p in HireModel(HireConfig(backbone_config=large, layer_weighting=w)).parameters())
                   for w in ("dynamic", weighting)}
     def gru_layer(inputs, d=1024):  # both directions: W_ih, W_hh, b_ih, b_hh of three gates
         return 2 * (3 * d * (inputs + d) + 6 * d)
@@ -440,7 +445,8 @@ def test_peft_lora_for_sequence_classification_trains_the_real_head():
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
     model = HireRobertaForSequenceClassification(config())
-    lora = peft.get_peft_model(model, peft.LoraConfig(task_type=peft.TaskType.SEQ_CLS, target_modules=["query", "value"]))
+    lora = peft.get_peft_model(model, peft.LoraConfig(task_type=peft.TaskType.SEQ_CLS,
+                                                      target_modules=["query", "value"]))
     head = lora.base_model.model.classifier
     assert isinstance(head, peft.utils.other.ModulesToSaveWrapper)
     assert not isinstance(lora.base_model.model.hire.extractor.importance, peft.utils.other.ModulesToSaveWrapper)
@@ -460,17 +466,20 @@ def test_checkpoints_from_before_the_head_moved_load_with_a_key_mapping(tmp_path
     model = HireRobertaForSequenceClassification(config()).eval()
     model.save_pretrained(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
-    legacy = {k.removeprefix("classifier.").replace("extractor.importance", "extractor.score"): v for k, v in state.items()}
+    legacy = {k.removeprefix("classifier.").replace("extractor.importance", "extractor.score"): v
+              for k, v in state.items()}
     save_file(legacy, tmp_path / "model.safetensors", metadata={"format": "pt"})
     reloaded = HireRobertaForSequenceClassification.from_pretrained(tmp_path, key_mapping={
-        "^dense": "classifier.dense", "^out_proj": "classifier.out_proj", "extractor.score": "extractor.importance"}).eval()
+        "^dense": "classifier.dense", "^out_proj": "classifier.out_proj",
+        "extractor.score": "extractor.importance"}).eval()
     ids, mask = inputs()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits)
 
 
 def test_hire_importance_runs_checkpoint_code_only_when_asked(monkeypatch, tmp_path):
-    """`glue/hire_importance.py` passes `trust_remote_code=True` only with `--trust_remote_code`, as the other scripts."""
+    """`glue/hire_importance.py` passes `trust_remote_code=True` only with `--trust_remote_code`, as the other
+    scripts."""
     from encoder_zoo.glue import hire_importance
     from encoder_zoo.training.run import loading
 

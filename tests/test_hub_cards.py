@@ -46,7 +46,8 @@ def test_card_has_front_matter_and_every_section(tmp_path):
     for needle in ("## How to load", 'AutoModel.from_pretrained("someone/spanbert-tiny", trust_remote_code=True)',
                    "| hidden_size | 128 |", "| steps | 40 |",
                    "| setting | this run | paper |", "| peak learning rate | 0.0003 | 0.0001 |",
-                   "(SpanBERT Sec. 4 (base model))", "The paper's other settings", "| dropout | 0.1 on all layers", "![Training and validation loss](loss_curve.png)",
+                   "(SpanBERT Sec. 4 (base model))", "The paper's other settings", "| dropout | 0.1 on all layers",
+                   "![Training and validation loss](loss_curve.png)",
                    """LoraConfig(target_modules=['query', 'value'], task_type="SEQ_CLS")""",
                    "## Evaluation results", "## Intended use and limitations", "- Tiny.", "@article{joshi2020spanbert"):
         assert needle in text, needle
@@ -61,7 +62,8 @@ def test_how_to_load_names_a_placeholder_without_a_hub_id_and_plots_show_validat
     # Validation logs (sparse eval_* entries) share the step axis with the training logs.
     import matplotlib.image
 
-    log = [{"step": s, "loss": 5 - s / 10} for s in range(1, 11)] + [{"step": 5, "eval_loss": 4.6}, {"step": 10, "eval_loss": 4.2}]
+    log = [{"step": s, "loss": 5 - s / 10} for s in range(1, 11)] + [{"step": 5, "eval_loss": 4.6},
+                                                                      {"step": 10, "eval_loss": 4.2}]
     drawn = plot_loss_curve(log, tmp_path / "curve.png", keys=("loss", "eval_loss"))
     assert drawn and matplotlib.image.imread(drawn).shape[-1] in (3, 4)
     assert plot_loss_curve(log, tmp_path / "none.png", keys=("rtd_accuracy",)) is None
@@ -104,21 +106,25 @@ def test_results_keep_their_dataset_split_metric_and_seeds_through_huggingface_h
     for task, metrics in (("rotten_tomatoes", {"accuracy": 81.0}), ("other_sentiment", {"accuracy": 66.0}),
                           ("movie_sentiment_regression", {"pearson": 50.0, "spearmanr": 48.0})):
         add_eval_results(tmp_path, task_type="text-classification", task_name=task, dataset_name=task,
-                         dataset_type=f"encoder-zoo:{task}", dataset_split="validation", metrics=metrics, seeds=[1, 2, 3])
+                         dataset_type=f"encoder-zoo:{task}", dataset_split="validation", metrics=metrics,
+                         seeds=[1, 2, 3])
     meta = front_matter(tmp_path / "README.md")
     name, parsed = model_index_to_eval_results(meta["model-index"])
     assert name == tmp_path.name
     values = {(r.dataset_type, r.metric_type): r.metric_value for r in parsed}
-    assert values == {("encoder-zoo:rotten_tomatoes", "accuracy"): 81.0, ("encoder-zoo:other_sentiment", "accuracy"): 66.0,
+    assert values == {("encoder-zoo:rotten_tomatoes", "accuracy"): 81.0,
+                      ("encoder-zoo:other_sentiment", "accuracy"): 66.0,
                       ("encoder-zoo:movie_sentiment_regression", "pearson"): 50.0,
                       ("encoder-zoo:movie_sentiment_regression", "spearmanr"): 48.0}
     for r in parsed:
         assert r.dataset_split == "validation" and r.dataset_name == r.task_name
         assert r.metric_name == f"{r.metric_type} (median of 3 seeds: 1, 2, 3)"
-    grouped = {entry["dataset"]["type"]: [m["type"] for m in entry["metrics"]] for entry in meta["model-index"][0]["results"]}
+    grouped = {entry["dataset"]["type"]: [m["type"] for m in entry["metrics"]]
+               for entry in meta["model-index"][0]["results"]}
     assert grouped["encoder-zoo:movie_sentiment_regression"] == ["pearson", "spearmanr"] and len(grouped) == 3
     card_data = ModelCardData(**meta)
-    assert len(card_data.eval_results) == 4 and ModelCard.load(tmp_path / "README.md").data.eval_results == card_data.eval_results
+    assert (len(card_data.eval_results) == 4
+            and ModelCard.load(tmp_path / "README.md").data.eval_results == card_data.eval_results)
 
 
 def test_push_export_uploads_the_folder(tmp_path, monkeypatch):

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_wheel_beside_unrelated_models_package(tmp_path):
     wheel_dir = tmp_path / "wheel"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir),
-                    str(REPO)], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheel_dir), str(REPO)], check=True, capture_output=True, timeout=600)
     (wheel,) = wheel_dir.glob("encoder_zoo-*.whl")
     top_level = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {name for name in top_level if not name.endswith(".dist-info")} == {"encoder_zoo"}, top_level

@@ -34,7 +34,8 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
             names = [f"{base}.{alias.name}" for alias in node.names] + [base]
         else:
             continue
@@ -94,7 +95,8 @@ def test_fine_tuning_scripts_use_only_the_public_run_module():
 def test_model_families_are_self_contained():
     outside = [f"{module} -> {target}" for module, targets in import_graph().items()
                if module.count(".") >= 3 and module.split(".")[1] == "models" for target in targets
-               if not target.startswith(".".join(module.split(".")[:3]) + ".") and target != ".".join(module.split(".")[:3])]
+               if not target.startswith(".".join(module.split(".")[:3]) + ".")
+               and target != ".".join(module.split(".")[:3])]
     assert not outside, "a family folder travels alone inside every checkpoint:\n" + "\n".join(outside)
 
 
@@ -103,5 +105,6 @@ def test_the_check_sees_imports():
     graph = import_graph()
     assert "encoder_zoo.training.run.trainer" in graph["encoder_zoo.training.recipes.bertac"]
     assert "encoder_zoo.training.run" in graph["encoder_zoo.glue.run_glue"]  # a lazy import inside main
-    assert "encoder_zoo.models.spanbert.configuration_spanbert" in graph["encoder_zoo.models.spanbert.modeling_spanbert"]
+    assert ("encoder_zoo.models.spanbert.configuration_spanbert"
+            in graph["encoder_zoo.models.spanbert.modeling_spanbert"])
     assert training_wing("encoder_zoo.training.pretrain") > training_wing("encoder_zoo.training.recipes.registry")

@@ -7,8 +7,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from encoder_zoo.training.data.blocks import add_example_index, pack_blocks, unigram_distribution
 from encoder_zoo.training.data.corpus import load_corpus
-from encoder_zoo.training.masking.spans import SpanMaskingCollator, truncated_geometric_probs
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.masking.spans import SpanMaskingCollator, truncated_geometric_probs
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,8 @@ def test_random_replacements_follow_the_unigram_distribution(tokenizer, blocks, 
     assert np.isin(drawn, top).mean() == pytest.approx(unigram[top].sum(), abs=0.05)
     uniform = SpanMaskingCollator(tokenizer, scheme="subword", random_token_distribution="uniform",
                                   mask_replace_prob=0.0, random_replace_prob=1.0, seed=5)
-    drawn_uniform = np.concatenate([b["input_ids"].numpy()[(b["labels"] != -100).numpy()] for b in collate(uniform, blocks)])
+    drawn_uniform = np.concatenate([b["input_ids"].numpy()[(b["labels"] != -100).numpy()]
+                                    for b in collate(uniform, blocks)])
     assert np.isin(drawn_uniform, top).mean() < 0.01
 
 
@@ -269,7 +270,8 @@ def test_any_fast_tokenizer_works_bpe_without_wordpiece_markers():
     texts = load_corpus(max_documents=200)["text"]
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.Whitespace()
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=800, special_tokens=["<pad>", "<unk>", "<s>", "</s>", "<mask>"]))
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=800,
+                                                       special_tokens=["<pad>", "<unk>", "<s>", "</s>", "<mask>"]))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", unk_token="<unk>", cls_token="<s>",
                                         sep_token="</s>", mask_token="<mask>")
     packed = add_example_index(pack_blocks(load_corpus(max_documents=30), tokenizer, max_seq_length=128))
@@ -277,7 +279,8 @@ def test_any_fast_tokenizer_works_bpe_without_wordpiece_markers():
     words = tokenizer.convert_ids_to_tokens(example["input_ids"])
     # Word starts come from word ids, not from '##': a BPE piece continuing a word is not a start.
     assert sum(example["word_start"]) < len(words) - 2
-    batch = SpanMaskingCollator(tokenizer, scheme="span", random_token_distribution="uniform", seed=9)([packed[i] for i in range(8)])
+    batch = SpanMaskingCollator(tokenizer, scheme="span", random_token_distribution="uniform",
+                                seed=9)([packed[i] for i in range(8)])
     masked = (batch["labels"] != -100).numpy()
     for row in range(8):
         ws = np.zeros(masked.shape[1], dtype=bool)

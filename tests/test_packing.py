@@ -16,9 +16,9 @@ from encoder_zoo.models.teams.configuration_teams import TeamsConfig
 from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
 from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
 from encoder_zoo.training.data.corpus import load_corpus
-from encoder_zoo.training.masking.spans import SpanMaskingCollator
 from encoder_zoo.training.data.packing import PackedBatchCollator, pack_batch
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.masking.spans import SpanMaskingCollator
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -44,7 +44,8 @@ def varied_batch(blocks, size=6):
 def spanbert(tokenizer, sbo=True, attn="sdpa"):
     torch.manual_seed(0)
     config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=64, use_span_boundary_objective=sbo, **NO_DROPOUT)
+                            intermediate_size=64, max_position_embeddings=64, use_span_boundary_objective=sbo,
+                            **NO_DROPOUT)
     config._attn_implementation = attn
     return SpanBertForPreTraining(config)
 
@@ -52,7 +53,8 @@ def spanbert(tokenizer, sbo=True, attn="sdpa"):
 def teams(tokenizer, attn="sdpa", **overrides):
     torch.manual_seed(0)
     config = TeamsConfig(vocab_size=len(tokenizer), embedding_size=16, hidden_size=32, num_hidden_layers=4,
-                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=64, **NO_DROPOUT, **overrides)
+                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=64, **NO_DROPOUT,
+                         **overrides)
     config._attn_implementation = attn
     return TeamsForPreTraining(config)
 
@@ -119,7 +121,8 @@ def test_packed_spanbert_batch_gives_the_padded_losses_and_gradients(tokenizer, 
         assert out.sbo_logits.shape[0] == int((padded["span_left"] >= 0).sum())  # every SBO target kept
 
 
-@pytest.mark.parametrize("overrides", [{}, {"task_heads_on_layer": "last"}, {"pretraining_tasks": "rtd", "task_head_type": "ffn"}],
+@pytest.mark.parametrize("overrides", [{}, {"task_heads_on_layer": "last"},
+                                       {"pretraining_tasks": "rtd", "task_head_type": "ffn"}],
                          ids=["teams", "teams-heads-on-last", "electra-heads"])
 def test_packed_teams_batch_gives_the_padded_losses_and_gradients(tokenizer, blocks, overrides):
     collator = SpanMaskingCollator(tokenizer, scheme="subword", random_token_distribution="uniform",
@@ -157,7 +160,8 @@ def test_packing_wrapper_hands_epochs_over_and_evaluates_padded(tokenizer, block
     packed.set_epoch(2)
     assert collator.randomness.epoch == 2
     examples = varied_batch(blocks)
-    assert torch.equal(packed(examples)["labels"][0], collator(examples)["labels"][collator(examples)["attention_mask"].bool()])
+    assert torch.equal(packed(examples)["labels"][0],
+                       collator(examples)["labels"][collator(examples)["attention_mask"].bool()])
     assert "attention_mask" in packed.for_evaluation()(examples)
     with pytest.raises(ValueError, match="next sentence"):
         pack_batch({**collator(examples), "next_sentence_label": torch.zeros(len(examples), dtype=torch.long)})
@@ -166,9 +170,10 @@ def test_packing_wrapper_hands_epochs_over_and_evaluates_padded(tokenizer, block
 @pytest.mark.slow
 def test_packed_pretraining_run_trains_and_reports_real_tokens(tmp_path):
     out = tmp_path / "run"
-    pretrain("--model", "spanbert", "--packing", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "200",
-             "--tokenizer_vocab_size", "2000", "--per_device_train_batch_size", "8", "--validation_documents", "20",
-             "--dataloader_num_workers", "0", "--max_steps", "6", "--logging_steps", "3", "--save_steps", "6",
+    pretrain("--model", "spanbert", "--packing", "--model_size", "tiny", "--max_seq_length", "64",
+             "--max_documents", "200", "--tokenizer_vocab_size", "2000", "--per_device_train_batch_size", "8",
+             "--validation_documents", "20", "--dataloader_num_workers", "0", "--max_steps", "6",
+             "--logging_steps", "3", "--save_steps", "6",
              "--output_dir", str(out))
     logs = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     train = [entry for entry in logs if "loss" in entry]

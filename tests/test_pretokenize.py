@@ -23,7 +23,8 @@ def pretokenize(*args, check=True):
 
 @pytest.fixture(scope="module")
 def blocks(tmp_path_factory):
-    """300 documents as 64-token blocks, tokenized by 2 processes into 3 shards, with a trained 1,000-piece vocabulary."""
+    """300 documents as 64-token blocks, tokenized by 2 processes into 3 shards, with a trained 1,000-piece
+    vocabulary."""
     out = tmp_path_factory.mktemp("pretokenized") / "blocks"
     pretokenize("--model", "spanbert", "--max_documents", "300", "--tokenizer_vocab_size", "1000", "--max_seq_length",
                 "64", "--validation_documents", "20", "--num_proc", "2", "--num_shards", "3", "--output_dir", str(out))
@@ -40,7 +41,8 @@ def test_pretokenized_shards_record_and_counts(blocks):
     assert record["examples_format"] == "encoder_zoo.training.data.blocks.pack_blocks"
     assert record["recipes"] == ["bert", "electra", "spanbert", "teams"] and record["max_seq_length"] == 64
     assert record["documents"] == {"train": 280, "validation": 20}
-    assert sorted(p.name for p in (blocks / "data" / "train").glob("*.arrow")) == [f"data-0000{i}-of-00003.arrow" for i in range(3)]
+    assert sorted(p.name for p in (blocks / "data" / "train").glob("*.arrow")) == [f"data-0000{i}-of-00003.arrow"
+                                                                                   for i in range(3)]
     import datasets
     import numpy as np
 
@@ -88,20 +90,28 @@ def test_mismatches_are_refused_with_the_fix(blocks, tmp_path, monkeypatch, caps
     from encoder_zoo.training.data.resources import minilm_path
 
     def pretrain_refuses(*args):
-        return refused("encoder_zoo.training.pretrain", [*RUN, "--output_dir", str(tmp_path / "x"), *args], monkeypatch, capsys)
+        return refused("encoder_zoo.training.pretrain", [*RUN, "--output_dir", str(tmp_path / "x"), *args], monkeypatch,
+                       capsys)
 
-    assert "pass --max_seq_length 64" in pretrain_refuses("--model", "spanbert", "--pretokenized", str(blocks), "--max_seq_length", "128")
+    assert "pass --max_seq_length 64" in pretrain_refuses("--model", "spanbert", "--pretokenized", str(blocks),
+                                                          "--max_seq_length", "128")
     assert "--model cloze trains on" in pretrain_refuses("--model", "cloze", "--pretokenized", str(blocks))
-    assert "is not the tokenizer" in pretrain_refuses("--model", "bert", "--pretokenized", str(blocks), "--tokenizer_name", str(minilm_path()))
-    assert "drop --dataset" in pretrain_refuses("--model", "bert", "--pretokenized", str(blocks), "--dataset", str(blocks))
-    assert "spaCy named_entity spans" in pretrain_refuses("--model", "spanbert", "--pretokenized", str(blocks), "--masking_scheme", "named_entity")
+    assert "is not the tokenizer" in pretrain_refuses("--model", "bert", "--pretokenized", str(blocks),
+                                                      "--tokenizer_name", str(minilm_path()))
+    assert "drop --dataset" in pretrain_refuses("--model", "bert", "--pretokenized", str(blocks),
+                                                "--dataset", str(blocks))
+    assert "spaCy named_entity spans" in pretrain_refuses("--model", "spanbert", "--pretokenized", str(blocks),
+                                                          "--masking_scheme", "named_entity")
     assert "does not exist" in pretrain_refuses("--model", "bert", "--pretokenized", str(tmp_path / "nowhere"))
     assert not list(tmp_path.rglob("checkpoint-*"))
 
     before = sorted(p.name for p in blocks.rglob("*"))
-    assert "not an empty folder" in refused("encoder_zoo.training.pretokenize", ["--model", "spanbert", "--output_dir", str(blocks)], monkeypatch, capsys)
+    assert "not an empty folder" in refused("encoder_zoo.training.pretokenize",
+                                            ["--model", "spanbert", "--output_dir", str(blocks)],
+                                            monkeypatch, capsys)
     assert sorted(p.name for p in blocks.rglob("*")) == before  # never written over
-    assert "reads its own corpus" in refused("encoder_zoo.training.pretokenize", ["--model", "bertac_cnn", "--output_dir", str(tmp_path / "b")],
+    assert "reads its own corpus" in refused("encoder_zoo.training.pretokenize",
+                                             ["--model", "bertac_cnn", "--output_dir", str(tmp_path / "b")],
                                              monkeypatch, capsys)
 
 

@@ -51,7 +51,8 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     front = yaml.safe_load(card.split("---")[1])
     assert front["library_name"] == "transformers" and front["license"] == "apache-2.0"
     assert "spanbert" in front["tags"] and front["pipeline_tag"] == "feature-extraction"
-    assert "trust_remote_code=True" in card and "@article{joshi2020spanbert" in card and "![Training and validation loss](loss_curve.png)" in card
+    assert ("trust_remote_code=True" in card and "@article{joshi2020spanbert" in card
+            and "![Training and validation loss](loss_curve.png)" in card)
     assert "LoraConfig(target_modules=['query', 'value']" in card  # PEFT has no default for custom model types
     # Nothing local goes to the Hub: the snippet loads a placeholder id (no --hub_model_id), no file names this machine.
     assert 'AutoModel.from_pretrained("<your-username>/spanbert-' in card and local_paths_in(export, tmp_path) == []
@@ -64,11 +65,13 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
         assert row in card, row
 
     # Reference outputs from the repository's own classes, then the same from a process that cannot import it.
-    from encoder_zoo import models  # noqa: F401
     from transformers import AutoModel, AutoTokenizer
 
+    from encoder_zoo import models  # noqa: F401
+
     tokenizer = AutoTokenizer.from_pretrained(export, trust_remote_code=True)
-    batch = tokenizer(["Spans are masked.", "A second, longer sentence about Wikipedia."], padding=True, return_tensors="pt")
+    batch = tokenizer(["Spans are masked.", "A second, longer sentence about Wikipedia."], padding=True,
+                      return_tensors="pt")
     reference = AutoModel.from_pretrained(export).eval()(**batch).last_hidden_state
     torch.save(dict(batch), tmp_path / "batch.pt")
     result = json.loads(run_isolated(f"""
@@ -128,7 +131,8 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_optimizer_and_schedule
         expected = 1e-4 * (taken / 20 if taken < 20 else (150 - taken) / 130)
         assert entry["learning_rate"] == pytest.approx(expected, rel=0.05, abs=1e-7)
     assert (out / "export" / "model.safetensors").exists()
-    assert "Resuming" in resumed.stderr or "Continuing training from checkpoint" in resumed.stderr or resumed.returncode == 0
+    assert ("Resuming" in resumed.stderr or "Continuing training from checkpoint" in resumed.stderr
+            or resumed.returncode == 0)
 
 
 @pytest.mark.multiprocess
@@ -151,7 +155,8 @@ def pretrain_cli(*args):
 
 def test_bad_input_gets_clear_errors_and_keeps_what_is_saved(tmp_path):
     unknown = pretrain_cli("--model", "gpt5", "--output_dir", str(tmp_path / "x"))
-    assert unknown.returncode == 2 and "Unknown --model 'gpt5'. Available: " in unknown.stderr and "spanbert" in unknown.stderr
+    assert (unknown.returncode == 2 and "Unknown --model 'gpt5'. Available: " in unknown.stderr
+            and "spanbert" in unknown.stderr)
     assert "Traceback" not in unknown.stderr
 
     missing = pretrain_cli("--model", "spanbert", *TINY, "--dataset", str(tmp_path / "nowhere.jsonl"), "--output_dir",
@@ -185,8 +190,8 @@ def test_bad_input_gets_clear_errors_and_keeps_what_is_saved(tmp_path):
 def test_documents_longer_than_the_position_limit_are_split_into_blocks(tmp_path):
     from transformers import AutoTokenizer
 
-    from encoder_zoo.training.data.corpus import load_corpus
     from encoder_zoo.training.data.blocks import pack_blocks
+    from encoder_zoo.training.data.corpus import load_corpus
     from encoder_zoo.training.data.resources import minilm_path
 
     long_text = " ".join(load_corpus(max_documents=60)["text"])  # one document of ~5k words, one giant "sentence" too
@@ -222,8 +227,9 @@ def test_loss_goes_down_on_real_text(tmp_path, model):
 
 def test_demo_runs_end_to_end_with_a_relative_output_dir(tmp_path):
     """The main job (`make demo`), shortened: pretrain, export, reload in a fresh process, summary."""
-    result = subprocess.run([sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "4",
-                             "--model_size", "tiny"], capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=600)
+    result = subprocess.run([sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo",
+                             "--max_steps", "4", "--model_size", "tiny"], capture_output=True, text=True, env=env(),
+                            cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "==== SpanBERT demo summary ====" in result.stdout
     assert "transformers_modules" in result.stdout and "fresh process, trust_remote_code=True" in result.stdout
@@ -236,9 +242,9 @@ def test_a_demo_rerun_reuses_its_export_and_keeps_one_earlier_copy(tmp_path):
     """Rerun with the same options: nothing is trained and the export is byte for byte the same. Other options: a new
     run, the previous one moved to replaced-<time>/, and only the newest earlier copy kept."""
     def demo(steps):
-        result = subprocess.run([sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "demo", "--max_steps",
-                                 str(steps), "--model_size", "tiny"], capture_output=True, text=True, env=env(),
-                                cwd=tmp_path, timeout=600)
+        result = subprocess.run([sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "demo",
+                                 "--max_steps", str(steps), "--model_size", "tiny"], capture_output=True, text=True,
+                                env=env(), cwd=tmp_path, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         return result
 

@@ -82,9 +82,11 @@ def test_wiki_cloze_build_shows_progress_and_caches_where_datasets_does(tmp_path
 
 def test_windows_recover_the_gold_answer_text(wiki, tokenizer):
     answerable = wiki["train"].filter(lambda r: len(r["answers"]["text"]) > 0).select(range(120))
-    features = prepare_train_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16, max_question_length=40)
+    features = prepare_train_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16,
+                                      max_question_length=40)
     assert len(features["input_ids"]) > len(answerable)  # long contexts were split into windows
-    validation = prepare_validation_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16, max_question_length=40)
+    validation = prepare_validation_features(answerable[:], tokenizer, max_seq_length=96, doc_stride=16,
+                                             max_question_length=40)
     position = {qid: i for i, qid in enumerate(answerable["id"])}
     recovered = inside = 0
     for index, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
@@ -104,7 +106,8 @@ def test_windows_recover_the_gold_answer_text(wiki, tokenizer):
 
 def test_postprocessing_on_crafted_logits(tokenizer):
     context = "The Eiffel Tower is in Paris. It opened in 1889 and is 330 metres tall."
-    example = {"id": "q1", "question": "When did it open?", "context": context, "answers": {"text": ["1889"], "answer_start": [context.index("1889")]}}
+    example = {"id": "q1", "question": "When did it open?", "context": context,
+               "answers": {"text": ["1889"], "answer_start": [context.index("1889")]}}
     examples = datasets.Dataset.from_list([example])
     features = prepare_validation_features(examples[:], tokenizer, max_seq_length=64, doc_stride=16)
     tokens = tokenizer.convert_ids_to_tokens(features["input_ids"][0])
@@ -116,7 +119,8 @@ def test_postprocessing_on_crafted_logits(tokenizer):
     question_token = tokens.index("open")
     start[0, question_token], end[0, question_token] = 9.0, 9.0
     start[0, year + 1], end[0, year - 1] = 8.0, 8.0
-    predictions, nbest, odds = postprocess_predictions(examples, features, start, end, n_best_size=5, max_answer_length=5)
+    predictions, nbest, odds = postprocess_predictions(examples, features, start, end, n_best_size=5,
+                                                       max_answer_length=5)
     assert predictions["q1"] == "1889"
     assert odds["q1"] == pytest.approx((-5.0 - 5.0) - 8.0)  # null score minus best span score
     assert abs(sum(c["probability"] for c in nbest["q1"]) - 1) < 1e-6
@@ -138,7 +142,8 @@ def test_metrics_on_hand_checked_cases():
     assert v1.compute(predictions=preds, references=refs) == {"exact_match": 50.0, "f1": 75.0, "total": 2}
     v2 = evaluate.load(METRIC_MODULE, "v2")
     refs2 = refs + [{"id": "c", "answers": {"text": [], "answer_start": []}}]
-    preds2 = [{**p, "no_answer_probability": -1.0} for p in preds] + [{"id": "c", "prediction_text": "x", "no_answer_probability": 2.0}]
+    preds2 = [{**p, "no_answer_probability": -1.0} for p in preds] + [{"id": "c", "prediction_text": "x",
+                                                                        "no_answer_probability": 2.0}]
     result = v2.compute(predictions=preds2, references=refs2, no_answer_threshold=0.0)  # null odds, as run_qa passes
     assert result["HasAns_exact"] == 50.0 and result["HasAns_f1"] == 75.0 and result["HasAns_total"] == 2
     assert result["NoAns_exact"] == 100.0 and result["NoAns_total"] == 1  # odds 2 > 0: predicted null, correctly
@@ -146,11 +151,13 @@ def test_metrics_on_hand_checked_cases():
 
 
 def refs(*golds):
-    return [{"id": f"q{i}", "answers": {"text": list(gold), "answer_start": [0] * len(gold)}} for i, gold in enumerate(golds)]
+    return [{"id": f"q{i}", "answers": {"text": list(gold), "answer_start": [0] * len(gold)}}
+            for i, gold in enumerate(golds)]
 
 
 def preds(*texts, no_answer=None):
-    return [{"id": f"q{i}", "prediction_text": text, **({} if no_answer is None else {"no_answer_probability": no_answer[i]})}
+    return [{"id": f"q{i}", "prediction_text": text,
+             **({} if no_answer is None else {"no_answer_probability": no_answer[i]})}
             for i, text in enumerate(texts)]
 
 
@@ -159,9 +166,11 @@ def test_v1_scores_gold_answers_that_normalise_to_nothing_as_the_official_script
     # evaluate-v1.1.py: "" == normalize("the") gives EM 1, but F1 needs a shared token, so 0 (not 100).
     assert v1.compute(predictions=preds(""), references=refs(["the"])) == {"exact_match": 100.0, "f1": 0.0, "total": 1}
     # Every gold answer counts as written: "." keeps its EM credit for an empty prediction ...
-    assert v1.compute(predictions=preds(""), references=refs([".", "x"])) == {"exact_match": 100.0, "f1": 0.0, "total": 1}
+    assert v1.compute(predictions=preds(""), references=refs([".", "x"])) == {"exact_match": 100.0, "f1": 0.0,
+                                                                              "total": 1}
     # ... and a real answer scores as usual next to it.
-    assert v1.compute(predictions=preds("the x!"), references=refs([".", "x"])) == {"exact_match": 100.0, "f1": 100.0, "total": 1}
+    assert v1.compute(predictions=preds("the x!"), references=refs([".", "x"])) == {"exact_match": 100.0, "f1": 100.0,
+                                                                                    "total": 1}
     with pytest.raises(ValueError, match="no gold answer.*'v2'"):
         v1.compute(predictions=preds("x"), references=refs([]))
 
@@ -235,8 +244,10 @@ def test_v2_written_threshold_reproduces_the_best_score(null_odds, answers, pred
 
 
 def test_malformed_records_are_named_or_skipped():
-    good = {"id": "ok", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [0]}}
-    bad = {"id": "bad-7", "question": "q?", "context": "Paris is big.", "answers": {"text": ["Paris"], "answer_start": [3]}}
+    good = {"id": "ok", "question": "q?", "context": "Paris is big.",
+            "answers": {"text": ["Paris"], "answer_start": [0]}}
+    bad = {"id": "bad-7", "question": "q?", "context": "Paris is big.",
+           "answers": {"text": ["Paris"], "answer_start": [3]}}
     data = datasets.Dataset.from_list([good, bad])
     with pytest.raises(MalformedRecordError, match="bad-7.*not at offset 3"):
         validate(data, "error")
@@ -254,14 +265,16 @@ def tiny_zoo_qa(tmp_path_factory):
 def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     train = squad_file(tmp_path / "train.json", [
         {"id": r["id"], "question": r["question"], "context": r["context"],
-         "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["train"].select(range(40))])
+         "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))}
+        for r in wiki["train"].select(range(40))])
     valid = squad_file(tmp_path / "valid.json", [
         {"id": r["id"], "question": r["question"], "context": r["context"],
-         "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["validation"].select(range(20))])
+         "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))}
+        for r in wiki["validation"].select(range(20))])
     results = main(["--model_name_or_path", tiny_zoo_qa, "--trust_remote_code", "--train_file", train,
                     "--validation_file", valid, "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
-                    "--doc_stride", "32", "--max_question_length", "48", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
-                    "--add_to_model_card"])
+                    "--doc_stride", "32", "--max_question_length", "48", "--num_train_epochs", "1",
+                    "--per_device_train_batch_size", "8", "--add_to_model_card"])
     assert results["version_2"] is True
     assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(results["eval"])
     out = tmp_path / "out"
@@ -271,7 +284,8 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     # with no question predicted null by the metric.
     qas = [article["paragraphs"][0]["qas"][0] for article in json.loads(Path(valid).read_text())["data"]]
     references = [{"id": qa["id"], "answers": {"text": [a["text"] for a in qa["answers"]],
-                                               "answer_start": [a["answer_start"] for a in qa["answers"]]}} for qa in qas]
+                                               "answer_start": [a["answer_start"] for a in qa["answers"]]}}
+                  for qa in qas]
     rescored = evaluate.load(METRIC_MODULE, "v2").compute(
         predictions=[{"id": q, "prediction_text": t, "no_answer_probability": 0.0} for q, t in predictions.items()],
         references=references)
@@ -283,13 +297,16 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
     written = {r.metric_type: r for r in ModelCard.load(out / "README.md").data.eval_results}
     assert set(written) == {"exact", "f1", "best_exact", "best_f1"}
     for name, r in written.items():
-        assert r.metric_value == pytest.approx(results["eval"][name], abs=1e-4) and r.metric_name == f"{name} (1 seed: 42)"
+        assert (r.metric_value == pytest.approx(results["eval"][name], abs=1e-4)
+                and r.metric_name == f"{name} (1 seed: 42)")
         assert (r.dataset_type, r.dataset_name, r.dataset_split) == ("local:valid", "valid.json", "validation")
     assert str(tmp_path) not in (out / "README.md").read_text()
     from transformers import AutoModelForQuestionAnswering
 
-    assert type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__ == "SpanBertForQuestionAnswering"
-    assert not list(out.rglob("training_args.bin")) and json.loads((out / "training_args.json").read_text())["seed"] == 42
+    assert (type(AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)).__name__
+            == "SpanBertForQuestionAnswering")
+    assert (not list(out.rglob("training_args.bin"))
+            and json.loads((out / "training_args.json").read_text())["seed"] == 42)
 
 
 def test_a_new_qa_head_is_the_same_for_the_same_seed(tmp_path, wiki):
@@ -300,7 +317,8 @@ def test_a_new_qa_head_is_the_same_for_the_same_seed(tmp_path, wiki):
 
     pretrained = save_tiny_spanbert(tmp_path / "pretrained", "SpanBertForPreTraining")
     records = [{"id": r["id"], "question": r["question"], "context": r["context"],
-                "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["train"].select(range(24))]
+                "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))}
+               for r in wiki["train"].select(range(24))]
     train = squad_file(tmp_path / "train.json", records[:16])
     valid = squad_file(tmp_path / "valid.json", records[16:])
 
@@ -323,11 +341,12 @@ def test_a_new_qa_head_is_the_same_for_the_same_seed(tmp_path, wiki):
 def test_validation_file_alone_is_detected_as_squad_v2(tmp_path, wiki, tiny_zoo_qa):
     """Evaluation-only runs on a local SQuAD 2.0 file score with v2 rules: a correct "no answer" counts."""
     records = [{"id": r["id"], "question": r["question"], "context": r["context"],
-                "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))} for r in wiki["validation"].select(range(12))]
+                "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))}
+               for r in wiki["validation"].select(range(12))]
     assert any(not r["answers"] for r in records) and any(r["answers"] for r in records)
     results = main(["--model_name_or_path", tiny_zoo_qa, "--trust_remote_code", "--validation_file",
-                    squad_file(tmp_path / "dev.json", records), "--output_dir", str(tmp_path / "out"), "--max_seq_length", "128",
-                    "--doc_stride", "32", "--max_question_length", "48"])
+                    squad_file(tmp_path / "dev.json", records), "--output_dir", str(tmp_path / "out"),
+                    "--max_seq_length", "128", "--doc_stride", "32", "--max_question_length", "48"])
     assert results["version_2"] is True and {"NoAns_f1", "best_f1"} <= set(results["eval"])
 
 
@@ -336,14 +355,19 @@ def run_cli(*args):
 
 
 def test_bad_input_gets_clear_errors(tmp_path):
-    bad = squad_file(tmp_path / "bad.json", [{"id": "q-42", "question": "?", "context": "Rome is old.", "answers": [("Rome", 5)]}])
-    result = run_cli("--model_name_or_path", minilm_path(), "--train_file", bad, "--validation_file", bad, "--output_dir", str(tmp_path / "o"))
+    bad = squad_file(tmp_path / "bad.json",
+                     [{"id": "q-42", "question": "?", "context": "Rome is old.", "answers": [("Rome", 5)]}])
+    result = run_cli("--model_name_or_path", minilm_path(), "--train_file", bad, "--validation_file", bad,
+                     "--output_dir", str(tmp_path / "o"))
     assert result.returncode == 2 and "q-42" in result.stderr and "--on_malformed skip" in result.stderr
-    missing = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(tmp_path / "none.json"), "--output_dir", str(tmp_path / "o"))
+    missing = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(tmp_path / "none.json"),
+                      "--output_dir", str(tmp_path / "o"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     not_squad = tmp_path / "list.json"
     not_squad.write_text("[1, 2]")
-    wrong = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(not_squad), "--output_dir", str(tmp_path / "o"))
+    wrong = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(not_squad),
+                    "--output_dir", str(tmp_path / "o"))
     assert wrong.returncode == 2 and "not SQuAD-format" in wrong.stderr
-    unknown = run_cli("--model_name_or_path", minilm_path(), "--dataset", "triviaqa_web", "--output_dir", str(tmp_path / "o"))
+    unknown = run_cli("--model_name_or_path", minilm_path(), "--dataset", "triviaqa_web",
+                      "--output_dir", str(tmp_path / "o"))
     assert unknown.returncode == 2 and "Unknown --dataset 'triviaqa_web'" in unknown.stderr

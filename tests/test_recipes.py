@@ -9,9 +9,9 @@ from torch import nn
 
 from encoder_zoo import models
 from encoder_zoo.hub_cards import CardMetadata, write_card
-from encoder_zoo.training.run.export import optimisation_comparison
 from encoder_zoo.training.pretrain import parse_args, recipe_defaults_help
 from encoder_zoo.training.recipes import all_recipes, get_recipe
+from encoder_zoo.training.run.export import optimisation_comparison
 from encoder_zoo.training.run.trainer import PretrainingTrainer
 
 
@@ -67,7 +67,8 @@ def test_spanbert_adamw_eps_1e8_linear_schedule_and_decay_on_every_parameter(tmp
     assert (training_args.per_device_train_batch_size, training_args.gradient_accumulation_steps) == (32, 8)
 
 
-@pytest.mark.parametrize("model, size, lr, total", [("teams", "small", 5e-4, 500_000), ("teams", "base", 2e-4, 1_000_000),
+@pytest.mark.parametrize("model, size, lr, total", [("teams", "small", 5e-4, 500_000),
+                                                     ("teams", "base", 2e-4, 1_000_000),
                                                      ("electra", "small", 5e-4, 1_000_000)])
 def test_teams_and_electra_adamw_eps_1e6_decay_spares_layernorm_and_biases(tmp_path, model, size, lr, total):
     args, training_args, trainer = built(tmp_path, "--model", model, "--model_size", size, "--max_steps", str(total))
@@ -115,7 +116,8 @@ def test_cloze_nesterov_momentum_clipping_and_one_cosine_cycle(tmp_path):
 def test_nesterov_sgd_step_is_the_papers_update(tmp_path):
     """One clipped SGD step built by Trainer from the cloze recipe equals the Nesterov update written out."""
     _, training_args, trainer = built(tmp_path, "--model", "cloze", "--model_size", "tiny", "--max_steps", "100",
-                                      "--learning_rate", "0.5", "--warmup_steps", "0", "--lr_scheduler_type", "constant")
+                                      "--learning_rate", "0.5", "--warmup_steps", "0",
+                                      "--lr_scheduler_type", "constant")
     parameter = next(p for p in trainer.model.parameters() if p.dim() == 2)
     before, velocity = parameter.detach().clone(), torch.zeros_like(parameter)
     for step in range(3):
@@ -135,7 +137,8 @@ def test_short_runs_warm_up_over_the_papers_fraction(tmp_path):
     assert lr_at(trainer, 5) == pytest.approx(1e-4) and lr_at(trainer, 2) == pytest.approx(0.4e-4)
     _, epochs = parse_args(["--output_dir", str(tmp_path), "--model", "teams", "--model_size", "small"])
     assert epochs.warmup_steps == pytest.approx(10_000 / 500_000)  # a ratio of whatever the epochs add up to
-    _, long = parse_args(["--output_dir", str(tmp_path), "--model", "teams", "--model_size", "small", "--max_steps", "900000"])
+    _, long = parse_args(["--output_dir", str(tmp_path), "--model", "teams", "--model_size", "small",
+                          "--max_steps", "900000"])
     assert long.warmup_steps == 10_000
 
 
@@ -172,15 +175,17 @@ def test_every_flag_overrides_the_recipe(tmp_path):
 
 
 def test_unknown_size_is_named(tmp_path):
-    with pytest.raises(ValueError, match="--model_size 'huge' is not a teams preset; choose from tiny, small, base, large"):
+    with pytest.raises(ValueError,
+                       match="--model_size 'huge' is not a teams preset; choose from tiny, small, base, large"):
         parse_args(["--output_dir", str(tmp_path), "--model", "teams", "--model_size", "huge"])
 
 
 def test_help_lists_each_recipes_paper_defaults():
     text = recipe_defaults_help()
-    assert "teams tiny/small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 updates (2.00%)" in text
-    assert "cloze tiny/small/base/cnn_tiny/cnn_base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 updates (2.67%), from 1e-07 x lr, " \
-           "cosine decay to 0.0001, weight decay 0, clip 0.1" in text
+    assert ("teams tiny/small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 updates "
+            "(2.00%)" in text)
+    assert ("cloze tiny/small/base/cnn_tiny/cnn_base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 "
+            "updates (2.67%), from 1e-07 x lr, cosine decay to 0.0001, weight decay 0, clip 0.1" in text)
     assert "spanbert tiny/small/base/large: AdamW (betas 0.9, 0.999; eps 1e-08), lr 0.0001" in text
     assert "weight decay 0.01 on every parameter" in text and "electra large:" in text and "masking 25%" in text
 
@@ -197,7 +202,8 @@ def test_card_shows_what_the_run_used_next_to_the_paper(tmp_path):
     assert rows["gradient clipping"] == ("global norm 0.1", "global norm 0.1")
     assert rows["batch (sequences per update)"] == ("4", "not stated")
     assert rows["sequence length"] == ("128", "512") and rows["weight decay"] == ("none", "none")
-    meta = CardMetadata(model_name="cloze", summary="s", auto_map={}, optimisation=rows, optimisation_source="the source")
+    meta = CardMetadata(model_name="cloze", summary="s", auto_map={}, optimisation=rows,
+                        optimisation_source="the source")
     text = write_card(meta, tmp_path).read_text()
     assert "| setting | this run | paper |" in text and "| peak learning rate | 0.0003 | 1 |" in text
     assert "(the source)" in text
@@ -238,7 +244,8 @@ def test_bertac_cnn_splits_the_papers_4000_pairs_over_the_processes(tmp_path):
 
 
 def test_bertac_cnn_rmsprop_spells_out_torchs_settings_in_the_optimizer_help_and_card(tmp_path):
-    """The paper names RMSProp at 2e-4 only; the authors trained in PyTorch, so torch's RMSprop settings, written out."""
+    """The paper names RMSProp at 2e-4 only; the authors trained in PyTorch, so torch's RMSprop settings, written
+    out."""
     from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig
     from encoder_zoo.models.bertac.modeling_bertac import BertacCnnForPreTraining
     from encoder_zoo.training.recipes.bertac import BERTAC_CNN_SIZES
@@ -264,7 +271,8 @@ def test_help_and_log_give_the_warmup_steps_of_a_short_run(tmp_path, caplog):
     """At one --max_steps, each recipe keeps its own paper's warmup fraction: --help says so with the steps, and
     the run logs the steps it warms up for."""
     text = recipe_defaults_help()
-    assert "at --max_steps 10000 the warmup steps are teams small 200, electra small 100, spanbert base 42, cloze base 267" in text
+    assert ("at --max_steps 10000 the warmup steps are teams small 200, electra small 100, spanbert base 42, "
+            "cloze base 267" in text)
     for model, steps in (("teams", 200), ("electra", 100)):
         _, training_args = parse_args(["--output_dir", str(tmp_path), "--model", model, "--model_size", "small",
                                        "--max_steps", "10000"])

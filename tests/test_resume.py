@@ -19,8 +19,8 @@ from encoder_zoo.training.run.trainer import SAVE_PAUSE_ENV, STAGING_DIR
 
 # ~15 steps per epoch: 30 steps cross an epoch boundary, and checkpoint-20 lies in the second epoch.
 SMALL = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "40", "--tokenizer_vocab_size", "1000",
-         "--per_device_train_batch_size", "8", "--validation_documents", "4", "--max_steps", "30", "--logging_steps", "1",
-         "--save_steps", "10", "--save_total_limit", "5", "--warmup_steps", "5"]
+         "--per_device_train_batch_size", "8", "--validation_documents", "4", "--max_steps", "30",
+         "--logging_steps", "1", "--save_steps", "10", "--save_total_limit", "5", "--warmup_steps", "5"]
 
 
 def start(*args, **env):
@@ -32,7 +32,8 @@ def wait_for(path: Path, process, timeout=400):
     deadline = time.time() + timeout
     while not path.exists():
         if process.poll() is not None:
-            raise AssertionError(f"the run ended ({process.returncode}) before {path} appeared:\n{process.stderr.read()[-3000:]}")
+            raise AssertionError(f"the run ended ({process.returncode}) before {path} appeared:\n"
+                                 f"{process.stderr.read()[-3000:]}")
         assert time.time() < deadline, f"{path} never appeared"
         time.sleep(0.02)
 
@@ -91,7 +92,8 @@ def test_run_killed_after_a_checkpoint_resumes_bitwise(tmp_path, uninterrupted, 
     assert sorted(actual) == list(range(1, 31)) and actual == expected  # every logged float, bitwise
     assert expected[30]["epoch"] == 2.0 and 1 < expected[20]["epoch"] < 2  # resumed inside the second epoch
     assert_same_weights(reference / "export" / "model.safetensors", resumed / "export" / "model.safetensors")
-    optimizer = [torch.load(out / "checkpoint-30" / "optimizer.pt", weights_only=False)["state"] for out in (reference, resumed)]
+    optimizer = [torch.load(out / "checkpoint-30" / "optimizer.pt", weights_only=False)["state"]
+                 for out in (reference, resumed)]
     for key in optimizer[0]:
         for name, value in optimizer[0][key].items():
             assert torch.equal(value, optimizer[1][key][name])
@@ -101,7 +103,8 @@ def test_run_killed_in_the_middle_of_a_save_resumes_from_the_last_complete_check
     """A save killed half-way (files written, not yet published) leaves no checkpoint-20; resume picks checkpoint-10
     and says so. A partial checkpoint-25 left by another tool is set aside, outside the save_total_limit rotation."""
     out = tmp_path / "run"
-    args = ["--model", "bert", *SMALL, "--dataloader_num_workers", "0", "--output_dir", str(out), "--save_total_limit", "2"]
+    args = ["--model", "bert", *SMALL, "--dataloader_num_workers", "0", "--output_dir", str(out),
+            "--save_total_limit", "2"]
     process = start(*args, **{SAVE_PAUSE_ENV: "20"})
     wait_for(out / STAGING_DIR / "checkpoint-20" / "trainer_state.json", process)
     process.send_signal(signal.SIGKILL)
@@ -134,8 +137,8 @@ def test_sigterm_to_the_process_group_saves_then_exits_143(tmp_path):
     """A scheduler's SIGTERM reaches every process of the job, DataLoader workers included: the run finishes its
     step, saves, and exits with 128 + 15; nothing is exported."""
     out = tmp_path / "run"
-    args = ["--model", "spanbert", *SMALL, "--max_steps", "200", "--save_steps", "1000", "--dataloader_num_workers", "2",
-            "--output_dir", str(out)]
+    args = ["--model", "spanbert", *SMALL, "--max_steps", "200", "--save_steps", "1000",
+            "--dataloader_num_workers", "2", "--output_dir", str(out)]
     process = start(*args)
     read_until_training(process)
     os.killpg(process.pid, signal.SIGTERM)
@@ -151,7 +154,8 @@ def test_sigterm_to_the_process_group_saves_then_exits_143(tmp_path):
 @pytest.mark.slow
 def test_demo_stopped_by_ctrl_c_exits_130_and_continues_on_the_next_run(tmp_path):
     """`training/demo.py` after a Ctrl-C: a clear line and status 130, no traceback; the next run resumes."""
-    command = [sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "60", "--model_size", "tiny"]
+    command = [sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "60",
+               "--model_size", "tiny"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                                env=pretrain_env(), start_new_session=True)
     read_until_training(process)
@@ -175,13 +179,14 @@ def tiny_trainer(tmp_path, model_name, workers=0, **training):
     from encoder_zoo import models
     from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
     from encoder_zoo.training.data.corpus import load_corpus
-    from encoder_zoo.training.recipes import get_recipe
     from encoder_zoo.training.data.resources import minilm_path
+    from encoder_zoo.training.recipes import get_recipe
     from encoder_zoo.training.run.trainer import PretrainingTrainer
 
     recipe = get_recipe(model_name)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    blocks = add_example_index(pack_blocks(load_corpus(max_documents=40), tokenizer, max_seq_length=64).select(range(24)))
+    blocks = add_example_index(pack_blocks(load_corpus(max_documents=40), tokenizer,
+                                           max_seq_length=64).select(range(24)))
     options = SimpleNamespace(masking_scheme=recipe.default_masking_scheme, mlm_probability=0.15,
                               random_token_distribution="uniform", masking_seed=3)
     config_class = models.get_class(recipe.family, "AutoConfig")
@@ -190,9 +195,10 @@ def tiny_trainer(tmp_path, model_name, workers=0, **training):
                           **{k: v for k, v in ids.items() if k in config_class.__dataclass_fields__})
     torch.manual_seed(0)
     model = models.get_class(recipe.family, "AutoModelForPreTraining")(config)
-    arguments = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=8, per_device_eval_batch_size=8,
-                                  dataloader_num_workers=workers, train_sampling_strategy="sequential", report_to="none",
-                                  use_cpu=True, remove_unused_columns=False, prediction_loss_only=True, save_strategy="no",
+    arguments = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=8,
+                                  per_device_eval_batch_size=8, dataloader_num_workers=workers,
+                                  train_sampling_strategy="sequential", report_to="none", use_cpu=True,
+                                  remove_unused_columns=False, prediction_loss_only=True, save_strategy="no",
                                   logging_steps=1, **training)
     return PretrainingTrainer(model=model, args=arguments, train_dataset=blocks, eval_dataset=blocks.select(range(16)),
                               data_collator=recipe.build_collator(tokenizer, options), processing_class=tokenizer,
@@ -243,10 +249,13 @@ def test_held_out_losses_are_deterministic_per_objective_and_leave_the_training_
 
 def test_tokenizer_training_is_deterministic_across_processes(tmp_path):
     """Two identical commands give the same vocabulary (tokenizers' own trainer numbers pieces in hash order)."""
-    code = ("import sys; from encoder_zoo.training.data.corpus import load_corpus; from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer; "
-            "train_wordpiece_tokenizer(load_corpus(max_documents=300)['text'], vocab_size=2000).save_pretrained(sys.argv[1])")
+    code = ("import sys; from encoder_zoo.training.data.corpus import load_corpus; "
+            "from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer; "
+            "train_wordpiece_tokenizer(load_corpus(max_documents=300)['text'], vocab_size=2000)"
+            ".save_pretrained(sys.argv[1])")
     for name in ("a", "b"):
-        subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True, env=pretrain_env(), capture_output=True)
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True, env=pretrain_env(),
+                       capture_output=True)
     a, b = (json.loads((tmp_path / name / "tokenizer.json").read_text()) for name in ("a", "b"))
     assert a["model"]["vocab"] == b["model"]["vocab"] and len(a["model"]["vocab"]) == 2000
     assert [t["content"] for t in a["added_tokens"]] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -261,10 +270,12 @@ def test_overwrite_output_dir_moves_the_old_run_aside_and_mixes_nothing(tmp_path
     common = ["--model", "bert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
               "--validation_documents", "0", "--per_device_train_batch_size", "8", "--output_dir", str(out),
               "--export_dir", str(export)]
-    pretrain(*common, "--tokenizer_vocab_size", "500", "--max_steps", "3", "--save_steps", "1", "--save_total_limit", "5")
+    pretrain(*common, "--tokenizer_vocab_size", "500", "--max_steps", "3", "--save_steps", "1",
+             "--save_total_limit", "5")
     old = {path.relative_to(tmp_path): path.read_bytes() for path in tmp_path.rglob("*")
            if path.is_file() and not path.name.startswith(".encoder-zoo.lock")}  # the folder's lock stays with it
-    pretrain(*common, "--tokenizer_vocab_size", "600", "--max_steps", "2", "--save_steps", "2", "--overwrite_output_dir")
+    pretrain(*common, "--tokenizer_vocab_size", "600", "--max_steps", "2", "--save_steps", "2",
+             "--overwrite_output_dir")
 
     [replaced] = out.glob("replaced-*")
     [old_export] = tmp_path.glob("published.replaced-*")

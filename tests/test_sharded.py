@@ -49,13 +49,15 @@ def runs(tmp_path_factory):
 
 def test_fsdp_trains_as_ddp_does_and_checkpoints_shards(runs):
     fsdp, ddp = runs / "fsdp", runs / "ddp"
-    assert {p.name for p in (fsdp / "checkpoint-4").iterdir()} >= {"pytorch_model_fsdp_0", "optimizer_0", "rng_state_1.pth"}
+    assert {p.name for p in (fsdp / "checkpoint-4").iterdir()} >= {"pytorch_model_fsdp_0", "optimizer_0",
+                                                                   "rng_state_1.pth"}
     assert not (fsdp / "checkpoint-4" / "model.safetensors").exists()  # sharded, not gathered, at every save
     expected, actual = step_losses(ddp), step_losses(fsdp)
     assert sorted(actual) == [1, 2, 3, 4]
     for step in expected:  # reduce-scatter instead of all-reduce: the same sums in another order
         assert actual[step] == pytest.approx(expected[step], rel=1e-6)
-    sharded, replicated = load_file(fsdp / "export" / "model.safetensors"), load_file(ddp / "export" / "model.safetensors")
+    sharded, replicated = (load_file(fsdp / "export" / "model.safetensors"),
+                           load_file(ddp / "export" / "model.safetensors"))
     assert sharded.keys() == replicated.keys()
     for name in sharded:
         torch.testing.assert_close(sharded[name], replicated[name], rtol=0, atol=1e-6)
@@ -67,16 +69,17 @@ def test_fsdp_run_resumes_bitwise_from_its_sharded_checkpoint(runs, tmp_path):
     pretrain(*TEAMS, "--output_dir", str(resumed), "--resume_from_checkpoint", "true",
              launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU))
     assert step_losses(resumed) == step_losses(runs / "fsdp")
-    reference, actual = load_file(runs / "fsdp" / "export" / "model.safetensors"), load_file(resumed / "export" / "model.safetensors")
+    reference, actual = (load_file(runs / "fsdp" / "export" / "model.safetensors"),
+                         load_file(resumed / "export" / "model.safetensors"))
     assert all(torch.equal(reference[name], actual[name]) for name in reference)
 
 
 def test_fsdp_export_holds_the_full_model_and_loads_in_a_fresh_process(runs):
     """Written once by the main process from the gathered weights: every parameter at full size, TEAMS's shared
     layers once (the generator borrows the discriminator's bottom layers: no generator copy of them)."""
-    from encoder_zoo import models
-
     from transformers import AutoConfig, AutoModelForPreTraining
+
+    from encoder_zoo import models
 
     export = runs / "fsdp" / "export"
     config = AutoConfig.from_pretrained(export)
@@ -90,7 +93,8 @@ def test_fsdp_export_holds_the_full_model_and_loads_in_a_fresh_process(runs):
         import json
         from transformers import AutoModelForPreTraining
         model = AutoModelForPreTraining.from_pretrained({str(export)!r}, trust_remote_code=True)
-        shared = all(a is b for a, b in zip(model.generator_layers(), model.teams.layer[: model.config.num_shared_generator_layers]))
+        shared = all(a is b for a, b in zip(model.generator_layers(),
+                                            model.teams.layer[: model.config.num_shared_generator_layers]))
         print(json.dumps({{"parameters": sum(p.numel() for p in model.parameters()), "shared": shared}}))
     """).strip().splitlines()[-1])
     assert result == {"parameters": expected, "shared": True}
@@ -124,7 +128,8 @@ report = {
     "units": sum(type(m).__name__ == "FSDPElectraLayer" for m in model.modules()),
     "layers": sum(type(m).__name__ == "ElectraLayer" for m in reference.modules()),  # modules() lists a shared one once
     "same_modules": all(a is b for a, b in zip(model.generator_layers()[:k], layers)),
-    "same_parameters": all(p is q for a, b in zip(model.generator_layers()[:k], layers) for p, q in zip(a.parameters(), b.parameters())),
+    "same_parameters": all(p is q for a, b in zip(model.generator_layers()[:k], layers)
+                           for p, q in zip(a.parameters(), b.parameters())),
     "sharded": all(isinstance(p, DTensor) for p in model.parameters()),
     "parameters": [sum(p.numel() for p in model.parameters()), sum(p.numel() for p in reference.parameters())],
 }
@@ -146,7 +151,8 @@ for step in range(3):
         optimizer.zero_grad()
 full = {name: p.full_tensor() for name, p in model.named_parameters()}
 report["max_difference"] = max((full[name] - p).abs().max().item() for name, p in reference.named_parameters())
-report["shared_moved"] = not torch.equal(full["teams.layer.0.output.dense.weight"], build().teams.layer[0].output.dense.weight)
+report["shared_moved"] = not torch.equal(full["teams.layer.0.output.dense.weight"],
+                                         build().teams.layer[0].output.dense.weight)
 if rank == 0:
     print(json.dumps(report))
 dist.destroy_process_group()
@@ -209,11 +215,12 @@ def test_slurm_script_launches_one_node_of_two_processes(tmp_path):
     out = tmp_path / "run"
     # the script calls `accelerate` from PATH, as on a cluster: this interpreter's bin/ first (a venv not activated)
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    env = {**pretrain_env(), "PATH": path, "SRUN": "", "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost",
-           "GPUS_PER_NODE": "2", "CONFIG": os.path.join(CONFIGS, "ddp.yaml"), "OUTPUT_DIR": str(out), "MODEL": "bert",
-           "MODEL_SIZE": "tiny"}
-    args = ["--max_seq_length", "64", "--max_documents", "60", "--tokenizer_vocab_size", "500", "--validation_documents", "0",
-            "--per_device_train_batch_size", "4", "--save_steps", "2", "--dataloader_num_workers", "0"]
+    env = {**pretrain_env(), "PATH": path, "SRUN": "", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
+           "SLURM_JOB_NODELIST": "localhost", "GPUS_PER_NODE": "2", "CONFIG": os.path.join(CONFIGS, "ddp.yaml"),
+           "OUTPUT_DIR": str(out), "MODEL": "bert", "MODEL_SIZE": "tiny"}
+    args = ["--max_seq_length", "64", "--max_documents", "60", "--tokenizer_vocab_size", "500",
+            "--validation_documents", "0", "--per_device_train_batch_size", "4", "--save_steps", "2",
+            "--dataloader_num_workers", "0"]
     script = os.path.join(REPO, "training", "slurm", "pretrain.sbatch")
     for steps in ("2", "4"):
         result = subprocess.run(["bash", script, *args, "--max_steps", steps], capture_output=True, text=True, env=env,

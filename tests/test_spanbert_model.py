@@ -43,7 +43,8 @@ class SpanBertModelTester:
         span_right = torch.full_like(input_ids, -1)
         span_left[:, 5:9], span_right[:, 5:9] = 4, 9
         span_left[:, 15], span_right[:, 15] = 14, 16
-        return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels, span_left=span_left, span_right=span_right)
+        return dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels, span_left=span_left,
+                    span_right=span_right)
 
 
 tester = SpanBertModelTester()
@@ -52,7 +53,8 @@ tester = SpanBertModelTester()
 def test_bare_model_shapes_and_hidden_states():
     model = SpanBertModel(tester.config(attn_implementation="eager")).eval()  # SDPA returns no attention maps
     inputs = tester.inputs()
-    out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], output_hidden_states=True, output_attentions=True)
+    out = model(inputs["input_ids"], attention_mask=inputs["attention_mask"], output_hidden_states=True,
+                output_attentions=True)
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
     assert out.last_hidden_state.shape == (tester.batch_size, tester.seq_length, tester.hidden_size)
     assert len(out.hidden_states) == 3 and len(out.attentions) == 2
@@ -237,8 +239,10 @@ def test_sbo_targets_past_max_span_targets_are_dropped_not_clamped():
     [
         (SpanBertForSequenceClassification, dict(labels=torch.tensor([0, 2, 1])), "logits", (3, 3)),
         (SpanBertForTokenClassification, dict(labels=torch.zeros(3, 24, dtype=torch.long)), "logits", (3, 24, 3)),
-        (SpanBertForQuestionAnswering, dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 3, 4])), "start_logits", (3, 24)),
-        (SpanBertForMaskedLM, dict(labels=torch.full((3, 24), -100).index_fill_(1, torch.tensor([3]), 7)), "logits", (3, 24, 99)),
+        (SpanBertForQuestionAnswering,
+         dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 3, 4])), "start_logits", (3, 24)),
+        (SpanBertForMaskedLM, dict(labels=torch.full((3, 24), -100).index_fill_(1, torch.tensor([3]), 7)), "logits",
+         (3, 24, 99)),
     ],
 )
 def test_task_heads_shapes_and_losses(head, kwargs, field, shape):
@@ -289,7 +293,8 @@ def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path)
     torch.manual_seed(0)
     model = SpanBertForPreTraining(tester.config()).eval()
     model.save_pretrained(tmp_path)
-    assert {"config.json", "model.safetensors", "modeling_spanbert.py", "configuration_spanbert.py"} <= {p.name for p in tmp_path.iterdir()}
+    assert ({"config.json", "model.safetensors", "modeling_spanbert.py", "configuration_spanbert.py"}
+            <= {p.name for p in tmp_path.iterdir()})
     inputs = tester.inputs()
     with torch.no_grad():
         expected_loss = model(**inputs).loss.item()
@@ -306,8 +311,10 @@ def test_save_load_round_trip_in_fresh_process_without_this_repository(tmp_path)
             pre = AutoModelForPreTraining.from_pretrained(path, trust_remote_code=True).eval()
             result["pretraining_loss"] = pre(**inputs).loss.item()
             bare = AutoModel.from_pretrained(path, trust_remote_code=True).eval()
-            result["hidden"] = bare(inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state.tolist()
-            for auto in (AutoModelForSequenceClassification, AutoModelForQuestionAnswering, AutoModelForTokenClassification, AutoModelForMaskedLM):
+            result["hidden"] = bare(inputs["input_ids"],
+                                    attention_mask=inputs["attention_mask"]).last_hidden_state.tolist()
+            for auto in (AutoModelForSequenceClassification, AutoModelForQuestionAnswering,
+                         AutoModelForTokenClassification, AutoModelForMaskedLM):
                 model = auto.from_pretrained(path, trust_remote_code=True)
                 result[auto.__name__] = type(model).__module__.startswith("transformers_modules")
         print(json.dumps(result))
@@ -350,7 +357,8 @@ def test_next_sentence_prediction_head_shapes_loss_and_weight_names():
     flipped = dict(inputs, token_type_ids=torch.zeros_like(inputs["token_type_ids"]))
     assert not torch.allclose(model(**flipped).nsp_logits, out.nsp_logits)
     out.loss.backward()
-    assert model.cls.seq_relationship.weight.grad.abs().sum() > 0 and model.spanbert.pooler.dense.weight.grad.abs().sum() > 0
+    assert (model.cls.seq_relationship.weight.grad.abs().sum() > 0
+            and model.spanbert.pooler.dense.weight.grad.abs().sum() > 0)
 
 
 def test_next_sentence_labels_and_head_must_match():
@@ -366,7 +374,8 @@ def test_next_sentence_labels_and_head_must_match():
     # Without labels the head still scores the pair, as BertForPreTraining does.
     assert with_head(inputs["input_ids"], attention_mask=inputs["attention_mask"]).nsp_logits.shape == (3, 2)
     # Single-segment SpanBERT keeps no pooler and no NSP weights.
-    assert without.spanbert.pooler is None and not any("pooler" in n or "seq_relationship" in n for n in without.state_dict())
+    assert without.spanbert.pooler is None and not any("pooler" in n or "seq_relationship" in n
+                                                       for n in without.state_dict())
     assert SpanBertModel(tester.config())(inputs["input_ids"]).pooler_output is None
 
 
@@ -438,7 +447,8 @@ def test_pretraining_head_answers_without_labels_as_bert_for_pretraining(nsp):
         torch.testing.assert_close(model(**encoder_inputs, return_dict=False)[0], out.mlm_logits)
         # A prediction mask gives the rows of those positions only; span boundaries add the SBO predictions.
         mask = inputs["labels"] != -100
-        picked = model(**encoder_inputs, prediction_mask=mask, span_left=inputs["span_left"], span_right=inputs["span_right"])
+        picked = model(**encoder_inputs, prediction_mask=mask, span_left=inputs["span_left"],
+                       span_right=inputs["span_right"])
         torch.testing.assert_close(picked.mlm_logits, dense[mask])
         trained = model(**inputs)
         torch.testing.assert_close(picked.sbo_logits, trained.sbo_logits, rtol=1e-5, atol=1e-5)

@@ -20,8 +20,9 @@ STREAM = ["--streaming", "--model_size", "tiny", "--max_seq_length", "64", "--ma
 
 
 def tokenizer():
-    from encoder_zoo.training.data.resources import minilm_path
     from transformers import AutoTokenizer
+
+    from encoder_zoo.training.data.resources import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 
@@ -31,7 +32,8 @@ def stream(start=None, documents=None, window=7, world_size=1, rank=0, seed=1):
     from encoder_zoo.training.data.corpus import stream_corpus
     from encoder_zoo.training.data.streaming import StreamedExamples, StreamSettings
 
-    return StreamedExamples(documents or stream_corpus(max_documents=60), block_packer(tokenizer(), 64), text_column="text",
+    return StreamedExamples(documents or stream_corpus(max_documents=60), block_packer(tokenizer(), 64),
+                            text_column="text",
                             settings=StreamSettings(seed=seed, window_documents=window, world_size=world_size),
                             rank=rank, start=start)
 
@@ -116,7 +118,8 @@ def test_killed_streaming_run_resumes_bitwise(tmp_path):
     expected, actual = step_logs(reference, 30), step_logs(resumed, 30)
     assert sorted(actual) == list(range(1, 31)) and actual == expected  # every logged float, epoch included
     assert_same_weights(reference / "export" / "model.safetensors", resumed / "export" / "model.safetensors")
-    optimizer = [torch.load(out / "checkpoint-30" / "optimizer.pt", weights_only=False)["state"] for out in (reference, resumed)]
+    optimizer = [torch.load(out / "checkpoint-30" / "optimizer.pt", weights_only=False)["state"]
+                 for out in (reference, resumed)]
     for key in optimizer[0]:
         for name, value in optimizer[0][key].items():
             assert torch.equal(value, optimizer[1][key][name])

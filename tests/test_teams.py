@@ -13,12 +13,12 @@ from encoder_zoo.models.teams.configuration_teams import TeamsConfig
 from encoder_zoo.models.teams.modeling_teams import (
     TeamsForMaskedLM,
     TeamsForPreTraining,
-    sample_replacements,
     TeamsForQuestionAnswering,
     TeamsForSequenceClassification,
     TeamsForTokenClassification,
     TeamsModel,
     sample_candidates,
+    sample_replacements,
 )
 
 VOCAB = 120
@@ -71,7 +71,8 @@ def test_bare_model_and_heads_shapes_and_losses():
     assert hidden.shape == (3, 20, 32)
     out = TeamsForSequenceClassification(config)(**inputs, labels=torch.tensor([0, 2, 1]))
     assert out.logits.shape == (3, 3) and out.loss.item() > 0
-    out = TeamsForQuestionAnswering(config)(**inputs, start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 4, 5]))
+    out = TeamsForQuestionAnswering(config)(**inputs, start_positions=torch.tensor([1, 2, 3]),
+                                            end_positions=torch.tensor([2, 4, 5]))
     assert out.start_logits.shape == out.end_logits.shape == (3, 20) and out.loss.item() > 0
     out = TeamsForTokenClassification(config)(**inputs, labels=torch.randint(0, 3, (3, 20)))
     assert out.logits.shape == (3, 20, 3) and out.loss.item() > 0
@@ -90,7 +91,8 @@ def test_bottom_half_of_generator_layers_are_the_discriminators_own_modules():
     # One parameter set: no shared weight is stored twice.
     ids = [id(p) for p in model.parameters()]
     assert len(ids) == len(set(ids))
-    assert not any(name.startswith("generator.layer.") and name.split(".")[2] in ("2", "3") for name in model.state_dict())
+    assert not any(name.startswith("generator.layer.") and name.split(".")[2] in ("2", "3")
+                   for name in model.state_dict())
     assert sum(1 for name in model.state_dict() if name.startswith("generator.layer.")) > 0
     # Embeddings are tied: the generator decodes with the discriminator's word embeddings.
     assert model.get_input_embeddings() is model.teams.embeddings.word_embeddings
@@ -107,7 +109,8 @@ def test_shared_layers_get_gradient_from_both_losses():
     out = model(**batch)
     grad_mlm = torch.autograd.grad(out.mlm_loss, [shared, generator_only, discriminator_only], allow_unused=True)
     out = model(**batch)
-    grad_disc = torch.autograd.grad(out.rtd_loss + out.mws_loss, [shared, generator_only, discriminator_only], allow_unused=True)
+    grad_disc = torch.autograd.grad(out.rtd_loss + out.mws_loss, [shared, generator_only, discriminator_only],
+                                    allow_unused=True)
     assert grad_mlm[0].abs().sum() > 0 and grad_disc[0].abs().sum() > 0  # the shared layer learns from both
     assert grad_mlm[1].abs().sum() > 0 and grad_disc[1] is None  # no gradient through the sampling
     assert grad_mlm[2] is None and grad_disc[2].abs().sum() > 0
@@ -170,7 +173,8 @@ def test_loss_is_the_configured_weighted_sum():
     batch, _ = masked_batch()
     for weights in ((1.0, 5.0, 2.0), (0.5, 1.0, 3.0)):
         torch.manual_seed(0)
-        model = TeamsForPreTraining(tiny_config(mlm_loss_weight=weights[0], rtd_loss_weight=weights[1], mws_loss_weight=weights[2]))
+        model = TeamsForPreTraining(tiny_config(mlm_loss_weight=weights[0], rtd_loss_weight=weights[1],
+                                                mws_loss_weight=weights[2]))
         out = model(**batch)
         expected = weights[0] * out.mlm_loss + weights[1] * out.rtd_loss + weights[2] * out.mws_loss
         assert torch.allclose(out.loss, expected)
@@ -239,7 +243,8 @@ def test_ablations_change_what_they_claim():
     # Only RTD (ELECTRA-style): no MWS head, no task layer, RTD on the top layer.
     model = TeamsForPreTraining(tiny_config(pretraining_tasks="rtd"))
     out = model(**masked_batch()[0])
-    assert model.mws_head is None and model.teams.rtd_layer is None and out.mws_loss is None and out.rtd_loss is not None
+    assert (model.mws_head is None and model.teams.rtd_layer is None and out.mws_loss is None
+            and out.rtd_loss is not None)
     # Only MWS.
     model = TeamsForPreTraining(tiny_config(pretraining_tasks="mws"))
     out = model(**masked_batch()[0])
@@ -518,16 +523,18 @@ def test_a_teams_pretraining_checkpoint_fine_tunes_through_glue_and_qa(tmp_path)
     tokenizer.save_pretrained(checkpoint)
     glue = run_glue(["--model_name_or_path", str(checkpoint), "--trust_remote_code", "--task_name", "rotten_tomatoes",
                      "--max_train_samples", "32", "--max_eval_samples", "16", "--max_seq_length", "64",
-                     "--num_train_epochs", "1", "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "glue")])
+                     "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
+                     "--output_dir", str(tmp_path / "glue")])
     assert 0 <= glue["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
     qa = run_qa(["--model_name_or_path", str(checkpoint), "--trust_remote_code", "--dataset", "wiki_cloze",
-                 "--max_train_samples", "24", "--max_eval_samples", "12", "--max_seq_length", "128", "--doc_stride", "32",
-                 "--max_question_length", "48", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
-                 "--output_dir", str(tmp_path / "qa")])
+                 "--max_train_samples", "24", "--max_eval_samples", "12", "--max_seq_length", "128",
+                 "--doc_stride", "32", "--max_question_length", "48", "--num_train_epochs", "1",
+                 "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "qa")])
     assert {"exact_match", "f1"} <= set(qa["eval"]) or {"exact", "f1"} <= set(qa["eval"])
     from transformers import AutoModelForQuestionAnswering
 
-    assert type(AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa", trust_remote_code=True)).__name__ == "TeamsForQuestionAnswering"
+    assert (type(AutoModelForQuestionAnswering.from_pretrained(tmp_path / "qa", trust_remote_code=True)).__name__
+            == "TeamsForQuestionAnswering")
 
 
 ELECTRA_CONFIG = dict(pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none", generator_hidden_size=16,
@@ -591,7 +598,8 @@ def test_pretraining_outputs_are_ordered_and_record_the_discriminator(overrides,
         as_tuple = model(**batch, return_dict=False)
         torch.manual_seed(1)
         recorded = model(**batch, output_hidden_states=True, output_attentions=True)
-        scored = model(original, attention_mask=batch["attention_mask"], output_hidden_states=True, output_attentions=True)
+        scored = model(original, attention_mask=batch["attention_mask"], output_hidden_states=True,
+                       output_attentions=True)
     torch.testing.assert_close(as_tuple[0], trained.loss)
     torch.testing.assert_close(recorded.loss, trained.loss)
     for out in (recorded, scored):

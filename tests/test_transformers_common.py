@@ -291,10 +291,12 @@ class ClozeTestBase(ZooModelTest):
 
     def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
         inputs_dict = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
-        if return_labels and "labels" in inputs_dict and model_class.__name__ in ("TwoTowerCloze", "TwoTowerClozeForMaskedLM"):
+        if return_labels and "labels" in inputs_dict and model_class.__name__ in ("TwoTowerCloze",
+                                                                                  "TwoTowerClozeForMaskedLM"):
             # Targets in every band of the adaptive softmax, which trains a band only on the targets that fall in it.
             batch, length = inputs_dict["input_ids"].shape
-            inputs_dict["labels"] = (torch.arange(batch * length).view(batch, length) * 7) % self.model_tester.vocab_size
+            inputs_dict["labels"] = ((torch.arange(batch * length).view(batch, length) * 7)
+                                     % self.model_tester.vocab_size)
         return inputs_dict
 
 
@@ -305,10 +307,10 @@ CLOZE_SKIPS = {
 }
 CHARACTER_CNN_SKIPS = {
     **CLOZE_SKIPS,
-    "test_model_get_set_embeddings": "no embedding matrix by design: a character CNN spells each word from a saved word -> "
-                                     "bytes table (set_input_embeddings refuses with a clear error)",
-    "test_resize_tokens_embeddings": "no embedding matrix to compare row by row: resize_token_embeddings grows the word -> "
-                                     "bytes table and the adaptive softmax (test_cloze_model.py checks it)",
+    "test_model_get_set_embeddings": "no embedding matrix by design: a character CNN spells each word from a saved "
+                                     "word -> bytes table (set_input_embeddings refuses with a clear error)",
+    "test_resize_tokens_embeddings": "no embedding matrix to compare row by row: resize_token_embeddings grows the "
+                                     "word -> bytes table and the adaptive softmax (test_cloze_model.py checks it)",
 }
 
 
@@ -321,8 +323,9 @@ class ClozeModelTest(ClozeTestBase, unittest.TestCase):
 class ClozeCharacterCnnModelTest(ClozeTestBase, unittest.TestCase):
     """The paper's CNN models: a character CNN spells each word, and an adaptive softmax predicts it."""
 
-    config_overrides = dict(input_representation="char_cnn", use_adaptive_softmax=True, adaptive_softmax_cutoff=[10, 40],
-                            character_embedding_size=4, character_filters=[[1, 4], [2, 8]], max_word_characters=6)
+    config_overrides = dict(input_representation="char_cnn", use_adaptive_softmax=True,
+                            adaptive_softmax_cutoff=[10, 40], character_embedding_size=4,
+                            character_filters=[[1, 4], [2, 8]], max_word_characters=6)
 
 
 # ================================================================================================================ HIRE
@@ -360,7 +363,8 @@ class HireModelTest(ZooModelTest, unittest.TestCase):
 # ============================================================================================================== BERTAC
 class BertacModelTester(HireModelTester):
     def get_config(self):
-        cnn = BertacCnnConfig(vocab_size=20, word_embedding_dim=8, filter_windows=[1, 2], num_filters=4, mask_token_id=3)
+        cnn = BertacCnnConfig(vocab_size=20, word_embedding_dim=8, filter_windows=[1, 2], num_filters=4,
+                              mask_token_id=3)
         return BertacConfig(backbone_config=self.backbone_config().to_dict(), cnn_config=cnn.to_dict(),
                             num_tier_layers=2, separator_token_ids=[1, 2], word_lookup_size=4,
                             backbone_vocab_size=self.vocab_size, num_labels=self.num_labels, **self.config_overrides)
@@ -405,7 +409,8 @@ class BertacCnnModelTester(EncoderModelTester):
 
 BERTAC_CNN_SKIPS = {
     "test_init_weights_can_init_buffers": RANDOM_WORD_TABLE,
-    "test_hidden_states_output": "no hidden states by design: a one-layer CNN pooled over time (its output is one vector)",
+    "test_hidden_states_output": "no hidden states by design: a one-layer CNN pooled over time (its output is one "
+                                 "vector)",
     "test_retain_grad_hidden_states_attentions": "no hidden states or attentions by design (a CNN pooled over time)",
     "test_feed_forward_chunking": "no feed-forward block to chunk (a CNN)",
     "test_model_get_set_embeddings": "the word table is a frozen buffer by design (BertacWordEmbeddings, never in an "

@@ -14,9 +14,9 @@ from transformers import AutoTokenizer
 
 from encoder_zoo.training.data.blocks import add_example_index, pack_segment_pairs, unigram_distribution
 from encoder_zoo.training.data.corpus import load_corpus, split_sentences
+from encoder_zoo.training.data.resources import minilm_path
 from encoder_zoo.training.masking.spans import SCHEMES
 from encoder_zoo.training.recipes.spanbert import build_pair_collator
-from encoder_zoo.training.data.resources import minilm_path
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,8 @@ def test_masking_a_pair_never_touches_or_crosses_the_middle_sep(scheme, corpus, 
     examples = add_example_index(pack_segment_pairs(corpus.select(range(60)), tokenizer, max_seq_length=96, seed=0,
                                                     annotate_spans=annotate))
     args = SimpleNamespace(masking_scheme=scheme, mlm_probability=0.15, random_token_distribution="unigram",
-                           masking_seed=0, unigram_probs=unigram_distribution(examples, len(tokenizer), tokenizer.all_special_ids))
+                           masking_seed=0,
+                           unigram_probs=unigram_distribution(examples, len(tokenizer), tokenizer.all_special_ids))
     collator = build_pair_collator(tokenizer, args, next_sentence_prediction=True)
     rows = [examples[i] for i in range(32)]
     batch = collator(rows)
@@ -148,7 +149,8 @@ def test_masking_a_pair_never_touches_or_crosses_the_middle_sep(scheme, corpus, 
         n = len(example["input_ids"])
         assert attention[row].sum() == n and types[row, :n].tolist() == example["token_type_ids"]
         # [CLS] and both [SEP] stay in place and are never targets.
-        assert special[row, :n].sum() == 3 and (ids[row, :n][special[row, :n]] == np.array(example["input_ids"])[special[row, :n]]).all()
+        assert (special[row, :n].sum() == 3
+                and (ids[row, :n][special[row, :n]] == np.array(example["input_ids"])[special[row, :n]]).all())
         assert not (masked[row] & ~attention[row]).any()
         # Each segment is masked as a block of its own: 15% of its pieces, rounded up.
         for segment in (0, 1):

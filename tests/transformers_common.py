@@ -38,21 +38,24 @@ PACKAGE = "transformers_common_tests"
 CACHE = Path(os.environ.get("ENCODER_ZOO_CACHE", Path.home() / ".cache" / "encoder-zoo")) / "transformers-sdist"
 
 STAND_INS = {
-    "exporters/test_export.py": '''"""Stand-in written by encoder-zoo's tests/transformers_common.py: the sdist does not ship tests/exporters.
+    "exporters/test_export.py": '''"""Stand-in written by encoder-zoo's tests/transformers_common.py: the sdist \
+does not ship tests/exporters.
 The export tests (torch.export, ONNX, ExecuTorch, ...) are not collected."""
 
 
 class ExportTesterMixin:
     pass
 ''',
-    "generation/test_utils.py": '''"""Stand-in written by encoder-zoo's tests/transformers_common.py: the sdist does not ship tests/generation.
+    "generation/test_utils.py": '''"""Stand-in written by encoder-zoo's tests/transformers_common.py: the sdist \
+does not ship tests/generation.
 No zoo model generates; `ModelTesterMixin` reads this class in `issubclass` checks only."""
 
 
 class GenerationTesterMixin:
     pass
 ''',
-    "utils/test_configuration_utils.py": '''"""Stand-in written by encoder-zoo's tests/transformers_common.py: the sdist does not ship tests/utils.
+    "utils/test_configuration_utils.py": '''"""Stand-in written by encoder-zoo's tests/transformers_common.py: \
+the sdist does not ship tests/utils.
 The common `PreTrainedConfig` arguments, each set to a non-default value (as transformers' own list does)."""
 
 config_common_kwargs = {
@@ -92,8 +95,8 @@ def _download(version: str, folder: Path) -> Path:
         return archive
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check",
-             f"transformers=={version}", "-d", scratch],
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+             "--disable-pip-version-check", f"transformers=={version}", "-d", scratch],
             capture_output=True, text=True, timeout=600,
         )
         found = list(Path(scratch).glob("transformers-*.tar.gz"))
@@ -155,4 +158,5 @@ def load():
         return (importlib.import_module(f"{PACKAGE}.test_modeling_common"),
                 importlib.import_module(f"{PACKAGE}.test_configuration_common"))
     except ImportError as error:
-        raise Unavailable(f"transformers {transformers.__version__}'s common tests do not import here: {error}") from error
+        raise Unavailable(f"transformers {transformers.__version__}'s common tests do not import here: "
+                          f"{error}") from error

@@ -53,18 +53,19 @@ def table(results: dict[str, dict[str, str]], common: dict[str, dict[str, int]] 
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if common:
         lines.append(common_tests_row(common))
-    lines.append("\n✓ passes, ✗ fails, – not applicable (no such head: HIRE has no pretraining head, BERTAC's is its part-1 "
-                 "CNN's). Pretraining-head inference: `AutoModelForPreTraining` without labels. torch.compile: the "
-                 "`aot_eager` backend, output = eager. transformers common tests: transformers' `ModelTesterMixin` (from "
-                 "the installed version's sdist) on every head of the family, passed / skipped (each skip has its "
-                 "reason in tests/test_transformers_common.py or comes from transformers, e.g. GPU-only tests).")
+    lines.append("\n✓ passes, ✗ fails, – not applicable (no such head: HIRE has no pretraining head, BERTAC's is its "
+                 "part-1 CNN's). Pretraining-head inference: `AutoModelForPreTraining` without labels. torch.compile: "
+                 "the `aot_eager` backend, output = eager. transformers common tests: transformers' `ModelTesterMixin` "
+                 "(from the installed version's sdist) on every head of the family, passed / skipped (each skip has "
+                 "its reason in tests/test_transformers_common.py or comes from transformers, e.g. GPU-only tests).")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", default=str(HERE / "works_with.json"), help="the client-matrix JSON")
-    parser.add_argument("--readme", default=str(HERE.parent / "docs" / "clients.md"), help="the page to update in place")
+    parser.add_argument("--readme", default=str(HERE.parent / "docs" / "clients.md"),
+                        help="the page to update in place")
     parser.add_argument("--common", default=str(HERE / "common_tests.json"),
                         help="transformers' common-test counts (UPDATE_WORKS_WITH=1 pytest -m common ...)")
     parser.add_argument("--print", action="store_true", help="print the table instead of writing the README")
