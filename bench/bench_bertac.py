@@ -33,8 +33,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Data
 from encoder_zoo import models  # noqa: F401
 from encoder_zoo.glue.tasks import load_rotten_tomatoes
 from encoder_zoo.models.bertac.modeling_bertac import BertacForSequenceClassification
-from encoder_zoo.training.masking.entity_spans import EntitySpanBuilder
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.masking.entity_spans import EntitySpanBuilder
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("plain", "bertac_gan", "bertac_random")
@@ -74,7 +74,8 @@ def step_times(tokenizer, data, cnn: str, steps: int, batch_size: int) -> dict[s
     assert int(batch["attention_mask"].sum()) == batch_size * 128
     labels = torch.tensor(list(data["label"][:batch_size]))
     built = {kind: build(kind, 0, cnn).train() for kind in ("plain", "bertac_gan")}
-    optimizers = {kind: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-5) for kind, m in built.items()}
+    optimizers = {kind: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-5)
+                  for kind, m in built.items()}
     times = {kind: [] for kind in built}
     for step in range(steps + 1):
         for kind, model in built.items():
@@ -95,8 +96,8 @@ def parameter_counts(cnn: str) -> dict:
     frozen_cnn = sum(p.numel() for p in bertac.bertac.cnn.parameters())
     table = bertac.bertac.cnn.embeddings.weight.numel()
     total = trained + frozen_cnn + table
-    return {"plain_parameters": encoder, "bertac_trained_parameters": trained, "bertac_frozen_cnn_parameters": frozen_cnn,
-            "bertac_frozen_word_table": table,
+    return {"plain_parameters": encoder, "bertac_trained_parameters": trained,
+            "bertac_frozen_cnn_parameters": frozen_cnn, "bertac_frozen_word_table": table,
             "overhead_trained_percent": round((trained / encoder - 1) * 100, 1),
             "overhead_with_frozen_cnn_and_table_percent": round((total / encoder - 1) * 100, 1)}
 
@@ -167,7 +168,8 @@ def main():
         "plain_step_s": round(times["plain"], 3), "bertac_step_s": round(times["bertac_gan"], 3),
         "bertac_over_plain_step_time": round(times["bertac_gan"] / times["plain"], 2),
         **parameter_counts(cnn),
-        "budget": f"{options.train_examples} train examples x {options.epochs} epoch, batch {options.batch_size}, lr {options.lr}",
+        "budget": f"{options.train_examples} train examples x {options.epochs} epoch, "
+                  f"batch {options.batch_size}, lr {options.lr}",
         "validation_examples": len(validation), "seeds": options.seeds,
         **{f"{kind}_accuracy_median": round(statistics.median(scores[kind]), 4) for kind in KINDS},
         **{f"{kind}_accuracy_runs": [round(v, 4) for v in scores[kind]] for kind in KINDS},

@@ -43,7 +43,8 @@ def pair_building(num_procs: list[int]) -> tuple[dict, object]:
     if len(num_procs) > 1:
         first, last = num_procs[0], num_procs[-1]
         result[f"speedup_num_proc_{last}_vs_{first}"] = round(
-            result[f"pairs_s_per_1000_articles_num_proc_{first}"] / result[f"pairs_s_per_1000_articles_num_proc_{last}"], 2
+            result[f"pairs_s_per_1000_articles_num_proc_{first}"]
+            / result[f"pairs_s_per_1000_articles_num_proc_{last}"], 2
         )
     return result, pairs
 
@@ -87,7 +88,8 @@ def gan_steps(pairs, size: str, batch_size: int, steps: int) -> dict:
             words += int(batch["attention_mask"].sum() + batch["entity_attention_mask"].sum())
     return {
         "size": size, "batch_size": batch_size, "steps": steps, "device": str(device), "dtype": "float32",
-        "word_vocabulary": len(tokenizer), "trained_params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+        "word_vocabulary": len(tokenizer),
+        "trained_params_M": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
         "gan_pairs_per_s": round(pairs_seen / seconds, 1), "gan_words_per_s": round(words / seconds, 1),
         "gan_ms_per_step": round(1000 * seconds / steps, 1),
     }
@@ -98,7 +100,8 @@ def main():
     parser.add_argument("--size", default="w123-f100", help="A bertac_cnn preset (tiny, w123-f100 ... w1234-f300).")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--num_proc", type=int, nargs="+", default=[1, 2], help="Processes of the parsing map, compared.")
+    parser.add_argument("--num_proc", type=int, nargs="+", default=[1, 2],
+                        help="Processes of the parsing map, compared.")
     options = parser.parse_args()
     building, pairs = pair_building(options.num_proc)
     result = {**building, **gan_steps(pairs, options.size, options.batch_size, options.steps)}

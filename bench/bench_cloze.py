@@ -30,8 +30,10 @@ def build(kind, size):
     torch.manual_seed(0)
     if kind == "cloze":
         return TwoTowerCloze(TwoTowerClozeConfig(vocab_size=VOCAB, max_position_embeddings=512, **dims))
-    return BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=dims["hidden_size"], num_hidden_layers=dims["num_hidden_layers"],
-                                      num_attention_heads=dims["num_attention_heads"], intermediate_size=dims["intermediate_size"]))
+    return BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=dims["hidden_size"],
+                                      num_hidden_layers=dims["num_hidden_layers"],
+                                      num_attention_heads=dims["num_attention_heads"],
+                                      intermediate_size=dims["intermediate_size"]))
 
 
 def step_inputs(kind, batch):
@@ -62,8 +64,10 @@ def main():
         **{f"{kind}_tokens_per_s": round(tokens[kind] / seconds[kind], 1) for kind in KINDS},
         **{f"{kind}_predicted_tokens_per_s": round(predicted[kind] / seconds[kind], 1) for kind in KINDS},
         **{f"{kind}_us_per_predicted_token": round(1e6 * seconds[kind] / predicted[kind], 1) for kind in KINDS},
-        "tokens_per_s_ratio": round((tokens["cloze"] / seconds["cloze"]) / (tokens["hf_bert_mlm"] / seconds["hf_bert_mlm"]), 2),
-        "time_per_predicted_token_ratio": round((seconds["cloze"] / predicted["cloze"]) / (seconds["hf_bert_mlm"] / predicted["hf_bert_mlm"]), 2),
+        "tokens_per_s_ratio": round((tokens["cloze"] / seconds["cloze"])
+                                    / (tokens["hf_bert_mlm"] / seconds["hf_bert_mlm"]), 2),
+        "time_per_predicted_token_ratio": round((seconds["cloze"] / predicted["cloze"])
+                                                / (seconds["hf_bert_mlm"] / predicted["hf_bert_mlm"]), 2),
         **{f"{kind}_params_M": round(params[kind] / 1e6, 2) for kind in KINDS},
     }
     if device.type == "cuda":

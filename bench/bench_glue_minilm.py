@@ -25,8 +25,8 @@ def main():
                 "--max_seq_length", "64", "--warmup_steps", "0.1", "--weight_decay", "0.01"]
     with tempfile.TemporaryDirectory() as output:
         start = time.perf_counter()
-        results = run_glue(["--model_name_or_path", minilm_path(), "--task_name", "rotten_tomatoes", "--output_dir", output,
-                            "--seeds", *options.seeds, *settings, "--disable_tqdm", "true"])
+        results = run_glue(["--model_name_or_path", minilm_path(), "--task_name", "rotten_tomatoes", "--output_dir",
+                            output, "--seeds", *options.seeds, *settings, "--disable_tqdm", "true"])
         wall = time.perf_counter() - start
     task = results["tasks"]["rotten_tomatoes"]
     write_result("glue_minilm", {

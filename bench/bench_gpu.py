@@ -8,15 +8,17 @@ transformers reference, in one run, on the same batches of real Wikipedia text. 
 Pairs (ours | reference):
   spanbert  SpanBertForPreTraining, MLM + SBO on span masking  | transformers' BertForMaskedLM (SDPA)
   bert      the same model without SBO, subword masking        | BertForMaskedLM
-  teams     TeamsForPreTraining (MLM + RTD + MWS)              | ElectraForMaskedLM + ElectraForPreTraining at TEAMS's sizes
-  electra   TeamsForPreTraining as `--model electra`           | the same transformers pair with ELECTRA's narrow generator
+  teams     TeamsForPreTraining (MLM + RTD + MWS)              | ElectraForMaskedLM + ElectraForPreTraining
+                                                                 at TEAMS's sizes
+  electra   TeamsForPreTraining as `--model electra`           | the same transformers pair with ELECTRA's narrow
+                                                                 generator
   cloze     TwoTowerCloze (two towers, every token a target)   | BertForMaskedLM of the same depth and width per tower
 (the pairs of bench_spanbert.py, bench_teams.py and bench_cloze.py, at GPU sizes).
 
 Our side uses the levers pretrain.py offers: `--attn_implementation` (default flash_attention_2 when the flash-attn
-package is installed, else sdpa), `--packing` (padding-free rows; default on with a varlen attention kernel), torch.compile
-(`--compile ours`, the default on a GPU), fused AdamW and bf16 autocast. The reference runs as transformers ships it:
-SDPA on padded batches, with the same optimizer and autocast (`--compile both` compiles it too).
+package is installed, else sdpa), `--packing` (padding-free rows; default on with a varlen attention kernel),
+torch.compile (`--compile ours`, the default on a GPU), fused AdamW and bf16 autocast. The reference runs as
+transformers ships it: SDPA on padded batches, with the same optimizer and autocast (`--compile both` compiles it too).
 
 Each model is timed on its own (build, warm-up steps that include compilation, then `--steps` timed steps), one after
 the other in this process. Peak memory is the allocator's peak during the timed steps (GPU only: weights, gradients,
@@ -109,10 +111,10 @@ def step_inputs(kind: str, batch: dict, packing: bool) -> dict:
 # ---------------------------------------------------------------------------------------------------- models
 def build(kind: str, size: str, attn: str | None):
     """A freshly initialised model of `kind` at `size` (`attn`: our models' attention implementation)."""
+    from bench_teams import HfElectraStep
     from transformers import BertConfig, BertForMaskedLM, ElectraConfig
 
     from encoder_zoo import models  # noqa: F401
-    from bench_teams import HfElectraStep
     from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
     from encoder_zoo.models.cloze.modeling_cloze import TwoTowerCloze
     from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
@@ -120,7 +122,8 @@ def build(kind: str, size: str, attn: str | None):
     from encoder_zoo.models.teams.configuration_teams import TeamsConfig
     from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
     from encoder_zoo.training.recipes.cloze import CLOZE_SIZES
-    from encoder_zoo.training.recipes.spanbert import BERT_SIZES, RECIPES as SPANBERT_RECIPES
+    from encoder_zoo.training.recipes.spanbert import BERT_SIZES
+    from encoder_zoo.training.recipes.spanbert import RECIPES as SPANBERT_RECIPES
     from encoder_zoo.training.recipes.teams import RECIPES as TEAMS_RECIPES
 
     torch.manual_seed(0)
@@ -147,7 +150,8 @@ def build(kind: str, size: str, attn: str | None):
                               num_attention_heads=config.generator_num_attention_heads,
                               intermediate_size=config.generator_intermediate_size)
     discriminator = ElectraConfig(**shared, embedding_size=config.embedding_size, hidden_size=config.hidden_size,
-                                  num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+                                  num_hidden_layers=config.num_hidden_layers,
+                                  num_attention_heads=config.num_attention_heads,
                                   intermediate_size=config.intermediate_size)
     return HfElectraStep(generator, discriminator)
 
@@ -172,7 +176,8 @@ def train_step_flops(kind: str, model, inputs: dict) -> int:
         flops += dense(tokens, e, part.hidden_size) if e != part.hidden_size else 0
         flops += part.num_hidden_layers * layer(tokens, squared, part.hidden_size, part.intermediate_size)
     d = discriminator.hidden_size
-    return flops + dense(tokens, generator.hidden_size, e) + dense(tokens, e, vocab) + dense(tokens, d, d) + dense(tokens, d, 1)
+    return (flops + dense(tokens, generator.hidden_size, e) + dense(tokens, e, vocab) + dense(tokens, d, d)
+            + dense(tokens, d, 1))
 
 
 # ---------------------------------------------------------------------------------------------------- timing
@@ -255,9 +260,11 @@ def parse(argv=None):
                         help="torch.compile our models, or both sides (default: ours on a GPU, none on CPU).")
     parser.add_argument("--peak_tflops", type=float, default=None,
                         help="The device's peak for MFU, TFLOP/s (default: the GPU's dense bf16 peak: H100/H200 989).")
-    parser.add_argument("--output", type=Path, default=None, help="Result file (default bench/results/gpu_<size>_<device>.json).")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="Result file (default bench/results/gpu_<size>_<device>.json).")
     parser.add_argument("--smoke", action="store_true",
-                        help="A quick check that runs anywhere: tiny sizes, 32-token blocks, 2 steps; writes only --output.")
+                        help="A quick check that runs anywhere: tiny sizes, 32-token blocks, 2 steps; writes only "
+                             "--output.")
     parser.add_argument("--allow_cpu", action="store_true", help="Run the full settings on CPU (slow).")
     options = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
@@ -281,7 +288,8 @@ def parse(argv=None):
 
 
 def markdown(results: dict) -> str:
-    lines = ["| pair | length | ours tokens/s | reference tokens/s | speedup | ours MFU | reference MFU | ours / reference peak memory (MiB) |",
+    lines = ["| pair | length | ours tokens/s | reference tokens/s | speedup | ours MFU | reference MFU "
+             "| ours / reference peak memory (MiB) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, row in results.items():
         pair, length = name.rsplit("@", 1)
@@ -309,7 +317,8 @@ def main(argv=None) -> dict:
             print(json.dumps({f"{pair}@{seq_length}": row}), flush=True)
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(options).items()
                 if key not in ("output", "allow_cpu")}
-    settings["flops"] = "PaLM appendix B / nanoGPT estimate_mfu, counting only the work each model does (bench/bench_gpu.py)"
+    settings["flops"] = ("PaLM appendix B / nanoGPT estimate_mfu, counting only the work each model does "
+                         "(bench/bench_gpu.py)")
     record = {"machine": machine(), "device": str(device), "settings": settings, **results}
     output = options.output or (None if options.smoke else RESULTS / f"gpu_{options.size}_{device.type}.json")
     if output is not None:

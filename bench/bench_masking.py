@@ -13,8 +13,8 @@ from common import write_result
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
 from encoder_zoo.training.data.corpus import load_corpus
-from encoder_zoo.training.masking.spans import SpanMaskingCollator
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.masking.spans import SpanMaskingCollator
 
 
 def throughput(collator, examples, batch_size, repeats):
@@ -62,11 +62,13 @@ def main():
     tokens = sum(len(ids) for ids in encodings["input_ids"])
 
     hf = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, whole_word_mask=True, seed=0)
-    results = {"examples": len(texts), "mean_tokens_per_example": round(tokens / len(texts), 1), "batch_size": options.batch_size}
+    results = {"examples": len(texts), "mean_tokens_per_example": round(tokens / len(texts), 1),
+               "batch_size": options.batch_size}
     results["hf_whole_word_examples_per_s"] = round(throughput(hf, hf_examples, options.batch_size, options.repeats), 1)
     for scheme in ("whole_word", "span", "subword"):
         ours = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", seed=0)
-        results[f"ours_{scheme}_examples_per_s"] = round(throughput(ours, ours_examples, options.batch_size, options.repeats), 1)
+        results[f"ours_{scheme}_examples_per_s"] = round(throughput(ours, ours_examples, options.batch_size,
+                                                                    options.repeats), 1)
     for scheme in ("whole_word", "span"):
         results[f"speedup_{scheme}_vs_hf_whole_word"] = round(
             results[f"ours_{scheme}_examples_per_s"] / results["hf_whole_word_examples_per_s"], 2)

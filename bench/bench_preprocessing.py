@@ -82,13 +82,16 @@ def main():
     num_proc = options.num_proc if options.num_proc > 1 else None
     ours_blocks = ours(corpus, tokenizer, options.max_seq_length, num_proc)
     counts = {"ours (pack_blocks)": tokens(ours_blocks["input_ids"]),
-              "run_mlm.py (map + group_texts)": tokens(run_mlm_way(corpus, tokenizer, options.max_seq_length, num_proc)["input_ids"]),
+              "run_mlm.py (map + group_texts)":
+                  tokens(run_mlm_way(corpus, tokenizer, options.max_seq_length, num_proc)["input_ids"]),
               "ours (--streaming)": tokens(ours_blocks["input_ids"])}
     best = {name: float("inf") for name in counts}
     for _ in range(options.repeats):  # interleaved, so load on a shared machine hits all alike
         for name, run in (("ours (pack_blocks)", lambda: ours(corpus, tokenizer, options.max_seq_length, num_proc)),
-                          ("run_mlm.py (map + group_texts)", lambda: run_mlm_way(corpus, tokenizer, options.max_seq_length, num_proc)),
-                          ("ours (--streaming)", lambda: streamed(documents, tokenizer, options.max_seq_length, len(ours_blocks)))):
+                          ("run_mlm.py (map + group_texts)",
+                           lambda: run_mlm_way(corpus, tokenizer, options.max_seq_length, num_proc)),
+                          ("ours (--streaming)",
+                           lambda: streamed(documents, tokenizer, options.max_seq_length, len(ours_blocks)))):
             if name == "ours (--streaming)" and num_proc:
                 continue  # one stream per training process
             start = time.perf_counter()
@@ -99,7 +102,8 @@ def main():
     for name, seconds in best.items():
         if seconds < float("inf"):
             per_core = counts[name] / seconds / (1 if name == "ours (--streaming)" else cores)
-            rates[name] = {"tokens": counts[name], "seconds": round(seconds, 3), "tokens_per_second_per_core": round(per_core)}
+            rates[name] = {"tokens": counts[name], "seconds": round(seconds, 3),
+                           "tokens_per_second_per_core": round(per_core)}
     reference = rates["run_mlm.py (map + group_texts)"]["tokens_per_second_per_core"]
     result = {
         "documents": options.documents, "max_seq_length": options.max_seq_length, "num_proc": options.num_proc,

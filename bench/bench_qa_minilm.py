@@ -31,7 +31,8 @@ def main():
                           *settings, "--disable_tqdm", "true"])
             wall = time.perf_counter() - start
         scores = run["eval"]
-        keep = ("exact_match", "f1") if "exact_match" in scores else ("exact", "f1", "HasAns_f1", "NoAns_f1", "best_exact", "best_f1", "best_f1_thresh")
+        keep = (("exact_match", "f1") if "exact_match" in scores
+                else ("exact", "f1", "HasAns_f1", "NoAns_f1", "best_exact", "best_f1", "best_f1_thresh"))
         result[dataset] = {key: round(scores[key], 2) for key in keep}
         result[dataset]["questions"] = scores["total"]
         result[dataset]["wall_time_s"] = round(wall, 1)

@@ -9,8 +9,8 @@ side in one run. A train step is forward + backward + AdamW update.
 from __future__ import annotations
 
 import argparse
-import json
 import gc
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,14 +24,13 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16
 
 def batches(seq_length, batch_size, count, seed=0, scheme="span"):
     """Masked batches of full-length blocks of real Wikipedia text (MiniLM's BERT WordPiece vocabulary)."""
+    import datasets
     from transformers import AutoTokenizer
 
     from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
     from encoder_zoo.training.data.corpus import load_corpus
-    from encoder_zoo.training.masking.spans import SpanMaskingCollator
     from encoder_zoo.training.data.resources import minilm_path
-
-    import datasets
+    from encoder_zoo.training.masking.spans import SpanMaskingCollator
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     texts = list(load_corpus(max_documents=3000)["text"])
@@ -39,8 +38,8 @@ def batches(seq_length, batch_size, count, seed=0, scheme="span"):
     joined = datasets.Dataset.from_dict({"text": [" ".join(texts[i : i + 20]) for i in range(0, len(texts), 20)]})
     blocks = add_example_index(pack_blocks(joined, tokenizer, max_seq_length=seq_length))
     full = [blocks[i] for i in range(len(blocks)) if len(blocks[i]["input_ids"]) >= 0.9 * seq_length]
-    collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", pad_to_multiple_of=None,
-                                   span_boundary_targets=scheme != "subword", seed=seed)
+    collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform",
+                                   pad_to_multiple_of=None, span_boundary_targets=scheme != "subword", seed=seed)
     return [collator(full[i * batch_size : (i + 1) * batch_size]) for i in range(count)]
 
 
@@ -69,11 +68,13 @@ def step_inputs(kind, batch):
 def measure(kinds, size, data, steps, device, dtype):
     models_ = {kind: build(kind, size).to(device).train() for kind in kinds}
     stats = timed_train_steps(models_, data, steps, device, dtype, step_inputs)
-    return {kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in kinds}, {k: stats[k]["params"] for k in kinds}
+    return ({kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in kinds},
+            {k: stats[k]["params"] for k in kinds})
 
 
 def peak_memory(kind, options):
-    """Peak memory of a few train steps of one model, in a process of its own (CPU: max RSS growth; GPU: allocator peak)."""
+    """Peak memory of a few train steps of one model, in a process of its own (CPU: max RSS growth; GPU: allocator
+    peak)."""
     command = [sys.executable, __file__, "--memory_of", kind, "--size", options.size,
                "--seq_length", str(options.seq_length), "--batch_size", str(options.batch_size)]
     out = subprocess.run(command, capture_output=True, text=True, check=True)

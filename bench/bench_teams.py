@@ -66,7 +66,8 @@ def build(kind, size):
     config = TeamsConfig(**dims, **recipe.config_overrides)  # resolved generator sizes
     shared = dict(vocab_size=VOCAB, embedding_size=config.embedding_size, max_position_embeddings=512)
     discriminator = ElectraConfig(**shared, hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
-                                  num_attention_heads=config.num_attention_heads, intermediate_size=config.intermediate_size)
+                                  num_attention_heads=config.num_attention_heads,
+                                  intermediate_size=config.intermediate_size)
     generator = ElectraConfig(**shared, hidden_size=config.generator_hidden_size,
                               num_hidden_layers=config.generator_num_hidden_layers,
                               num_attention_heads=config.generator_num_attention_heads,
@@ -78,7 +79,8 @@ def measure(size, data, steps, device, dtype):
     models_ = {kind: build(kind, size).to(device).train() for kind in KINDS}
     inputs = lambda kind, batch: {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}  # noqa: E731
     stats = timed_train_steps(models_, data, steps, device, dtype, inputs)
-    return {kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in KINDS}, {k: stats[k]["params"] for k in KINDS}
+    return ({kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in KINDS},
+            {k: stats[k]["params"] for k in KINDS})
 
 
 def main():

@@ -67,8 +67,8 @@ SMOKE_RESULTS = REPO / "runs" / "gpu_check"  # git-ignored: CPU smoke records ar
 MODELS = ("spanbert", "bert", "bert_2seq_nsp", "teams", "electra", "cloze", "bertac_cnn")
 ATTENTION_MODELS = ("spanbert", "bert", "bert_2seq_nsp", "teams", "electra", "cloze")
 PACKABLE = ("spanbert", "bert", "teams", "electra")
-ONLY_SDPA_AND_EAGER = {"cloze": "the two-tower cloze model attends under arbitrary two-tower masks over a prepended zero "
-                                "state: it supports eager and SDPA only"}
+ONLY_SDPA_AND_EAGER = {"cloze": "the two-tower cloze model attends under arbitrary two-tower masks over a prepended "
+                                "zero state: it supports eager and SDPA only"}
 # Outputs that depend on TEAMS's sampled replacements and candidates: compared only where both runs sampled the same.
 SAMPLED = ("rtd_logits", "rtd_labels", "mws_logits")
 GROUPS = ("train", "attention", "packing", "compile", "determinism", "finetune", "fsdp")
@@ -129,14 +129,16 @@ class Plan:
     @staticmethod
     def for_mode(smoke: bool, steps: int | None) -> "Plan":
         if smoke:
-            return Plan(smoke=True, size="tiny", steps=steps or 20, window=5, seq_length=64, batch_size=8, documents=200,
-                        vocab=1000, bertac_size="w123-f100", bertac_documents=12, compare_steps=6, save_steps=10,
+            return Plan(smoke=True, size="tiny", steps=steps or 20, window=5, seq_length=64, batch_size=8,
+                        documents=200, vocab=1000, bertac_size="w123-f100", bertac_documents=12, compare_steps=6,
+                        save_steps=10,
                         fsdp_steps=6, glue_train=64, glue_eval=32, qa_articles=150, qa_train=48, qa_eval=24,
                         batch_for_checks=6, compile_backend="aot_eager", run_timeout=400)
         # bertac_cnn has no `small`: its smallest released CNN (windows 1-3, 100 filters, 300-d fastText words), in
         # both modes (at `tiny`, 32-d words, F's loss barely moves in 20 steps).
-        return Plan(smoke=False, size="small", steps=steps or 50, window=10, seq_length=128, batch_size=32, documents=2000,
-                    vocab=8000, bertac_size="w123-f100", bertac_documents=30, compare_steps=10, save_steps=10,
+        return Plan(smoke=False, size="small", steps=steps or 50, window=10, seq_length=128, batch_size=32,
+                    documents=2000, vocab=8000, bertac_size="w123-f100", bertac_documents=30, compare_steps=10,
+                    save_steps=10,
                     fsdp_steps=20, glue_train=2000, glue_eval=500, qa_articles=1200, qa_train=1000, qa_eval=200,
                     batch_for_checks=16, compile_backend="inductor", run_timeout=480)
 
@@ -365,9 +367,10 @@ class GpuCheck:
         from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer
 
         plan = self.plan
-        args, _ = pretrain.parse_args(["--model", name, "--model_size", plan.size, "--max_seq_length", str(plan.seq_length),
-                                       "--tokenizer_vocab_size", str(plan.vocab), "--random_token_distribution", "uniform",
-                                       "--output_dir", str(self.work / f"inputs-{name}")])
+        args, _ = pretrain.parse_args(["--model", name, "--model_size", plan.size,
+                                       "--max_seq_length", str(plan.seq_length),
+                                       "--tokenizer_vocab_size", str(plan.vocab), "--random_token_distribution",
+                                       "uniform", "--output_dir", str(self.work / f"inputs-{name}")])
         recipe, overrides = pretrain.check_recipe_arguments(args)
         documents = load_corpus(max_documents=plan.documents)
         config_kwargs = {**recipe.sizes[plan.size], **recipe.config_overrides, **overrides}
@@ -487,8 +490,10 @@ class GpuCheck:
         passed = self.within(measured) and measured["padding_fraction"] > 0
         return Check(f"packing:{name}", "packing", "pass" if passed else "fail", measured,
                      f"bf16 autocast, eval mode: logits {BF16_LOGITS.text()}, losses {BF16_LOSS.text()}",
-                     "" if passed else "packed outputs left the tolerance (worst_ratio > 1) or the batch had no padding",
-                     summary=f"packed ({packed_attention}) vs padded (sdpa, {measured['padding_fraction']:.0%} padding): "
+                     "" if passed
+                     else "packed outputs left the tolerance (worst_ratio > 1) or the batch had no padding",
+                     summary=f"packed ({packed_attention}) vs padded (sdpa, "
+                             f"{measured['padding_fraction']:.0%} padding): "
                      + brief(measured))
 
     # ------------------------------------------------------------------ runs compared step by step
@@ -631,9 +636,10 @@ class GpuCheck:
     def check_glue(self, export_future) -> Check:
         export, plan = self.spanbert_export(export_future), self.plan
         out = self.work / "glue"
-        self.run("glue", RUN_GLUE, ["--model_name_or_path", export, "--trust_remote_code", "--task_name", "rotten_tomatoes",
-                                    "--num_train_epochs", "1", "--bf16", "true", "--max_train_samples", plan.glue_train,
-                                    "--max_eval_samples", plan.glue_eval, "--per_device_train_batch_size", plan.batch_size,
+        self.run("glue", RUN_GLUE, ["--model_name_or_path", export, "--trust_remote_code",
+                                    "--task_name", "rotten_tomatoes", "--num_train_epochs", "1", "--bf16", "true",
+                                    "--max_train_samples", plan.glue_train, "--max_eval_samples", plan.glue_eval,
+                                    "--per_device_train_batch_size", plan.batch_size,
                                     "--max_seq_length", plan.seq_length, "--seeds", "1", "--logging_steps", "1",
                                     "--save_strategy", "epoch", "--report_to", "none", "--output_dir", out,
                                     *self.cpu_flags()])
@@ -659,7 +665,8 @@ class GpuCheck:
             rows = data[split].select(range(min(count, len(data[split]))))
             squad = []
             for r in rows:
-                answers = [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]
+                answers = [{"text": t, "answer_start": s}
+                           for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]
                 question = {"id": r["id"], "question": r["question"], "is_impossible": not answers, "answers": answers}
                 squad.append({"title": r["title"], "paragraphs": [{"context": r["context"], "qas": [question]}]})
             path = folder / f"{split}.json"
@@ -686,8 +693,9 @@ class GpuCheck:
                       "last_loss": losses[-1] if losses else None},
                      "one epoch in bf16: every logged loss and the scores finite",
                      "" if finite else "a loss or score is not finite, or nothing was logged",
-                     summary=f"wiki_cloze_v2 sample, {len(losses)} steps, loss {losses[0] if losses else math.nan:.3f} → "
-                     f"{losses[-1] if losses else math.nan:.3f}, " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items()))
+                     summary=f"wiki_cloze_v2 sample, {len(losses)} steps, loss {losses[0] if losses else math.nan:.3f} "
+                     f"→ {losses[-1] if losses else math.nan:.3f}, "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in scores.items()))
 
     # ------------------------------------------------------------------ FSDP2
     def fsdp_process_counts(self) -> list[int]:
@@ -727,8 +735,9 @@ class GpuCheck:
                      "" if passed else f"see measured; log {log}",
                      summary=f"{processes} process(es), {len(losses)} steps, sharded checkpoint: {sharded}; reload: "
                      + (f"{reload.get('class')}, {reload.get('tensors')} tensors "
-                        f"{'equal' if reload.get('all_equal') else 'NOT equal'}, missing {len(reload.get('missing', []))}, "
-                        f"unexpected {len(reload.get('unexpected', []))}" if "error" not in reload else "FAILED"))
+                        f"{'equal' if reload.get('all_equal') else 'NOT equal'}, missing "
+                        f"{len(reload.get('missing', []))}, unexpected {len(reload.get('unexpected', []))}"
+                        if "error" not in reload else "FAILED"))
 
     # ------------------------------------------------------------------ the whole check
     def selected(self, group: str) -> bool:
@@ -793,8 +802,8 @@ def brief(comparison: dict) -> str:
     worst = max(v["worst_ratio"] for v in entries.values())
     logits = max((v["max_abs_diff"] for k, v in entries.items() if k.endswith("logits")), default=None)
     losses = max((v["max_abs_diff"] for k, v in entries.items() if k.endswith("loss")), default=None)
-    text = f"worst {worst:.3g} of the tolerance, max |Δ| logits {logits:.2g}, losses {losses:.2g}" if logits is not None \
-        else f"worst {worst:.3g} of the tolerance, max |Δ| losses {losses:.2g}"
+    text = (f"worst {worst:.3g} of the tolerance, max |Δ| logits {logits:.2g}, losses {losses:.2g}"
+            if logits is not None else f"worst {worst:.3g} of the tolerance, max |Δ| losses {losses:.2g}")
     if comparison.get("sampled_tokens_differ"):
         text += f" ({comparison['sampled_tokens_differ']} sampled tokens differ: sampled outputs not compared)"
     return text
@@ -823,7 +832,8 @@ with torch.no_grad():
     output = model.eval()(**batch)
 print(json.dumps({"class": type(model).__name__, "missing": sorted(info["missing_keys"]),
                   "unexpected": sorted(info["unexpected_keys"]), "tensors": len(saved),
-                  "all_equal": all(name in state and torch.equal(state[name], tensor) for name, tensor in saved.items()),
+                  "all_equal": all(name in state and torch.equal(state[name], tensor)
+                                   for name, tensor in saved.items()),
                   "parameters": sum(p.numel() for p in model.parameters()),
                   "finite": all(bool(torch.isfinite(v).all()) for v in output.values() if torch.is_tensor(v))}))
 """
@@ -959,8 +969,8 @@ def markdown(record: dict) -> str:
     counts = record["counts"]
     lines = [f"# GPU check: {record['gpu']}", "",
              f"{record['mode']}, {record['machine'].get('date')}, torch {record['machine'].get('torch')}: "
-             f"**{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped** in {record['wall_s']:.0f} s "
-             f"({record['jobs']} at a time). Command: `{record['command']}`.", "",
+             f"**{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped** in "
+             f"{record['wall_s']:.0f} s ({record['jobs']} at a time). Command: `{record['command']}`.", "",
              "| check | result | measured | tolerance |", "| --- | --- | --- | --- |"]
     for check in record["checks"]:
         reason = [line for line in check["reason"].strip().splitlines() if line.strip()] or [""]
@@ -990,7 +1000,8 @@ def markdown(record: dict) -> str:
                 f"{t['target']}: {t['measured']} ({'met' if t['met'] else 'missed'})" for t in bench["targets"])]
     if record.get("max_batch"):
         lines += ["", "## Largest batch per recipe", "",
-                  "| recipe | size | length | attention, packed | largest batch | tokens | peak memory (MiB) | stopped by |",
+                  "| recipe | size | length | attention, packed | largest batch | tokens "
+                  "| peak memory (MiB) | stopped by |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for pair, row in record["max_batch"].items():
             lines.append(f"| {pair} | {row['size']} | {row['seq_length']} | {row['attention']}, {row['packed']} | "

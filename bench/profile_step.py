@@ -19,7 +19,8 @@ import re
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-PAIRS = {"teams": ("teams", "hf_electra"), "electra": ("electra", "hf_electra_narrow"), "spanbert": ("spanbert", "bert_mlm")}
+PAIRS = {"teams": ("teams", "hf_electra"), "electra": ("electra", "hf_electra_narrow"),
+         "spanbert": ("spanbert", "bert_mlm")}
 
 
 def label_modules(model: torch.nn.Module, depth: int = 3) -> None:
@@ -74,7 +75,8 @@ def shares(events, top: int) -> dict:
     step_total = sum(e.cpu_time_total for e in events if e.key.startswith("step:"))
     regions = {e.key: round(100 * e.cpu_time_total / step_total, 1) for e in events
                if e.key.startswith(("step:", "fwd:"))}
-    operators = sorted((e for e in events if not e.key.startswith(("step:", "fwd:"))), key=lambda e: -e.self_cpu_time_total)
+    operators = sorted((e for e in events if not e.key.startswith(("step:", "fwd:"))),
+                       key=lambda e: -e.self_cpu_time_total)
     return {
         "step_ms": round(step_total / 1000, 1),
         "regions_percent": dict(sorted(regions.items(), key=lambda kv: -kv[1])),

@@ -40,8 +40,10 @@ def summary() -> str:
         result = json.loads(path.read_text())
         machine = result.pop("machine", {})
         gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
-        family = f", family/model/stepping {machine['cpu_family_model_stepping']}" if machine.get("cpu_family_model_stepping") else ""
-        lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')}{family} ({machine.get('cores')} cores){gpu}, torch {machine.get('torch')}, {machine.get('date')}\n")
+        family = (f", family/model/stepping {machine['cpu_family_model_stepping']}"
+                  if machine.get("cpu_family_model_stepping") else "")
+        lines.append(f"### {path.stem}\nmachine: {machine.get('cpu')}{family} ({machine.get('cores')} cores){gpu}, "
+                     f"torch {machine.get('torch')}, {machine.get('date')}\n")
         lines.append("| key | value |\n| --- | --- |")
         for key, value in result.items():
             if isinstance(value, dict):  # one level of nesting, e.g. per-dataset results
@@ -64,7 +66,8 @@ def main():
                 print(f"skipping {name}: {script} not found", file=sys.stderr)
                 continue
             if name in NEEDS_CUDA and not cuda_available():
-                print(f"skipping {name}: no CUDA device (python bench/{script} --smoke checks it on CPU)", file=sys.stderr)
+                print(f"skipping {name}: no CUDA device (python bench/{script} --smoke checks it on CPU)",
+                      file=sys.stderr)
                 continue
             print(f"== {name}", flush=True)
             subprocess.run([sys.executable, str(HERE / script), *args], check=True)

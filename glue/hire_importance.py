@@ -7,8 +7,8 @@ r"""Per-layer importance heatmap of HIRE models across tasks (the paper's Figure
 Each --run TASK=MODEL_DIR averages the importance scores s of a fine-tuned HIRE classifier over the task's validation
 examples; rows are tasks, columns layers (0 = embeddings). The scores are printed, and written with the figure into
 --output_dir: importance.png (--output) and importance.json. Cells carry their values; the colour scale is centred on
-the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L. A HIRE checkpoint carries its code, which runs only with --trust_remote_code (as in
-run_glue.py).
+the uniform level 1/L, marked on the colour bar, and spans at least 0 to 2/L. A HIRE checkpoint carries its code,
+which runs only with --trust_remote_code (as in run_glue.py).
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ def mean_importance(model_dir: str, task_name: str, max_examples: int = 256, bat
     from encoder_zoo.training.run import load_pretrained
 
     tokenizer = load_pretrained(AutoTokenizer, model_dir, "--run", trust_remote_code=trust_remote_code)
-    model = load_pretrained(AutoModelForSequenceClassification, model_dir, "--run", trust_remote_code=trust_remote_code).eval()
+    model = load_pretrained(AutoModelForSequenceClassification, model_dir, "--run",
+                            trust_remote_code=trust_remote_code).eval()
     if getattr(model.config, "model_type", None) != "hire":
         raise ValueError(f"--run {task_name}={model_dir} is a {getattr(model.config, 'model_type', None)!r} model "
-                         f"({type(model).__name__}), not HIRE: only a HIRE classifier computes layer importance. Make one "
-                         "with glue/init_hire.py, fine-tune it with glue/run_glue.py, and pass that folder.")
+                         f"({type(model).__name__}), not HIRE: only a HIRE classifier computes layer importance. Make "
+                         "one with glue/init_hire.py, fine-tune it with glue/run_glue.py, and pass that folder.")
     task, data = load_task(task_name)
     split = data[task.validation_splits[0]].select(range(min(max_examples, len(data[task.validation_splits[0]]))))
     scores = []
@@ -130,7 +131,8 @@ def main(argv=None):
     output.mkdir(parents=True, exist_ok=True)
     figure = plot_importance(scores, output / options.output)
     numbers = output / "importance.json"
-    numbers.write_text(json.dumps({task: [round(float(v), 6) for v in values] for task, values in scores.items()}, indent=1))
+    numbers.write_text(json.dumps({task: [round(float(v), 6) for v in values] for task, values in scores.items()},
+                                  indent=1))
     print(f"Layer importance (mean over up to {options.max_examples} validation examples; uniform = "
           f"{1 / len(next(iter(scores.values()))):.3f}):")
     print(importance_table(scores))
@@ -145,7 +147,8 @@ def cli() -> None:
         print(f"hire_importance.py: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        print("hire_importance.py: interrupted (Ctrl-C); nothing was written. Run the same command again.", file=sys.stderr)
+        print("hire_importance.py: interrupted (Ctrl-C); nothing was written. Run the same command again.",
+              file=sys.stderr)
         raise SystemExit(130) from None
 
 

@@ -1,14 +1,16 @@
-"""Create a BERTAC model from a pretrained encoder and a part-1 CNN export, ready for `glue/run_glue.py` and `qa/run_qa.py`.
+"""Create a BERTAC model from a pretrained encoder and a part-1 CNN export, ready for `glue/run_glue.py` and
+`qa/run_qa.py`.
 
     python glue/init_bertac.py --cnn runs/bertac-cnn/export --output_dir runs/bertac-init [--backbone albert-xxlarge-v2]
     python glue/run_glue.py --model_name_or_path runs/bertac-init --trust_remote_code --ignore_mismatched_sizes ...
     python qa/run_qa.py --model_name_or_path runs/bertac-init --trust_remote_code ...
 
 Without --backbone it uses the pretrained MiniLM shipped in a PyPI package (offline default). The paper's encoders:
-`--backbone albert/albert-xxlarge-v2 --tier_hidden_size 1024 --tier_intermediate_size 4096 --tier_num_attention_heads 64`
-(TIER layers at 1024 between 4096 -> 1024 -> 4096 projections) or `--backbone FacebookAI/roberta-large` (TIER layers
-at the encoder's width). The folder holds the weights (encoder, TIER layers, CNN, its frozen word table and the
-word lookup tables), the encoder's tokenizer and a model card; it loads through every Auto class in its auto_map.
+`--backbone albert/albert-xxlarge-v2` with `--tier_hidden_size 1024 --tier_intermediate_size 4096`
+`--tier_num_attention_heads 64` (TIER layers at 1024 between 4096 -> 1024 -> 4096 projections) or
+`--backbone FacebookAI/roberta-large` (TIER layers at the encoder's width). The folder holds the weights (encoder,
+TIER layers, CNN, its frozen word table and the word lookup tables), the encoder's tokenizer and a model card; it
+loads through every Auto class in its auto_map.
 
 Ablations (Tables 4 and 8): --cnn_weights random (a CNN trained from scratch during fine-tuning), a self-supervised
 CNN export as --cnn, --without_update, --without_cnn_and_tier (the encoder alone with the same head).
@@ -32,10 +34,11 @@ from encoder_zoo.training.run import check_model_path, check_new_output_dir, dam
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
 # BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
 PAPER_FINE_TUNING = {
-    "GLUE": "lr in {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128, batch 128 (MNLI, QQP) or 16, "
-            "epochs 1-5 (MNLI, QQP, QNLI) or 6-10, 5 seeds, the best of 9 CNNs per task (`glue/run_glue.py --preset bertac`)",
-    "open-domain QA": "lr 1e-5, 2 epochs, 6% warmup then linear decay, length 384, stride 128, batch 48 (Quasar-T) or 96 "
-                      "(SearchQA), 3-best spans (`qa/run_open_qa.py` defaults)",
+    "GLUE": "lr in {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128, batch 128 (MNLI, QQP) "
+            "or 16, epochs 1-5 (MNLI, QQP, QNLI) or 6-10, 5 seeds, the best of 9 CNNs per task "
+            "(`glue/run_glue.py --preset bertac`)",
+    "open-domain QA": "lr 1e-5, 2 epochs, 6% warmup then linear decay, length 384, stride 128, batch 48 "
+                      "(Quasar-T) or 96 (SearchQA), 3-best spans (`qa/run_open_qa.py` defaults)",
     "TIER layers": "3",
 }
 
@@ -103,7 +106,8 @@ def main(argv=None) -> str:
         if isinstance(error, ValueError):  # BERTAC's own checks: they name the flag or the part
             raise
         reason = str(error).strip().splitlines()[0]
-        raise ValueError(f"Cannot build BERTAC from --backbone {options.backbone} and --cnn {options.cnn} ({reason}).") from None
+        raise ValueError(f"Cannot build BERTAC from --backbone {options.backbone} and --cnn {options.cnn} "
+                         f"({reason}).") from None
     model.save_pretrained(output)
     AutoTokenizer.from_pretrained(options.backbone).save_pretrained(output)
     write_model_card(model, options, output)
@@ -138,16 +142,19 @@ def write_model_card(model, options, output: Path) -> Path:
         tier, cnn = config.tier_layer_config(), config.cnn_config
         architecture.update({
             "CNN": f"{display_name(options.cnn)}: windows {cnn.filter_windows} x {cnn.num_filters} filters "
-                   f"(de = {cnn.output_size}), pretrained as {'F of the GAN' if cnn.pretraining_objective == 'gan' else 'the self-supervised ablation'}",
+                   f"(de = {cnn.output_size}), pretrained as "
+                   f"{'F of the GAN' if cnn.pretraining_objective == 'gan' else 'the self-supervised ablation'}",
             "CNN weights": "random, trained during fine-tuning" if config.cnn_trainable else "pretrained, frozen",
             "CNN word table": f"{cnn.vocab_size} words x {cnn.word_embedding_dim} (frozen)",
             "word lookup": f"{config.word_lookup_size} encoder words -> CNN words (rebuilt from input_ids)",
             "TIER layers": f"{config.num_tier_layers} x width {tier.hidden_size}, {tier.num_attention_heads} heads, "
                            f"FFN {tier.intermediate_size}",
             "projections": (f"{config.backbone_hidden_size} -> {tier.hidden_size} -> {config.backbone_hidden_size}"
-                            if tier.hidden_size != config.backbone_hidden_size else "none (TIER at the encoder's width)"),
+                            if tier.hidden_size != config.backbone_hidden_size
+                            else "none (TIER at the encoder's width)"),
             "CNN input update": "yes" if config.update_cnn_input else "no (ablation 'w/o update')",
-            "gradient into the update layers": "no (detached, as the authors' code)" if config.detach_cnn_output else "yes (as the paper)",
+            "gradient into the update layers": ("no (detached, as the authors' code)" if config.detach_cnn_output
+                                                else "yes (as the paper)"),
         })
     else:
         architecture["CNN and TIER"] = "none (ablation 'w/o CNN and TIER': the encoder alone with the same head)"
@@ -172,8 +179,8 @@ def write_model_card(model, options, output: Path) -> Path:
         training={"fine-tuning": "none yet"},
         paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning. Inputs are the encoder tokenizer's plus `entity_spans` (the "
-                     "noun phrase each segment's CNN sees as [EM]; `training/masking/entity_spans.py` makes them; without "
-                     "them the CNN reads the unmasked words, the paper's m = s).",
+                     "noun phrase each segment's CNN sees as [EM]; `training/masking/entity_spans.py` makes them; "
+                     "without them the CNN reads the unmasked words, the paper's m = s).",
         limitations=[
             "The CNN reads words rebuilt from the encoder's pieces; words the CNN vocabulary lacks (or, for cased and "
             "byte-level BPE encoders, forms the lookup does not hold) become [UNK].",

@@ -48,13 +48,17 @@ def main(argv=None):
     parser.add_argument("--layer_selection", choices=["all", "first_k", "last_k"], default="all")
     parser.add_argument("--num_selected_layers", type=int, default=6)
     parser.add_argument("--gru_hidden_size", type=int, default=None, help="Default: the encoder's hidden size.")
-    parser.add_argument("--gru_dropout", type=float, default=0.1, help="Dropout between stacked GRU layers (paper: 0.1).")
+    parser.add_argument("--gru_dropout", type=float, default=0.1,
+                        help="Dropout between stacked GRU layers (paper: 0.1).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the new layers' random initialisation.")
-    parser.add_argument("--trust_remote_code", action="store_true", help="Allow a backbone whose code is in its folder.")
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="Write into an --output_dir that holds files.")
+    parser.add_argument("--trust_remote_code", action="store_true",
+                        help="Allow a backbone whose code is in its folder.")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help="Write into an --output_dir that holds files.")
     options = parser.parse_args(argv)
     if options.num_labels < 1:
-        raise ValueError(f"--num_labels {options.num_labels}: pass the number of classes (2 or more), or 1 for regression.")
+        raise ValueError(f"--num_labels {options.num_labels}: pass the number of classes (2 or more), "
+                         "or 1 for regression.")
     output = Path(options.output_dir)
     check_new_output_dir(output, options.overwrite_output_dir)
     if options.backbone is None:
@@ -104,7 +108,8 @@ def check_hire_options(options, hire_options: dict) -> None:
     from encoder_zoo.models.hire.configuration_hire import HireConfig
 
     try:
-        backbone_config = AutoConfig.from_pretrained(options.backbone, trust_remote_code=options.trust_remote_code or None)
+        backbone_config = AutoConfig.from_pretrained(options.backbone,
+                                                     trust_remote_code=options.trust_remote_code or None)
     except BACKBONE_ERRORS as error:
         raise backbone_error(options.backbone, error) from None
     try:
@@ -126,14 +131,15 @@ def write_model_card(model, options, output: Path) -> Path:
     carried = carried_backbone_code(encoder, options.backbone, list(backbone_code_files(encoder)))
     backbone = display_name(options.backbone)
     architecture = {
-        "encoder": f"{backbone} ({config.backbone_config.model_type}, {config.backbone_config.num_hidden_layers} layers, "
-                   f"width {config.backbone_config.hidden_size})",
+        "encoder": f"{backbone} ({config.backbone_config.model_type}, {config.backbone_config.num_hidden_layers} "
+                   f"layers, width {config.backbone_config.hidden_size})",
         "head": type(model).__name__,
         "HIRE": "off (ablation: M = [R; R; R+R; R*R])" if not config.use_hire else
                 f"layer weighting {config.layer_weighting}, layers {config.layer_selection}"
                 + (f" ({config.num_selected_layers})" if config.layer_selection != "all" else ""),
         "fusion network": f"{config.fusion_layers}-layer bidirectional GRU" if config.use_fusion else "off (ablation)",
-        "GRU width": f"{config.gru_hidden_size or config.backbone_config.hidden_size} per direction, dropout {config.gru_dropout}",
+        "GRU width": f"{config.gru_hidden_size or config.backbone_config.hidden_size} per direction, "
+                     f"dropout {config.gru_dropout}",
         "labels": config.num_labels,
         "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
     }
@@ -148,7 +154,8 @@ def write_model_card(model, options, output: Path) -> Path:
         base_model=options.backbone if not Path(options.backbone).expanduser().exists() else None,
         paper=HIRE_PAPER,
         architecture=architecture,
-        training_data="Not fine-tuned: the encoder is pretrained; HIRE, the fusion network and the classifier are random.",
+        training_data="Not fine-tuned: the encoder is pretrained; HIRE, the fusion network and the classifier are "
+                      "random.",
         training={"fine-tuning": "none yet"},
         paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning on sentence and sentence-pair classification or regression.",

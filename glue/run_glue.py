@@ -66,8 +66,8 @@ PRESETS: dict[str, list[str]] = {
     # authors built on and in RoBERTa's recipe: L2 at 0.1 through Adam (--weight_decay_type l2, the text read
     # literally) pulls every weight towards 0 by up to lr per step (docs/models/hire.md gives the measured sizes).
     "hire": ["--learning_rate", "1e-5", "--adam_beta1", "0.9", "--adam_beta2", "0.98", "--adam_epsilon", "1e-6",
-             "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
-             "--per_device_train_batch_size", "32", "--num_train_epochs", "10", "--max_seq_length", "128",
+             "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--weight_decay", "0.1", "--max_grad_norm",
+             "1.0", "--per_device_train_batch_size", "32", "--num_train_epochs", "10", "--max_seq_length", "128",
              "--early_stopping_patience", "3"],
     # BERTAC Sec. 5.1.1 / Table 9: lr grid {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128,
     # batch 16 (128 for MNLI and QQP: pass --per_device_train_batch_size), epochs 6-10 (1-5 for MNLI, QQP, QNLI). The
@@ -96,31 +96,39 @@ class GlueArguments:
         metadata={"help": "One or more of cola sst2 mrpc qqp stsb mnli qnli rte wnli rotten_tomatoes "
                   "movie_sentiment_regression, or 'custom' with --train_file/--validation_file."},
     )
-    data_dir: str | None = field(default=None, metadata={"help": "Original GLUE TSV distribution root (e.g. glue_data/)."})
-    train_file: str | None = field(default=None, metadata={"help": "Custom/local training file (csv, tsv, json, jsonl)."})
+    data_dir: str | None = field(default=None,
+                                 metadata={"help": "Original GLUE TSV distribution root (e.g. glue_data/)."})
+    train_file: str | None = field(default=None,
+                                   metadata={"help": "Custom/local training file (csv, tsv, json, jsonl)."})
     validation_file: str | None = field(default=None, metadata={"help": "Custom/local validation file."})
     text_columns: list[str] | None = field(default=None, metadata={"help": "One or two text columns of custom data."})
     label_column: str = field(default="label", metadata={"help": "Label column of custom data."})
     max_seq_length: int = field(default=128, metadata={"help": "Longer inputs are truncated."})
-    seeds: list[int] | None = field(default=None, metadata={"help": "Run each task once per seed; report each and the median."})
+    seeds: list[int] | None = field(default=None,
+                                    metadata={"help": "Run each task once per seed; report each and the median."})
     preset: str | None = field(default=None, metadata={
-        "help": f"Paper hyperparameters: {', '.join(PRESETS)}. hire: at most 10 epochs with --early_stopping_patience 3 "
-        "and the best epoch kept (the paper: 3-27 epochs with early stopping); its weight decay 0.1 is AdamW's decoupled "
-        "decay (--weight_decay_type l2 reads the paper's 'L2 weight decay' literally; docs/models/hire.md)."})
+        "help": f"Paper hyperparameters: {', '.join(PRESETS)}. hire: at most 10 epochs with --early_stopping_patience "
+        "3 and the best epoch kept (the paper: 3-27 epochs with early stopping); its weight decay 0.1 is AdamW's "
+        "decoupled decay (--weight_decay_type l2 reads the paper's 'L2 weight decay' literally; docs/models/hire.md)."})
     config_overrides: str | None = field(
         default=None,
         metadata={"help": "Comma-separated model config fields set when the model is loaded, on top of the preset's, "
                   "e.g. 'hidden_dropout_prob=0.0,classifier_dropout=0.1'."},
     )
-    trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints (their code travels with them)."})
-    ignore_mismatched_sizes: bool = field(default=False, metadata={"help": "Re-initialise a classifier of another label count."})
+    trust_remote_code: bool = field(default=False,
+                                    metadata={"help": "Needed for zoo checkpoints (their code travels with them)."})
+    ignore_mismatched_sizes: bool = field(default=False,
+                                          metadata={"help": "Re-initialise a classifier of another label count."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate training data (quick runs)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate each validation split."})
-    include_wnli_in_average: bool = field(default=False, metadata={"help": "The papers exclude WNLI from the GLUE average."})
+    include_wnli_in_average: bool = field(default=False,
+                                          metadata={"help": "The papers exclude WNLI from the GLUE average."})
     add_to_model_card: bool = field(default=False, metadata={"help": "Write each seed's results (percent) into the "
-                                    "model-index of OUTPUT_DIR/<task>/seed-N/README.md, and the median into --model_card_dir if given. "
-                                    "Runs cut down with --max_train_samples/--max_eval_samples are left out."})
-    model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results (e.g. the pretrained export)."})
+                                    "model-index of OUTPUT_DIR/<task>/seed-N/README.md, and the median into "
+                                    "--model_card_dir if given. Runs cut down with "
+                                    "--max_train_samples/--max_eval_samples are left out."})
+    model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results (e.g. the "
+                                                                       "pretrained export)."})
     early_stopping_patience: int | None = field(
         default=None,
         metadata={"help": "Stop a run after this many evaluations without a better development score (Trainer's "
@@ -139,7 +147,8 @@ class GlueArguments:
 
 
 def task_score(metrics: dict[str, float]) -> float:
-    """A task's GLUE score: the mean of its reported metrics (e.g. MRPC F1 and accuracy; MNLI matched and mismatched)."""
+    """A task's GLUE score: the mean of its reported metrics (e.g. MRPC F1 and accuracy; MNLI matched and
+    mismatched)."""
     return statistics.mean(metrics.values())
 
 
@@ -189,7 +198,8 @@ def model_config_overrides(args: GlueArguments) -> dict:
         config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
         unknown = [key for key in overrides if not hasattr(config, key)]
         if unknown:
-            source = f"--preset {args.preset}" if set(unknown) <= set(PRESET_CONFIG.get(args.preset, {})) else "--config_overrides"
+            source = (f"--preset {args.preset}" if set(unknown) <= set(PRESET_CONFIG.get(args.preset, {}))
+                      else "--config_overrides")
             raise ValueError(f"{source}: {type(config).__name__} has no field {', '.join(map(repr, unknown))}.")
     return overrides
 
@@ -238,7 +248,8 @@ def prepare_task(task_name: str, args: GlueArguments):
     from encoder_zoo.glue.tasks import first_samples, load_task
 
     task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
-                          validation_file=args.validation_file, text_columns=args.text_columns, label_column=args.label_column)
+                          validation_file=args.validation_file, text_columns=args.text_columns,
+                          label_column=args.label_column)
     empty = [split for split in ("train", *task.validation_splits) if not len(raw[split])]
     if empty:
         raise ValueError(f"--task_name {task_name}: its {' and '.join(empty)} data has no rows"
@@ -267,7 +278,8 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
 
     task, raw = prepared or prepare_task(task_name, args)
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
-    extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=args.trust_remote_code))
+    extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path,
+                                                    trust_remote_code=args.trust_remote_code))
 
     def tokenize(batch):
         texts = [batch[column] for column in task.text_columns]
@@ -303,13 +315,14 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     for seed in args.seeds or [training_args.seed]:
         run_args = dataclasses.replace(
             training_args, seed=seed, output_dir=str(Path(training_args.output_dir) / task.name / f"seed-{seed}"),
-            **({"num_train_epochs": float(epochs_override)} if epochs_override and "--num_train_epochs" not in user_flags else {}),
+            **({"num_train_epochs": float(epochs_override)}
+               if epochs_override and "--num_train_epochs" not in user_flags else {}),
             **selection,
         )
         set_seed(seed)
         model = load_pretrained(
-            AutoModelForSequenceClassification, args.model_name_or_path, num_labels=task.num_labels, trust_remote_code=args.trust_remote_code,
-            ignore_mismatched_sizes=args.ignore_mismatched_sizes,
+            AutoModelForSequenceClassification, args.model_name_or_path, num_labels=task.num_labels,
+            trust_remote_code=args.trust_remote_code, ignore_mismatched_sizes=args.ignore_mismatched_sizes,
             problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs,
             **config_overrides,
         )
@@ -318,7 +331,8 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
                                     data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
                                     callbacks=[EarlyStoppingCallback(args.early_stopping_patience)]
                                     if selection and args.early_stopping_patience is not None else None,
-                                    optimizer_cls_and_kwargs=l2_adam(run_args) if args.weight_decay_type == "l2" else None,
+                                    optimizer_cls_and_kwargs=(l2_adam(run_args) if args.weight_decay_type == "l2"
+                                                              else None),
                                     max_nonfinite_steps=args.max_nonfinite_steps)
         trainer.train()
         metrics = {}
@@ -363,8 +377,8 @@ def selection_arguments(args: GlueArguments, training_args: TrainingArguments, u
         if {"--early_stopping_patience", "--load_best_model_at_end"} & set(user_flags):
             raise ValueError(f"--early_stopping_patience/--load_best_model_at_end keep the best checkpoint on the "
                              f"development set, which {' and '.join(switched_off)} rules out: drop one or the other.")
-        logger.warning("%s: no checkpoint selection; each run reports its last epoch (--preset %s would keep the best).",
-                       " and ".join(switched_off), args.preset)
+        logger.warning("%s: no checkpoint selection; each run reports its last epoch (--preset %s would keep the "
+                       "best).", " and ".join(switched_off), args.preset)
         return {}
     given = set(user_flags + list(preset_flags)).__contains__
     selection = {"load_best_model_at_end": True}
@@ -410,7 +424,8 @@ def markdown_table(results: dict) -> str:
         for key, value in result.get("majority_class", {}).items():
             lines.append(f"| {task} | {key} of always predicting its most frequent label | {value * 100:.2f} | |")
     if results.get("glue_average") is not None:
-        lines.append(f"| GLUE average | {'with' if results['include_wnli'] else 'without'} WNLI | {results['glue_average'] * 100:.2f} | |")
+        lines.append(f"| GLUE average | {'with' if results['include_wnli'] else 'without'} WNLI | "
+                     f"{results['glue_average'] * 100:.2f} | |")
     return "\n".join(lines)
 
 
@@ -425,14 +440,15 @@ def main(argv=None) -> dict:
     check_model_path(args.model_name_or_path)
     for name in args.task_name:
         if name not in TASKS and name != CUSTOM:
-            raise ValueError(f"Unknown --task_name {name!r}. Choose from {', '.join(TASKS)} or 'custom' with --train_file.")
+            raise ValueError(f"Unknown --task_name {name!r}. Choose from {', '.join(TASKS)} or 'custom' with "
+                             "--train_file.")
     if (args.train_file or args.validation_file) and len(args.task_name) > 1:
         raise ValueError("--train_file/--validation_file go with a single --task_name.")
     repeated = sorted({seed for seed in args.seeds or [] if args.seeds.count(seed) > 1})
     if repeated:
-        raise ValueError(f"--seeds {' '.join(map(str, args.seeds))} names seed {', '.join(map(str, repeated))} more than "
-                         "once: each seed is one run (same seed, same run), and the median would count it twice. Pass "
-                         "distinct seeds.")
+        raise ValueError(f"--seeds {' '.join(map(str, args.seeds))} names seed {', '.join(map(str, repeated))} more "
+                         "than once: each seed is one run (same seed, same run), and the median would count it twice. "
+                         "Pass distinct seeds.")
     if args.train_file and args.task_name == ["rotten_tomatoes"] and "--task_name" not in user_flags:
         args.task_name = [CUSTOM]
     hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
@@ -459,7 +475,8 @@ def run_tasks(args: GlueArguments, training_args: TrainingArguments, user_flags:
     results = {"model": args.model_name_or_path, "tasks": {}}
     for name in args.task_name:
         results["tasks"][name] = run_task(name, args, training_args, user_flags, prepared[name], finished)
-    results["glue_average"] = glue_average({t: r["median"] for t, r in results["tasks"].items()}, args.include_wnli_in_average)
+    results["glue_average"] = glue_average({t: r["median"] for t, r in results["tasks"].items()},
+                                           args.include_wnli_in_average)
     results["include_wnli"] = args.include_wnli_in_average
     if training_args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
@@ -489,8 +506,8 @@ def interrupted_message(finished: list, output: Path, training_args: TrainingArg
         partial = [{"task": task, "seed": seed, "metrics": metrics} for task, seed, _, metrics in finished]
         (output / PARTIAL_RESULTS).write_text(json.dumps({"finished_runs": partial}, indent=2))
     runs = ", ".join(f"{task} seed {seed} ({format_percent(metrics)})" for task, seed, _, metrics in finished)
-    return (f"interrupted (Ctrl-C). Saved: {len(finished)} finished run{'s' if len(finished) > 1 else ''}: {runs}; each "
-            f"model in {output}/TASK/seed-N, the scores in {output / PARTIAL_RESULTS}. Running the same command "
+    return (f"interrupted (Ctrl-C). Saved: {len(finished)} finished run{'s' if len(finished) > 1 else ''}: {runs}; "
+            f"each model in {output}/TASK/seed-N, the scores in {output / PARTIAL_RESULTS}. Running the same command "
             "again starts every run over, those too (rewriting their folders); to keep them, move them aside first, "
             "or run only the missing seeds (--seeds) with another --output_dir.")
 
@@ -521,7 +538,8 @@ def dataset_identity(task: str, train_file: str | None = None) -> dict[str, str 
     if task in GLUE_TASKS:
         return dict(dataset_type="nyu-mll/glue", dataset_name=f"GLUE {task.upper()}", dataset_config=task)
     if train_file:
-        return dict(dataset_type=f"local:{Path(train_file).stem}", dataset_name=Path(train_file).name, dataset_config=None)
+        return dict(dataset_type=f"local:{Path(train_file).stem}", dataset_name=Path(train_file).name,
+                    dataset_config=None)
     return dict(dataset_type=f"encoder-zoo:{task}", dataset_name=f"{task.replace('_', ' ')} (embedded in encoder-zoo)",
                 dataset_config=None)
 
@@ -539,14 +557,15 @@ def write_model_index(results: dict, output: Path, extra_card_dir: str | None, t
     for task, result in results["tasks"].items():
         identity = dataset_identity(task, train_file)
         kwargs = dict(task_type="text-classification", task_name=task, **identity,
-                      dataset_split=result["validation_splits"][0] if len(result["validation_splits"]) == 1 else "validation")
+                      dataset_split=(result["validation_splits"][0] if len(result["validation_splits"]) == 1
+                                     else "validation"))
         for run in result["runs"]:
             folder = output / task / f"seed-{run['seed']}"
             write_seed_card(folder, results.get("model"), base_card, task, run["seed"], identity["dataset_name"])
             add_eval_results(folder, metrics=percent(run["metrics"]), seeds=[run["seed"]], **kwargs)
         if extra_card_dir:
-            add_eval_results(extra_card_dir, metrics=percent(result["median"]), seeds=[run["seed"] for run in result["runs"]],
-                             **kwargs)
+            add_eval_results(extra_card_dir, metrics=percent(result["median"]),
+                             seeds=[run["seed"] for run in result["runs"]], **kwargs)
 
 
 SEED_CARD = """---
@@ -614,7 +633,8 @@ def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: 
                          tags=["text-classification", "pretraining-zoo", *(["custom_code"] if remote else [])])
     card = ModelCard.from_template(
         data, template_str=SEED_CARD, name=name, dataset=dataset, seed=seed,
-        base=f"[{base}](https://huggingface.co/{base})" if is_hub_id(base) else f"`{display_name(base)}`" if base else "A model",
+        base=(f"[{base}](https://huggingface.co/{base})" if is_hub_id(base)
+              else f"`{display_name(base)}`" if base else "A model"),
         local_note=" It started from a local checkpoint: set `base_model` in this card to that model's Hub id once it "
                    "is uploaded." if base and not is_hub_id(base) else "",
         remote=", trust_remote_code=True" if remote else "")

@@ -45,12 +45,14 @@ TASKS: dict[str, TaskSpec] = {
                      tsv_folder="CoLA", tsv_columns={"sentence": 3, "label": 1}, tsv_has_header=False),
     "sst2": TaskSpec("sst2", ("sentence",), 2, ("accuracy",), label_names=("negative", "positive"),
                      tsv_folder="SST-2", tsv_columns={"sentence": "sentence", "label": "label"}),
-    "mrpc": TaskSpec("mrpc", ("sentence1", "sentence2"), 2, ("f1", "accuracy"), label_names=("not_equivalent", "equivalent"),
-                     tsv_folder="MRPC", tsv_columns={"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"}),
-    "qqp": TaskSpec("qqp", ("question1", "question2"), 2, ("f1", "accuracy"), label_names=("not_duplicate", "duplicate"),
-                    tsv_folder="QQP", tsv_columns={"question1": "question1", "question2": "question2", "label": "is_duplicate"}),
-    "stsb": TaskSpec("stsb", ("sentence1", "sentence2"), 1, ("pearson", "spearmanr"),
-                     tsv_folder="STS-B", tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "score"}),
+    "mrpc": TaskSpec("mrpc", ("sentence1", "sentence2"), 2, ("f1", "accuracy"),
+                     label_names=("not_equivalent", "equivalent"), tsv_folder="MRPC",
+                     tsv_columns={"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"}),
+    "qqp": TaskSpec("qqp", ("question1", "question2"), 2, ("f1", "accuracy"),
+                    label_names=("not_duplicate", "duplicate"), tsv_folder="QQP",
+                    tsv_columns={"question1": "question1", "question2": "question2", "label": "is_duplicate"}),
+    "stsb": TaskSpec("stsb", ("sentence1", "sentence2"), 1, ("pearson", "spearmanr"), tsv_folder="STS-B",
+                     tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "score"}),
     "mnli": TaskSpec("mnli", ("premise", "hypothesis"), 3, ("accuracy",),
                      validation_splits=("validation_matched", "validation_mismatched"),
                      label_names=("entailment", "neutral", "contradiction"), tsv_folder="MNLI",
@@ -59,9 +61,11 @@ TASKS: dict[str, TaskSpec] = {
     "qnli": TaskSpec("qnli", ("question", "sentence"), 2, ("accuracy",), label_names=("entailment", "not_entailment"),
                      tsv_folder="QNLI", tsv_columns={"question": "question", "sentence": "sentence", "label": "label"}),
     "rte": TaskSpec("rte", ("sentence1", "sentence2"), 2, ("accuracy",), label_names=("entailment", "not_entailment"),
-                    tsv_folder="RTE", tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
+                    tsv_folder="RTE",
+                    tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
     "wnli": TaskSpec("wnli", ("sentence1", "sentence2"), 2, ("accuracy",), label_names=("not_entailment", "entailment"),
-                     tsv_folder="WNLI", tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
+                     tsv_folder="WNLI",
+                     tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
     # Embedded offline tasks built from real data shipped in PyPI packages.
     "rotten_tomatoes": TaskSpec("rotten_tomatoes", ("sentence",), 2, ("accuracy",), label_names=("rotten", "fresh")),
     "movie_sentiment_regression": TaskSpec("movie_sentiment_regression", ("sentence",), 1, ("pearson", "spearmanr")),
@@ -73,7 +77,8 @@ CUSTOM = "custom"
 
 def get_task(name: str) -> TaskSpec:
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}. Choose one of: {', '.join(TASKS)} (or pass --train_file/--validation_file).")
+        raise ValueError(f"Unknown task {name!r}. Choose one of: {', '.join(TASKS)} (or pass "
+                         "--train_file/--validation_file).")
     return TASKS[name]
 
 
@@ -126,8 +131,8 @@ def read_glue_tsv(path: Path, task: TaskSpec) -> datasets.Dataset:
     """One file of the original GLUE TSV distribution, mapped onto the Hub schema's columns. Blank lines are skipped;
     a row without one of the task's fields, or with a label that is not one of the task's, is named by its line."""
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: --data_dir should hold the GLUE folder layout ({task.tsv_folder}/train.tsv, "
-                                f"{task.tsv_folder}/{task.tsv_dev_files[0]}).")
+        raise FileNotFoundError(f"{path} not found: --data_dir should hold the GLUE folder layout "
+                                f"({task.tsv_folder}/train.tsv, {task.tsv_folder}/{task.tsv_dev_files[0]}).")
     with open(path, encoding="utf-8") as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         rows = [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]  # a blank line is no row
@@ -158,13 +163,15 @@ def read_glue_tsv(path: Path, task: TaskSpec) -> datasets.Dataset:
                 empty_text.setdefault(target, []).append(line)
     for target, lines in empty_text.items():
         logger.warning("%s: %d rows have an empty %r (%s; lines %s).", path, len(lines), target,
-                       _tsv_column_name(task, target), ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else ""))
+                       _tsv_column_name(task, target),
+                       ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else ""))
     if task.is_regression:
         for (line, _), value in zip(rows, columns["label"]):
             try:
                 float(value)
             except ValueError:
-                raise ValueError(f"{path}, line {line}: the score {value!r} is not a number; fix or delete that line.") from None
+                raise ValueError(f"{path}, line {line}: the score {value!r} is not a number; "
+                                 "fix or delete that line.") from None
         columns["label"] = [float(v) for v in columns["label"]]
         check_finite(columns["label"], str(path))
     else:
@@ -176,9 +183,10 @@ def read_glue_tsv(path: Path, task: TaskSpec) -> datasets.Dataset:
             elif value.isdigit() and int(value) < task.num_labels:
                 labels.append(int(value))
             else:
-                valid = list(names) + [str(i) for i in range(task.num_labels)] if names else [str(i) for i in range(task.num_labels)]
-                raise ValueError(f"{path}, line {line}: label {value!r} is not one of {task.name}'s {valid}; fix or delete "
-                                 "that line.")
+                valid = (list(names) + [str(i) for i in range(task.num_labels)] if names
+                         else [str(i) for i in range(task.num_labels)])
+                raise ValueError(f"{path}, line {line}: label {value!r} is not one of {task.name}'s {valid}; fix or "
+                                 "delete that line.")
         columns["label"] = labels
     return datasets.Dataset.from_dict(columns)
 
@@ -248,14 +256,15 @@ def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str) -
     try:
         if reason is None:
             return datasets.load_dataset(hub_id, config)
-        with mock.patch.object(constants, "HF_HUB_OFFLINE", True), mock.patch.object(datasets.config, "HF_HUB_OFFLINE", True):
+        with (mock.patch.object(constants, "HF_HUB_OFFLINE", True),
+              mock.patch.object(datasets.config, "HF_HUB_OFFLINE", True)):
             return datasets.load_dataset(hub_id, config)
     except (ConnectionError, FileNotFoundError) as error:
         if reason is None and not isinstance(error, ConnectionError):
             raise
         why = reason or f"the connection failed: {str(error).strip().splitlines()[0]}"
-        raise ValueError(f"{what} comes from the Hub ({hub_id}), which cannot be reached ({why}), and no copy is in the "
-                         f"local datasets cache. {way_out}") from None
+        raise ValueError(f"{what} comes from the Hub ({hub_id}), which cannot be reached ({why}), and no copy is in "
+                         f"the local datasets cache. {way_out}") from None
 
 
 # ------------------------------------------------------------------------------------------------ entry point
@@ -302,9 +311,9 @@ def check_texts(data: datasets.Dataset, columns, where: str) -> None:
         for row, value in enumerate(values):
             if not isinstance(value, str):
                 shown = "an empty cell (null)" if value is None else f"{_short(value)} ({type(value).__name__})"
-                raise ValueError(f"Text column {column!r} of {where} holds {shown} at row {row}, not a string. Every row "
-                                 "of a text column needs text: fix or drop that row (quote numbers as text), or name "
-                                 "other columns with --text_columns.")
+                raise ValueError(f"Text column {column!r} of {where} holds {shown} at row {row}, not a string. Every "
+                                 "row of a text column needs text: fix or drop that row (quote numbers as text), or "
+                                 "name other columns with --text_columns.")
 
 
 def _short(value, width: int = 60) -> str:
@@ -330,7 +339,8 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
     if len(columns) > 2:
         raise ValueError(f"--text_columns takes one or two columns, got {columns}.")
     if len(set(columns)) < len(columns):
-        raise ValueError(f"--text_columns names {columns[0]!r} twice; name two different columns for sentence pairs, or one.")
+        raise ValueError(f"--text_columns names {columns[0]!r} twice; name two different columns for sentence pairs, "
+                         "or one.")
     if label_column in columns:
         raise ValueError(f"--label_column {label_column!r} is also a text column; the label needs a column of its own.")
     kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
@@ -359,8 +369,8 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
         if all(v is None or isinstance(v, (int, float)) for v in values):  # csv/json read NaN as None
             check_finite(values, f"{where[split]} (--label_column {label_column})")
         elif None in values:
-            raise ValueError(f"Row {values.index(None)} of {where[split]} has no label (--label_column {label_column}); "
-                             "fix or drop that row.")
+            raise ValueError(f"Row {values.index(None)} of {where[split]} has no label (--label_column "
+                             f"{label_column}); fix or drop that row.")
     values = labels["train"]
     if known:
         task = known
@@ -368,13 +378,15 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
         regression = all(isinstance(v, float) for v in values) and any(v != int(v) for v in values)
         numeric = all(isinstance(v, (int, float)) for v in values)
         # String labels (pos/neg) are sorted by name, as transformers' run_glue.py does; numbers by value.
-        label_names = () if regression else tuple(str(v) for v in sorted(set(values) if numeric else {str(v) for v in values}))
+        label_names = () if regression else tuple(
+            str(v) for v in sorted(set(values) if numeric else {str(v) for v in values}))
         if not regression and len(label_names) < 2:
             raise ValueError(f"--label_column {label_column!r} of {where['train']} holds one class only "
                              f"({label_names[0]!r}): a classifier needs examples of at least two classes. Add rows of "
                              "the other classes; for regression, the labels must be numbers with decimals (e.g. 2.5).")
         task = TaskSpec(CUSTOM, tuple(columns), 1 if regression else len(label_names),
-                        ("pearson", "spearmanr") if regression else ("accuracy", "f1") if len(label_names) == 2 else ("accuracy",),
+                        ("pearson", "spearmanr") if regression
+                        else ("accuracy", "f1") if len(label_names) == 2 else ("accuracy",),
                         label_names=label_names)
     if task.is_regression:
         for split, values in labels.items():
@@ -395,14 +407,15 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
         for row, value in enumerate(values):
             if key(value) not in mapping:
                 source = f"{task.name}'s classes" if known else f"the classes of {where['train']}"
-                raise ValueError(f"The label {value!r} at row {row} of {where[split]} (--label_column {label_column}) is "
-                                 f"not one of {source}: {list(mapping)}. Fix or drop that row.")
+                raise ValueError(f"The label {value!r} at row {row} of {where[split]} (--label_column {label_column}) "
+                                 f"is not one of {source}: {list(mapping)}. Fix or drop that row.")
     features = raw["train"].features.copy()
     features["label"] = datasets.ClassLabel(names=list(task.label_names) or [str(i) for i in range(task.num_labels)])
     return task, raw.map(lambda b: {"label": [mapping[key(v)] for v in b["label"]]}, batched=True, features=features)
 
 
-def first_samples(raw: datasets.DatasetDict, task: TaskSpec, max_train: int | None, max_eval: int | None) -> datasets.DatasetDict:
+def first_samples(raw: datasets.DatasetDict, task: TaskSpec, max_train: int | None,
+                  max_eval: int | None) -> datasets.DatasetDict:
     """The first `max_train` training and `max_eval` validation rows of each split (None: all): what
     --max_train_samples/--max_eval_samples train and score on."""
     raw = datasets.DatasetDict(raw)

@@ -18,7 +18,8 @@ from datasets.utils import tqdm  # honours datasets.disable_progress_bars()
 
 from encoder_zoo.training.run import EMBEDDED_CORPUS, load_corpus, split_sentences
 
-HUB_DATASETS = {"squad": ("rajpurkar/squad", None), "squad_v2": ("rajpurkar/squad_v2", None), "mrqa": ("mrqa-workshop/mrqa", None)}
+HUB_DATASETS = {"squad": ("rajpurkar/squad", None), "squad_v2": ("rajpurkar/squad_v2", None),
+                "mrqa": ("mrqa-workshop/mrqa", None)}
 EMBEDDED = ("wiki_cloze", "wiki_cloze_v2")
 OFFLINE_QA_HELP = ("Offline, use an embedded set (--dataset wiki_cloze or wiki_cloze_v2), or local SQuAD-format JSON "
                    "(--train_file/--validation_file).")
@@ -38,11 +39,13 @@ def duplicate_id(question_id, seen: dict) -> str | None:
     """The problem with a record whose id an earlier record has (`seen`: id -> row): predictions and scores are keyed
     by question id, so a repeated id would silently merge two questions."""
     if question_id in seen:
-        return f"its id is already that of row {seen[question_id]} (question ids must be unique: predictions are keyed by them)"
+        return (f"its id is already that of row {seen[question_id]} (question ids must be unique: predictions are "
+                "keyed by them)")
     return None
 
 
-def validate(records: datasets.Dataset, on_malformed: str = "error", source: str | None = None) -> tuple[datasets.Dataset, int]:
+def validate(records: datasets.Dataset, on_malformed: str = "error",
+             source: str | None = None) -> tuple[datasets.Dataset, int]:
     """Check every record: required fields present, a question id no other record has, each answer text found at
     its `answer_start` in the context. `on_malformed="error"` raises naming the record (and `source`, the file or
     split it comes from); `"skip"` drops it (a repeated id: every record after the first) and returns how many were
@@ -59,7 +62,8 @@ def validate(records: datasets.Dataset, on_malformed: str = "error", source: str
         texts, starts = answers.get("text") or [], answers.get("answer_start") or []
         repeated = duplicate_id(record["id"], seen_ids)
         wrong_type = next((f"its {field} is {record[field]!r} ({type(record[field]).__name__}), not text"
-                           for field in ("question", "context") if not isinstance(record[field], (str, type(None)))), None)
+                           for field in ("question", "context") if not isinstance(record[field], (str, type(None)))),
+                          None)
         if repeated:
             problem = repeated
         elif wrong_type:
@@ -75,12 +79,14 @@ def validate(records: datasets.Dataset, on_malformed: str = "error", source: str
                                f"from 0 to {len(record['context']) - len(text)} for this answer)")
                     break
                 if record["context"][start : start + len(text)] != text:
-                    problem = f"answer {text!r} is not at offset {start} (found {record['context'][start:start + len(text)]!r})"
+                    problem = (f"answer {text!r} is not at offset {start} "
+                               f"(found {record['context'][start:start + len(text)]!r})")
                     break
         if problem:
             if on_malformed == "error":
                 where = f"{source}: record" if source else "Record"
-                raise MalformedRecordError(f"{where} {record['id']!r} (row {index}): {problem}. Fix it, or pass --on_malformed skip.")
+                raise MalformedRecordError(f"{where} {record['id']!r} (row {index}): {problem}. Fix it, or pass "
+                                           "--on_malformed skip.")
             bad.append(index)
         else:
             seen_ids[record["id"]] = index
@@ -89,7 +95,8 @@ def validate(records: datasets.Dataset, on_malformed: str = "error", source: str
     return records, len(bad)
 
 
-SQUAD_LAYOUT = "SQuAD format: {\"data\": [{\"title\", \"paragraphs\": [{\"context\", \"qas\": [{\"id\", \"question\", \"answers\"}]}]}]}"
+SQUAD_LAYOUT = ("SQuAD format: {\"data\": [{\"title\", \"paragraphs\": [{\"context\", \"qas\": [{\"id\", \"question\", "
+                "\"answers\"}]}]}]}")
 
 
 def load_squad_json(path: str | Path) -> datasets.Dataset:
@@ -123,8 +130,8 @@ def load_squad_json(path: str | Path) -> datasets.Dataset:
                 for field, value in (("question", qa["question"]), ("context", paragraph["context"]),
                                      ("id", qa["id"])):
                     if not isinstance(value, str) and not (field == "id" and isinstance(value, int)):
-                        raise MalformedRecordError(f"{path}: {where} has {field} {_short(value)} ({type(value).__name__}); "
-                                                   f"it must be text. Fix the file.")
+                        raise MalformedRecordError(f"{path}: {where} has {field} {_short(value)} "
+                                                   f"({type(value).__name__}); it must be text. Fix the file.")
                 answers = [] if qa.get("is_impossible") else qa["answers"]
                 if not isinstance(answers, list):
                     raise MalformedRecordError(f"{path}: {where} has answers {_short(answers)}; it must be a list of "
@@ -165,7 +172,8 @@ def load_qa(dataset: str | None, train_file: str | None, validation_file: str | 
     if dataset in EMBEDDED:
         return build_wiki_cloze(with_unanswerable=dataset.endswith("_v2"), articles=wiki_articles, cache_dir=cache_dir)
     if dataset not in HUB_DATASETS:
-        raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*HUB_DATASETS, *EMBEDDED])} or --train_file/--validation_file.")
+        raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*HUB_DATASETS, *EMBEDDED])} or "
+                         "--train_file/--validation_file.")
     from encoder_zoo.glue.tasks import load_hub_dataset
 
     hub_id, config = HUB_DATASETS[dataset]
@@ -182,7 +190,8 @@ def default_cache_dir() -> Path:
     """Where built sets are cached: `encoder-zoo/` in the `datasets` cache, found the way `datasets` finds it
     (HF_DATASETS_CACHE, else HF_HOME/datasets, else XDG_CACHE_HOME/huggingface/datasets, else
     ~/.cache/huggingface/datasets), read when called so a changed environment is followed."""
-    home = os.path.expanduser(os.getenv("HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"), "huggingface")))
+    home = os.path.expanduser(os.getenv("HF_HOME",
+                                        os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"), "huggingface")))
     return Path(os.path.expanduser(os.getenv("HF_DATASETS_CACHE", os.path.join(home, "datasets")))) / "encoder-zoo"
 
 
@@ -197,7 +206,8 @@ def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed
     `with_unanswerable`, about a third of the questions instead get a context from the same article with every
     sentence containing the answer removed (no gold answer). Articles are split 90/10 train/validation by title hash.
     """
-    cache = Path(cache_dir or default_cache_dir()) / f"wiki_cloze{'_v2' if with_unanswerable else ''}_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json"
+    cache = Path(cache_dir or default_cache_dir()) / (f"wiki_cloze{'_v2' if with_unanswerable else ''}"
+                                                      f"_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json")
     if cache.exists():
         rows = read_cache(cache)
     else:
@@ -222,9 +232,9 @@ def read_cache(cache: Path) -> list[dict]:
         if not isinstance(rows, list) or not all(isinstance(row, dict) and "answers" in row for row in rows):
             raise ValueError("not a list of QA records")
     except (UnicodeDecodeError, ValueError) as error:  # json.JSONDecodeError is a ValueError
-        raise ValueError(f"The cached set {cache} is damaged ({str(error).splitlines()[0]}). Delete that file (only it); "
-                         "the next run rebuilds it from the embedded Wikipedia text, once (a few minutes), or pass "
-                         "--cache_dir to build it elsewhere.") from None
+        raise ValueError(f"The cached set {cache} is damaged ({str(error).splitlines()[0]}). Delete that file (only "
+                         "it); the next run rebuilds it from the embedded Wikipedia text, once (a few minutes), or "
+                         "pass --cache_dir to build it elsewhere.") from None
     return rows
 
 

@@ -88,7 +88,8 @@ def load_open_file(path: str | Path) -> datasets.Dataset:
         raise FileNotFoundError(f"Open-domain QA file {path} does not exist.")
     text = path.read_text(encoding="utf-8")
     try:
-        records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines() if line.strip()]
+        records = (json.loads(text) if text.lstrip().startswith("[")
+                   else [json.loads(line) for line in text.splitlines() if line.strip()])
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is neither a JSON list nor JSON Lines: {error}") from error
     if not isinstance(records, list) or not records:
@@ -97,11 +98,13 @@ def load_open_file(path: str | Path) -> datasets.Dataset:
     wrapped = []
     for index, record in enumerate(records):
         if not isinstance(record, dict):
-            raise ValueError(f"{path}, record {index}: {_short(record)} is not an object with question, answers and passages.")
+            raise ValueError(f"{path}, record {index}: {_short(record)} is not an object with question, answers and "
+                             "passages.")
         missing = [field for field in ("question", "answers", "passages") if field not in record]
         if missing:
-            raise ValueError(f"{path}, record {index}: missing {missing}; its keys are {sorted(record)}. Each record needs "
-                             "question, answers (a list of strings) and passages (a list of strings), and optionally id.")
+            raise ValueError(f"{path}, record {index}: missing {missing}; its keys are {sorted(record)}. Each record "
+                             "needs question, answers (a list of strings) and passages (a list of strings), and "
+                             "optionally id.")
         if isinstance(record["answers"], str):  # one answer given bare: a list of one, not a list of its letters
             record["answers"] = [record["answers"]]
             wrapped.append(index)
@@ -117,7 +120,8 @@ def load_open_file(path: str | Path) -> datasets.Dataset:
         record["id"] = str(record["id"])
     if wrapped:
         logger.info("%s: %d records give their answer as a string, not a list (records %s); each is read as a list "
-                    "of that one answer.", path, len(wrapped), ", ".join(map(str, wrapped[:5])) + (", ..." if len(wrapped) > 5 else ""))
+                    "of that one answer.", path, len(wrapped),
+                    ", ".join(map(str, wrapped[:5])) + (", ..." if len(wrapped) > 5 else ""))
     return datasets.Dataset.from_list([{field: record[field] for field in FIELDS} for record in records])
 
 
@@ -127,7 +131,8 @@ def _short(value, width: int = 60) -> str:
 
 
 def load_open_qa(dataset: str | None, train_file: str | None = None, validation_file: str | None = None,
-                 cache_dir: str | None = None, num_passages: int = 10, wiki_articles: int = 4000) -> datasets.DatasetDict:
+                 cache_dir: str | None = None, num_passages: int = 10,
+                 wiki_articles: int = 4000) -> datasets.DatasetDict:
     if train_file or validation_file:
         return datasets.DatasetDict({split: load_open_file(path) for split, path in
                                      (("train", train_file), ("validation", validation_file)) if path})
@@ -141,7 +146,8 @@ def load_open_qa(dataset: str | None, train_file: str | None = None, validation_
     from encoder_zoo.glue.tasks import load_hub_dataset
 
     hub_id, config = HUB_OPEN[dataset]
-    raw = load_hub_dataset(hub_id, config, f"--dataset {dataset}", "Offline, use the embedded set (--dataset wiki_open), "
+    raw = load_hub_dataset(hub_id, config, f"--dataset {dataset}",
+                           "Offline, use the embedded set (--dataset wiki_open), "
                            "or local records (--train_file/--validation_file: JSON with question, answers, passages).")
     columns = set(raw["train"].column_names)
     if not {"question", "answer", "search_results"} <= columns:
@@ -150,7 +156,8 @@ def load_open_qa(dataset: str | None, train_file: str | None = None, validation_
     convert = lambda record, index: {"id": f"{dataset}-{index}", "question": record["question"],  # noqa: E731
                                      "answers": [record["answer"]],
                                      "passages": [s for s in record["search_results"]["snippets"] if s]}
-    return datasets.DatasetDict({split: raw[split].map(convert, with_indices=True, remove_columns=raw[split].column_names,
+    return datasets.DatasetDict({split: raw[split].map(convert, with_indices=True,
+                                                       remove_columns=raw[split].column_names,
                                                        desc=f"Converting {dataset} {split}")
                                  for split in ("train", "validation") if split in raw})
 

@@ -31,11 +31,13 @@ def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride:
                            extra_inputs=None):
     """Question + context windows (`doc_stride` overlap) with start/end token labels; an answer outside a window,
     and an unanswerable question, point at the null position ([CLS], index 0)."""
-    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length, extra_inputs)
+    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length,
+                                         extra_inputs)
     sample_map = encoded.pop("overflow_to_sample_mapping")
     starts, ends = [], []
     for index, offsets in enumerate(encoded["offset_mapping"]):
-        cls_index = encoded["input_ids"][index].index(tokenizer.cls_token_id) if tokenizer.cls_token_id in encoded["input_ids"][index] else 0
+        cls_index = (encoded["input_ids"][index].index(tokenizer.cls_token_id)
+                     if tokenizer.cls_token_id in encoded["input_ids"][index] else 0)
         answers = examples["answers"][sample_map[index]]
         sequence_ids = encoded.sequence_ids(index)
         if not answers["answer_start"]:
@@ -60,10 +62,11 @@ def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride:
     return encoded
 
 
-def prepare_validation_features(examples, tokenizer, max_seq_length: int, doc_stride: int, max_question_length: int = 64,
-                                extra_inputs=None):
+def prepare_validation_features(examples, tokenizer, max_seq_length: int, doc_stride: int,
+                                max_question_length: int = 64, extra_inputs=None):
     """Windows plus `example_id` and offsets that are None outside the context, for post-processing."""
-    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length, extra_inputs)
+    encoded, context_id = encode_windows(examples, tokenizer, max_seq_length, doc_stride, max_question_length,
+                                         extra_inputs)
     sample_map = encoded.pop("overflow_to_sample_mapping")
     encoded["example_id"] = []
     for index in range(len(encoded["input_ids"])):
@@ -98,7 +101,8 @@ def postprocess_predictions(examples, features, start_logits, end_logits, n_best
                         continue
                     if e < s or e - s + 1 > max_answer_length:
                         continue
-                    candidates.append({"text": context[offsets[s][0] : offsets[e][1]], "score": float(starts[s] + ends[e]),
+                    candidates.append({"text": context[offsets[s][0] : offsets[e][1]],
+                                       "score": float(starts[s] + ends[e]),
                                        "start_logit": float(starts[s]), "end_logit": float(ends[e]),
                                        "offsets": (offsets[s][0], offsets[e][1])})
         candidates = sorted(candidates, key=lambda c: c["score"], reverse=True)[:n_best_size]

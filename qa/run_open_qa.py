@@ -3,7 +3,8 @@ zoo model or transformers encoder.
 
     python qa/run_open_qa.py --model_name_or_path runs/bertac-init --trust_remote_code --output_dir runs/open-qa
     python qa/run_open_qa.py --model_name_or_path FacebookAI/roberta-large --dataset search_qa --output_dir ...
-    python qa/run_open_qa.py --model_name_or_path ... --train_file quasart_train.jsonl --validation_file quasart_dev.jsonl
+    python qa/run_open_qa.py --model_name_or_path ... --train_file quasart_train.jsonl \\
+        --validation_file quasart_dev.jsonl
 
 Each question comes with several retrieved passages. Both models read `[CLS] question [SEP] passage [SEP]` windows
 (--max_seq_length, --doc_stride):
@@ -48,11 +49,14 @@ OPEN_QA_DEFAULTS = ["--learning_rate", "1e-5", "--num_train_epochs", "2", "--war
 
 @dataclass
 class OpenQAArguments:
-    model_name_or_path: str = field(metadata={"help": "The encoder both models start from (any encoder, or a zoo export)."})
+    model_name_or_path: str = field(metadata={"help": "The encoder both models start from (any encoder, or a zoo "
+                                                      "export)."})
     dataset: str | None = field(default="wiki_open", metadata={"help": "wiki_open (embedded) or search_qa (Hub)."})
-    train_file: str | None = field(default=None, metadata={"help": "JSON/JSONL records {id, question, answers, passages}."})
+    train_file: str | None = field(default=None,
+                                   metadata={"help": "JSON/JSONL records {id, question, answers, passages}."})
     validation_file: str | None = field(default=None, metadata={"help": "The same, for evaluation."})
-    selector_model: str | None = field(default=None, metadata={"help": "A trained passage selector: skip its training."})
+    selector_model: str | None = field(default=None,
+                                       metadata={"help": "A trained passage selector: skip its training."})
     reader_model: str | None = field(default=None, metadata={"help": "A trained reader: skip its training."})
     num_passages: int = field(default=10, metadata={"help": "wiki_open: passages per question (1 holds the answer)."})
     wiki_articles: int = field(default=4000, metadata={"help": "wiki_open: articles the cloze questions come from."})
@@ -64,7 +68,8 @@ class OpenQAArguments:
     max_train_questions: int | None = field(default=None, metadata={"help": "Truncate training questions."})
     max_eval_questions: int | None = field(default=None, metadata={"help": "Truncate evaluation questions."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where the wiki_cloze set behind wiki_open is cached."})
+    cache_dir: str | None = field(default=None,
+                                  metadata={"help": "Where the wiki_cloze set behind wiki_open is cached."})
     add_to_model_card: bool = field(default=False, metadata={"help": "Write EM/F1 into the reader's model card."})
     max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
 
@@ -113,18 +118,20 @@ def main(argv=None) -> dict:
         return run(argv, saved)
     except KeyboardInterrupt:
         if not saved:
-            raise RunInterrupted("interrupted (Ctrl-C) before a model was saved (each is saved when its training ends): "
-                                 "nothing was saved. Run the same command again to start over.") from None
+            raise RunInterrupted("interrupted (Ctrl-C) before a model was saved (each is saved when its training "
+                                 "ends): nothing was saved. Run the same command again to start over.") from None
         reuse = " ".join(f"--{name}_model {folder}" for name, folder in saved.items())
-        raise RunInterrupted(f"interrupted (Ctrl-C). Saved: the trained {' and '.join(saved)} ({', '.join(saved.values())}). "
-                             f"To go on without training {'them' if len(saved) > 1 else 'it'} again, run the same command "
-                             f"with {reuse} and another --output_dir; the same command alone starts over.") from None
+        raise RunInterrupted(f"interrupted (Ctrl-C). Saved: the trained {' and '.join(saved)} "
+                             f"({', '.join(saved.values())}). To go on without training "
+                             f"{'them' if len(saved) > 1 else 'it'} again, run the same command with {reuse} and "
+                             "another --output_dir; the same command alone starts over.") from None
 
 
 def references(questions) -> list[dict]:
     """The SQuAD metric's references: every gold answer string of each question (never the letters of one string)."""
     golds = [[answers] if isinstance(answers, str) else list(answers) for answers in questions["answers"]]
-    return [{"id": q, "answers": {"text": texts, "answer_start": [0] * len(texts)}} for q, texts in zip(questions["id"], golds)]
+    return [{"id": q, "answers": {"text": texts, "answer_start": [0] * len(texts)}}
+            for q, texts in zip(questions["id"], golds)]
 
 
 def run(argv, saved: dict) -> dict:
@@ -239,7 +246,8 @@ def run(argv, saved: dict) -> dict:
             features = validation.map(lambda b: prepare_validation_features(b, *window_args), batched=True,
                                       remove_columns=validation.column_names, desc="Validation windows")
         model_inputs = features.remove_columns(["example_id", "offset_mapping"])
-        selector = load_pretrained(AutoModelForSequenceClassification, selector_path, "--selector_model", trust_remote_code=remote)
+        selector = load_pretrained(AutoModelForSequenceClassification, selector_path, "--selector_model",
+                                   trust_remote_code=remote)
         logits = FineTuningTrainer(model=selector, args=run_args("selector"), processing_class=tokenizer,
                                    data_collator=collator).predict(model_inputs).predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
@@ -260,9 +268,11 @@ def run(argv, saved: dict) -> dict:
         predictions = [{"id": q, "prediction_text": answers.get(q, {"text": ""})["text"]} for q in questions["id"]]
         results["eval"] = metric.compute(predictions=predictions, references=references(questions))
         positive = {p for p, a in zip(validation["id"], validation["answers"]) if a["text"]}
-        top = [max(answers[q]["passage_probabilities"], key=answers[q]["passage_probabilities"].get) for q in questions["id"] if q in answers]
+        top = [max(answers[q]["passage_probabilities"], key=answers[q]["passage_probabilities"].get)
+               for q in questions["id"] if q in answers]
         results["eval"]["selector_top1_holds_answer"] = 100.0 * sum(p in positive for p in top) / max(len(top), 1)
-        results["eval"]["questions_with_an_answer_passage"] = 100.0 * len({p.split("|")[0] for p in positive}) / max(len(questions), 1)
+        results["eval"]["questions_with_an_answer_passage"] = (100.0 * len({p.split("|")[0] for p in positive})
+                                                               / max(len(questions), 1))
         if training_args.process_index == 0:
             output.mkdir(parents=True, exist_ok=True)
             (output / "predictions.json").write_text(json.dumps({q: a["text"] for q, a in answers.items()}, indent=1))
@@ -281,7 +291,8 @@ def run(argv, saved: dict) -> dict:
                 identity = dict(dataset_type=HUB_OPEN[args.dataset][0], dataset_config=HUB_OPEN[args.dataset][1],
                                 dataset_name=args.dataset)
             else:
-                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}", dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
+                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}",
+                                dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
             add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA", **identity,
                              dataset_split="validation", seeds=[training_args.seed],
                              metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
@@ -305,7 +316,8 @@ def cli() -> None:
         print(f"run_open_qa.py: {error}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
     except KeyboardInterrupt:  # while Python was still importing: nothing was written
-        print("run_open_qa.py: interrupted (Ctrl-C) before anything was saved. Run the same command again.", file=sys.stderr)
+        print("run_open_qa.py: interrupted (Ctrl-C) before anything was saved. Run the same command again.",
+              file=sys.stderr)
         raise SystemExit(130) from None
 
 

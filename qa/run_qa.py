@@ -2,7 +2,8 @@
 
     python qa/run_qa.py --model_name_or_path PATH_OR_ID --dataset squad --output_dir runs/qa
     python qa/run_qa.py --model_name_or_path runs/demo/export --trust_remote_code --dataset wiki_cloze_v2 ...
-    python qa/run_qa.py --model_name_or_path ... --train_file train.json --validation_file dev.json --version_2_with_negative
+    python qa/run_qa.py --model_name_or_path ... --train_file train.json --validation_file dev.json \\
+        --version_2_with_negative
     accelerate launch --multi_gpu qa/run_qa.py ...
 
 Datasets: squad, squad_v2, mrqa (online, through `datasets`), local SQuAD-format JSON (--train_file /
@@ -38,22 +39,26 @@ QA_DEFAULTS = ["--learning_rate", "3e-5", "--per_device_train_batch_size", "16",
 @dataclass
 class QAArguments:
     model_name_or_path: str = field(metadata={"help": "A checkpoint folder or Hub id (any encoder, or a zoo export)."})
-    dataset: str | None = field(default="wiki_cloze", metadata={"help": "squad, squad_v2, mrqa, wiki_cloze, wiki_cloze_v2."})
+    dataset: str | None = field(default="wiki_cloze",
+                                metadata={"help": "squad, squad_v2, mrqa, wiki_cloze, wiki_cloze_v2."})
     train_file: str | None = field(default=None, metadata={"help": "Local SQuAD-format JSON for training."})
     validation_file: str | None = field(default=None, metadata={"help": "Local SQuAD-format JSON for evaluation."})
-    version_2_with_negative: bool | None = field(default=None, metadata={"help": "SQuAD 2.0 scoring (default: from the dataset)."})
+    version_2_with_negative: bool | None = field(default=None,
+                                                 metadata={"help": "SQuAD 2.0 scoring (default: from the dataset)."})
     max_seq_length: int = field(default=384, metadata={"help": "Window length in tokens (question included)."})
     doc_stride: int = field(default=128, metadata={"help": "Overlap between consecutive windows of a long context."})
     n_best_size: int = field(default=20, metadata={"help": "Start/end candidates searched per window."})
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
     max_question_length: int = field(default=64, metadata={"help": "Longer questions are cut to this many tokens."})
-    on_malformed: str = field(default="error", metadata={"help": "error (name the bad record) or skip (drop and count)."})
+    on_malformed: str = field(default="error",
+                              metadata={"help": "error (name the bad record) or skip (drop and count)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate training data."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate evaluation data."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Needed for zoo checkpoints."})
     cache_dir: str | None = field(default=None, metadata={"help": "Where the built wiki_cloze set is cached."})
     add_to_model_card: bool = field(default=False, metadata={"help": "Write the results (percent) into "
-                                    "OUTPUT_DIR's model card; runs cut down with --max_train_samples/--max_eval_samples are left out."})
+                                    "OUTPUT_DIR's model card; runs cut down with "
+                                    "--max_train_samples/--max_eval_samples are left out."})
     model_card_dir: str | None = field(default=None, metadata={"help": "Another card to receive the results."})
     max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
 
@@ -133,19 +138,24 @@ def run(argv, stage: dict) -> dict:
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("QA windows need a fast tokenizer (offset mappings).")
     set_seed(training_args.seed)  # a checkpoint without a QA head gets a new one: the same for the same --seed
-    model = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    model = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path,
+                            trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(model.config)
     check_max_seq_length(args.max_seq_length, model.config, tokenizer, args.model_name_or_path)  # as run_glue.py
     max_length = args.max_seq_length
     if empty:  # after the model: a broken checkpoint is named before a placeholder data file is
-        raise ValueError(" ".join(empty.values()) + (f" {SQUAD_LAYOUT}." if args.train_file or args.validation_file else ""))
+        raise ValueError(" ".join(empty.values())
+                         + (f" {SQUAD_LAYOUT}." if args.train_file or args.validation_file else ""))
     with training_args.main_process_first(desc="building windows"):
         train_features = raw["train"].map(
-            lambda b: prepare_train_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs),
+            lambda b: prepare_train_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length,
+                                             extra_inputs),
             batched=True, remove_columns=raw["train"].column_names, desc="Train windows") if "train" in raw else None
         eval_features = raw["validation"].map(
-            lambda b: prepare_validation_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs),
-            batched=True, remove_columns=raw["validation"].column_names, desc="Validation windows") if "validation" in raw else None
+            lambda b: prepare_validation_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length,
+                                                  extra_inputs),
+            batched=True, remove_columns=raw["validation"].column_names,
+            desc="Validation windows") if "validation" in raw else None
 
     trainer = FineTuningTrainer(model=model, args=training_args, train_dataset=train_features,
                                 processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
@@ -162,7 +172,9 @@ def run(argv, stage: dict) -> dict:
         prediction = trainer.predict(model_inputs)
         start_logits, end_logits = prediction.predictions[:2]
         predictions, nbest, null_odds = postprocess_predictions(
-            raw["validation"], eval_features, start_logits, end_logits, args.n_best_size, args.max_answer_length, version_2)
+            raw["validation"], eval_features, start_logits, end_logits, args.n_best_size, args.max_answer_length,
+            version_2,
+        )
         metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
         references = [{"id": r["id"], "answers": r["answers"]} for r in raw["validation"]]
         scored = [{"id": q, "prediction_text": t, **({"no_answer_probability": null_odds[q]} if version_2 else {})}
@@ -192,12 +204,14 @@ def run(argv, stage: dict) -> dict:
             if local:  # ids that cannot be mistaken for Hub ids: huggingface_hub groups results by dataset type
                 identity = dict(dataset_type=f"local:{Path(local).stem}", dataset_name=Path(local).name)
             elif args.dataset in EMBEDDED:
-                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}", dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
+                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}",
+                                dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
             else:
                 identity = dict(dataset_type=HUB_DATASETS[args.dataset][0], dataset_name=args.dataset)
             # SQuAD scores are percentages already, the scale of run_glue's model-index too.
-            kwargs = dict(task_type="question-answering", task_name="extractive QA", **identity, dataset_split="validation",
-                          metrics={k: results["eval"][k] for k in keys}, seeds=[training_args.seed])
+            kwargs = dict(task_type="question-answering", task_name="extractive QA", **identity,
+                          dataset_split="validation", metrics={k: results["eval"][k] for k in keys},
+                          seeds=[training_args.seed])
             for folder in filter(None, (output, args.model_card_dir)):
                 add_eval_results(folder, **kwargs)
     release(output)

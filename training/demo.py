@@ -125,12 +125,15 @@ def main(argv: list[str] | None = None) -> dict:
     }
     held_out = "none (no held-out documents)" if not summary["eval"] else (
         "{loss:.3f} (MLM {mlm_loss:.3f}, SBO {sbo_loss:.3f})".format(**summary["eval"]))
+    first, last = summary["first_logged"], summary["last_logged"]
+    parts = (f"MLM {first['mlm_loss']:.3f} -> {last['mlm_loss']:.3f}, "
+             f"SBO {first['sbo_loss']:.3f} -> {last['sbo_loss']:.3f}")
     print(textwrap.dedent(f"""
         ==== SpanBERT demo summary ====
         export folder : {summary['export']}
           files       : {', '.join(summary['files'])}
-        training      : {summary['steps']} steps; loss {summary['first_logged']['loss']:.3f} -> {summary['last_logged']['loss']:.3f}
-                        (MLM {summary['first_logged']['mlm_loss']:.3f} -> {summary['last_logged']['mlm_loss']:.3f}, SBO {summary['first_logged']['sbo_loss']:.3f} -> {summary['last_logged']['sbo_loss']:.3f}); {summary['last_logged']['tokens_per_second']:.0f} tokens/s
+        training      : {summary['steps']} steps; loss {first['loss']:.3f} -> {last['loss']:.3f}
+                        ({parts}); {last['tokens_per_second']:.0f} tokens/s
         held-out loss : {held_out}
         reloaded as   : {reloaded['class']} (fresh process, trust_remote_code=True)
           output      : {reloaded['hidden_shape']}

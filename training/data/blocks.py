@@ -257,7 +257,8 @@ def _linguistic_spans(nlp, sentences, encodings, kind):
     for index, doc in enumerate(nlp.pipe(sentences, batch_size=256)):
         if kind == "named_entity":
             # The paper masks non-numeric entities only.
-            spans = [e for e in doc.ents if e.label_ not in {"CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY", "DATE", "TIME"}]
+            spans = [e for e in doc.ents if e.label_ not in {"CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY",
+                                                             "DATE", "TIME"}]
         elif kind == "noun_phrase":
             spans = list(doc.noun_chunks)
         else:
@@ -265,7 +266,8 @@ def _linguistic_spans(nlp, sentences, encodings, kind):
         offsets = np.asarray(encodings["offset_mapping"][index] or np.zeros((0, 2)), dtype=np.int64).reshape(-1, 2)
         units = np.full(len(offsets), -1, dtype=np.int64)
         for span_index, span in enumerate(spans):
-            inside = (offsets[:, 0] >= span.start_char) & (offsets[:, 1] <= span.end_char) & (offsets[:, 1] > offsets[:, 0])
+            inside = ((offsets[:, 0] >= span.start_char) & (offsets[:, 1] <= span.end_char)
+                      & (offsets[:, 1] > offsets[:, 0]))
             units[inside] = span_index
         result.append(units.tolist())
     return result

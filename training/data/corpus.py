@@ -119,7 +119,8 @@ def stream_corpus(
         if not files:
             raise ValueError(f"{dataset} is empty: there is no text to pretrain on.")
         kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
-        stream = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", streaming=True, **kwargs)
+        stream = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", streaming=True,
+                                       **kwargs)
     else:
         stream = datasets.load_dataset(dataset, dataset_config, split=split, streaming=True)
     return stream.take(max_documents) if max_documents is not None else stream
@@ -140,7 +141,8 @@ def _read_local_files(path: Path, files: list[Path], builder: str) -> datasets.D
                 raise ValueError(f"{file} is not UTF-8 text ({problem}); convert it first, e.g. "
                                  f"`iconv -f latin1 -t utf-8 {file.name} > {file.stem}.utf8{file.suffix}`.") from None
         cause = error.__cause__ or error.__context__ or error
-        raise ValueError(f"Could not read {path} as {builder} data: {type(cause).__name__}: {cause}".rstrip(": ")) from None
+        raise ValueError(f"Could not read {path} as {builder} data: {type(cause).__name__}: "
+                         f"{cause}".rstrip(": ")) from None
 
 
 def _utf8_problem(file: Path) -> str | None:
@@ -163,7 +165,7 @@ def _utf8_problem(file: Path) -> str | None:
 
 
 def _looks_like_hub_id(name: str) -> bool:
-    return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None and not Path(name).suffix in _LOCAL_BUILDERS
+    return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None and Path(name).suffix not in _LOCAL_BUILDERS
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -189,7 +191,8 @@ def text_digest(documents: datasets.Dataset) -> str:
     import hashlib
 
     digest = hashlib.blake2b(digest_size=16)
-    columns = [name for name, feature in documents.features.items() if getattr(feature, "dtype", None) in ("string", "large_string")]
+    columns = [name for name, feature in documents.features.items()
+               if getattr(feature, "dtype", None) in ("string", "large_string")]
     for batch in documents.select_columns(columns).iter(batch_size=4096):
         for row in zip(*(batch[name] for name in columns)):
             for text in row:

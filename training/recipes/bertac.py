@@ -35,7 +35,8 @@ WINDOW_SETS = ((1, 2, 3), (2, 3, 4), (1, 2, 3, 4))
 BERTAC_CNN_SIZES = {
     "tiny": dict(filter_windows=[1, 2], num_filters=16, word_embedding_dim=32),
     **{
-        f"w{''.join(map(str, windows))}-f{filters}": dict(filter_windows=list(windows), num_filters=filters, word_embedding_dim=300)
+        f"w{''.join(map(str, windows))}-f{filters}": dict(filter_windows=list(windows), num_filters=filters,
+                                                          word_embedding_dim=300)
         for windows in WINDOW_SETS
         for filters in (100, 200, 300)
     },
@@ -47,7 +48,8 @@ PAPER_HYPERPARAMETERS = {
     "word embeddings": "fastText, 300-d, 2.5M words, frozen",
     "optimizer": "RMSProp, learning rate 2e-4 (no other setting named)",
     "batch / epochs": "4,000 pairs in all, 200 epochs (1,084 steps each)",
-    "networks": "R and F: CNNs (windows {1,2,3}, {2,3,4} or {1,2,3,4} x 100/200/300 filters, He init); D: logistic regression",
+    "networks": "R and F: CNNs (windows {1,2,3}, {2,3,4} or {1,2,3,4} x 100/200/300 filters, He init); D: logistic "
+                "regression",
 }
 
 # Section 3: RMSProp at 2e-4, batch 4,000, 200 epochs of the 4.33M pairs (about 1,084 steps each); the paper names
@@ -86,8 +88,10 @@ def pairs_of(pages, args):
 
 def build_word_tokenizer(pages, args, config_kwargs):
     pairs = pairs_of(pages, args)
-    logger.info("Building the CNN word vocabulary (at most %d words) from %d pair sentences", args.tokenizer_vocab_size, len(pairs))
-    sentences = (text for batch in pairs.select_columns(["sentence"]).iter(batch_size=1000) for text in batch["sentence"])
+    logger.info("Building the CNN word vocabulary (at most %d words) from %d pair sentences", args.tokenizer_vocab_size,
+                len(pairs))
+    sentences = (text for batch in pairs.select_columns(["sentence"]).iter(batch_size=1000)
+                 for text in batch["sentence"])
     return train_word_tokenizer(sentences, vocab_size=args.tokenizer_vocab_size, model_max_length=args.max_seq_length)
 
 
@@ -123,8 +127,9 @@ def load_word_vectors(model, tokenizer, pages, args, training_args) -> None:
         check_coverage(tokenizer, vectors, args)
     table, found = embedding_table(tokenizer, vectors, dim, seed=training_args.seed)
     model.get_input_embeddings().weight.copy_(table)
-    args.word_vector_summary = (f"{found} of {len(tokenizer)} CNN words from {'`' + str(args.word_vectors) + '`' if args.word_vectors else f'fastText trained on the pretraining sentences ({dim}-d skipgram)'}"
-                                "; the others U(-0.1, 0.1); frozen")
+    source = ('`' + str(args.word_vectors) + '`' if args.word_vectors
+              else f"fastText trained on the pretraining sentences ({dim}-d skipgram)")
+    args.word_vector_summary = f"{found} of {len(tokenizer)} CNN words from {source}; the others U(-0.1, 0.1); frozen"
     logger.info("Word vectors: %s", args.word_vector_summary)
 
 
@@ -154,17 +159,19 @@ def batch_text(training_args) -> str:
 
 
 def describe_training(trainer, args) -> dict:
-    last = next((entry for entry in reversed(trainer.state.log_history) if "d_accuracy_real" in entry or "mse_loss" in entry), {})
+    last = next((entry for entry in reversed(trainer.state.log_history)
+                 if "d_accuracy_real" in entry or "mse_loss" in entry), {})
     rows = {
-        "examples": f"{trainer.train_dataset.num_rows} (entity mention, masked sentence) pairs, one wikilink mention per "
-        "sentence replaced whole by [EM]",
+        "examples": f"{trainer.train_dataset.num_rows} (entity mention, masked sentence) pairs, one wikilink mention "
+        "per sentence replaced whole by [EM]",
         "masking": "none (the mention is removed from the sentence, not masked for prediction)",
         "max sequence length": f"{args.max_seq_length} words",
         "batch": batch_text(trainer.args),
         "word vectors": getattr(args, "word_vector_summary", "loaded with the checkpoint"),
         "objective": f"{trainer.model.config.pretraining_objective}, F loss {trainer.model.config.generator_loss}",
     }
-    for key in ("d_loss", "f_loss", "mse_loss", "d_accuracy_real", "d_accuracy_fake", "cosine_related", "cosine_unrelated"):
+    for key in ("d_loss", "f_loss", "mse_loss", "d_accuracy_real", "d_accuracy_fake", "cosine_related",
+                "cosine_unrelated"):
         if key in last:
             rows[f"final {key}"] = last[key]
     return rows

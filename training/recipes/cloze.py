@@ -75,7 +75,8 @@ CLOZE_TRAINING = {
 }
 CLOZE_TRAINING["tiny"] = CLOZE_TRAINING["small"] = CLOZE_TRAINING["base"]
 # The CNN models train as the BPE ones of their size (Section 5.3 gives one recipe per size).
-CLOZE_TRAINING.update(cnn_tiny=CLOZE_TRAINING["base"], cnn_base=CLOZE_TRAINING["base"], cnn_large=CLOZE_TRAINING["large"])
+CLOZE_TRAINING.update(cnn_tiny=CLOZE_TRAINING["base"], cnn_base=CLOZE_TRAINING["base"],
+                      cnn_large=CLOZE_TRAINING["large"])
 
 CLOZE_HYPERPARAMETERS = {
     "dropout": "0.1 model and attention, 0.05 after ReLU",
@@ -106,7 +107,8 @@ def paragraph_packer(tokenizer, args):
     def tokenize(batch):
         paragraphs = [p.strip() for text in batch["text"] for p in _PARAGRAPH_BREAK.split(text or "") if p.strip()]
         pieces = tokenizer(paragraphs, add_special_tokens=False)["input_ids"] if paragraphs else []
-        return {"input_ids": [[bos, *ids[start : start + room], eos] for ids in pieces for start in range(0, len(ids), room)]}
+        return {"input_ids": [[bos, *ids[start : start + room], eos] for ids in pieces
+                              for start in range(0, len(ids), room)]}
 
     return tokenize
 

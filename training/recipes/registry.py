@@ -138,13 +138,15 @@ class TrainingDefaults:
     def summary(self) -> str:
         """One line for `--help`."""
         decay = f"weight decay {self.weight_decay:g}" + (" on every parameter" if self.decay_norms_and_biases else "")
-        batch = f"batch {self.batch_size} x {self.max_seq_length}" if self.batch_size else f"length {self.max_seq_length}"
+        batch = (f"batch {self.batch_size} x {self.max_seq_length}" if self.batch_size
+                 else f"length {self.max_seq_length}")
         if self.batch_size and self.batch_without_accumulation:
             batch += " in all, split over the processes (no accumulation)"
         return (f"{describe_optimizer(self.optim_class_name(), self.optimizer_kwargs())}, lr {self.learning_rate:g}, "
                 f"warmup {describe_warmup(self.warmup_steps, self.total_steps, self.lr_scheduler_kwargs)}, "
                 f"{describe_schedule(self.lr_scheduler_type, self.lr_scheduler_kwargs)}, {decay}, "
-                f"clip {self.max_grad_norm:g}, {batch}" + (f", masking {self.mlm_probability:.0%}" if self.mlm_probability else ""))
+                f"clip {self.max_grad_norm:g}, {batch}" + (f", masking {self.mlm_probability:.0%}"
+                                                           if self.mlm_probability else ""))
 
     def optim_class_name(self) -> str:
         return {"sgd": "SGD", "rmsprop": "RMSprop"}.get(self.optim, "AdamW")
@@ -157,7 +159,8 @@ class TrainingDefaults:
                     "momentum": float(parsed.get("momentum", 0)),
                     "centered": parsed.get("centered", "False").lower() in ("true", "1", "yes")}
         if self.optim == "sgd":
-            return {"momentum": float(parsed.get("momentum", 0)), "nesterov": parsed.get("nesterov", "False").lower() == "true"}
+            return {"momentum": float(parsed.get("momentum", 0)),
+                    "nesterov": parsed.get("nesterov", "False").lower() == "true"}
         return {"betas": (self.adam_beta1, self.adam_beta2), "eps": self.adam_epsilon}
 
 
@@ -191,8 +194,8 @@ class Recipe:
         load_corpus: optional `(args) -> Dataset`, the recipe's own corpus of documents (default:
             `training.data.load_corpus`, one text per row); the validation documents are split off it.
         corpus_description: what the embedded default corpus is, for the card (default: the lead sections).
-        build_tokenizer: optional `(train_docs, args, config_kwargs) -> PreTrainedTokenizerFast` trained when no `--tokenizer_name`
-            is given and OUTPUT_DIR holds none (default: a cased WordPiece).
+        build_tokenizer: optional `(train_docs, args, config_kwargs) -> PreTrainedTokenizerFast` trained when no
+            `--tokenizer_name` is given and OUTPUT_DIR holds none (default: a cased WordPiece).
         init_model: optional `(model, tokenizer, train_docs, args, training_args) -> None`, run once on the new model
             before training (e.g. frozen pretrained word vectors; a resumed run then loads its checkpoint over it).
         trainer_class: the Trainer subclass that runs the recipe (default `PretrainingTrainer`).
@@ -239,7 +242,8 @@ class Recipe:
     def examples_format(self) -> str:
         """Names what `build_examples` makes: recipes with the same format train on the same pre-tokenized data."""
         builder = self.build_dataset
-        return f"{builder.__module__}.{builder.__qualname__}" if builder else "encoder_zoo.training.data.blocks.pack_blocks"
+        return (f"{builder.__module__}.{builder.__qualname__}" if builder
+                else "encoder_zoo.training.data.blocks.pack_blocks")
 
 
 def recipe_modules() -> list[str]:

@@ -150,7 +150,8 @@ def build_pair_dataset(documents, tokenizer, args):
 
 def build_pair_collator(tokenizer, args, *, next_sentence_prediction: bool):
     # SBO targets are always built, so `--config_overrides use_span_boundary_objective=true` adds SBO to either recipe.
-    return SegmentPairCollator(build_span_collator(tokenizer, args, span_boundary_targets=True), next_sentence_prediction)
+    return SegmentPairCollator(build_span_collator(tokenizer, args, span_boundary_targets=True),
+                               next_sentence_prediction)
 
 
 def two_segment_recipe(name: str, summary: str, *, next_sentence_prediction: bool) -> Recipe:
@@ -162,9 +163,11 @@ def two_segment_recipe(name: str, summary: str, *, next_sentence_prediction: boo
         summary=summary,
         sizes=BERT_SIZES,
         training_defaults=SPANBERT_TRAINING_BY_SIZE,
-        build_collator=lambda tokenizer, args: build_pair_collator(tokenizer, args, next_sentence_prediction=next_sentence_prediction),
+        build_collator=lambda tokenizer, args: build_pair_collator(tokenizer, args,
+                                                                   next_sentence_prediction=next_sentence_prediction),
         build_dataset=build_pair_dataset,
-        config_overrides={"use_span_boundary_objective": False, "use_next_sentence_prediction": next_sentence_prediction},
+        config_overrides={"use_span_boundary_objective": False,
+                          "use_next_sentence_prediction": next_sentence_prediction},
         logged_outputs=("mlm_loss", "sbo_loss", *(("nsp_loss", "nsp_accuracy") if next_sentence_prediction else ())),
         perplexity_of=("mlm_loss",),
         default_masking_scheme="subword",

@@ -9,9 +9,12 @@ from encoder_zoo.training.recipes.spanbert import build_span_collator
 # The paper's Table 5 (small = "Small/Small++"), plus tiny for tests and smoke runs.
 TEAMS_SIZES = {
     "tiny": dict(embedding_size=64, hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512),
-    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024),
-    "base": dict(embedding_size=768, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "large": dict(embedding_size=1024, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4,
+                  intermediate_size=1024),
+    "base": dict(embedding_size=768, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072),
+    "large": dict(embedding_size=1024, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                  intermediate_size=4096),
 }
 
 # ELECTRA (Clark et al., 2020, Table 6): same discriminators, a full-depth generator at 1/4 (small, large) or 1/3
@@ -23,7 +26,8 @@ ELECTRA_GENERATORS = {
     "large": dict(generator_hidden_size=256, generator_num_attention_heads=4, generator_intermediate_size=1024),
 }
 ELECTRA_SIZES = {
-    size: {**TEAMS_SIZES[size], **ELECTRA_GENERATORS[size], "generator_num_hidden_layers": TEAMS_SIZES[size]["num_hidden_layers"]}
+    size: {**TEAMS_SIZES[size], **ELECTRA_GENERATORS[size],
+           "generator_num_hidden_layers": TEAMS_SIZES[size]["num_hidden_layers"]}
     for size in TEAMS_SIZES
 }
 
@@ -47,12 +51,12 @@ TEAMS_TRAINING["tiny"] = TEAMS_TRAINING["small"]
 _ELECTRA = dict(source="ELECTRA Table 6; clipping and weight-decay exclusions from the authors' code",
                 warmup_steps=10_000, adam_epsilon=1e-6, weight_decay=0.01, max_grad_norm=1.0)
 ELECTRA_TRAINING = {
-    "small": TrainingDefaults(size="small", learning_rate=5e-4, total_steps=1_000_000, batch_size=128, max_seq_length=128,
-                              **_ELECTRA),
+    "small": TrainingDefaults(size="small", learning_rate=5e-4, total_steps=1_000_000, batch_size=128,
+                              max_seq_length=128, **_ELECTRA),
     "base": TrainingDefaults(size="base", learning_rate=2e-4, total_steps=766_000, batch_size=256, max_seq_length=512,
                              **_ELECTRA),
-    "large": TrainingDefaults(size="large", learning_rate=2e-4, total_steps=400_000, batch_size=2048, max_seq_length=512,
-                              mlm_probability=0.25, **_ELECTRA),
+    "large": TrainingDefaults(size="large", learning_rate=2e-4, total_steps=400_000, batch_size=2048,
+                              max_seq_length=512, mlm_probability=0.25, **_ELECTRA),
 }
 ELECTRA_TRAINING["tiny"] = ELECTRA_TRAINING["small"]
 
@@ -82,10 +86,10 @@ RECIPES = {
     "teams": Recipe(
         name="teams",
         family="teams",
-        summary="TEAMS: ELECTRA augmented with multi-word selection. A generator (half depth, bottom half of its layers "
-        "shared with the discriminator, tied embeddings) corrupts 15% of tokens; the discriminator learns replaced "
-        "token detection through an attention task layer fed from layer L-1 and selects the original token among "
-        "K+1 candidates on layer L.",
+        summary="TEAMS: ELECTRA augmented with multi-word selection. A generator (half depth, bottom half of its "
+        "layers shared with the discriminator, tied embeddings) corrupts 15% of tokens; the discriminator learns "
+        "replaced token detection through an attention task layer fed from layer L-1 and selects the original token "
+        "among K+1 candidates on layer L.",
         sizes=TEAMS_SIZES,
         training_defaults=TEAMS_TRAINING,
         build_collator=build_masking_collator,

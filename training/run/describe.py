@@ -13,8 +13,8 @@ def describe_optimizer(class_name: str, kwargs: dict[str, Any]) -> str:
         beta1, beta2 = kwargs["betas"]
         return f"{class_name} (betas {beta1:g}, {beta2:g}; eps {kwargs['eps']:g})"
     if "alpha" in kwargs:  # RMSprop: the decay of its squared-gradient average, eps, momentum, centring
-        return (f"{class_name} (alpha {kwargs['alpha']:g}; eps {kwargs['eps']:g}; momentum {kwargs.get('momentum', 0):g}; "
-                f"{'centered' if kwargs.get('centered') else 'not centered'})")
+        return (f"{class_name} (alpha {kwargs['alpha']:g}; eps {kwargs['eps']:g}; momentum "
+                f"{kwargs.get('momentum', 0):g}; {'centered' if kwargs.get('centered') else 'not centered'})")
     if kwargs.get("momentum"):
         return f"{class_name} ({'Nesterov momentum' if kwargs.get('nesterov') else 'momentum'} {kwargs['momentum']:g})"
     return class_name
@@ -25,7 +25,8 @@ def describe_schedule(scheduler_type: str, kwargs: dict[str, Any] | None) -> str
     kwargs = kwargs or {}
     if "min_lr" in kwargs:
         return f"cosine decay to {kwargs['min_lr']:g}"
-    return {"linear": "linear decay to 0", "cosine": "cosine decay to 0"}.get(scheduler_type, f"{scheduler_type} schedule")
+    return {"linear": "linear decay to 0",
+            "cosine": "cosine decay to 0"}.get(scheduler_type, f"{scheduler_type} schedule")
 
 
 def describe_warmup(warmup_steps: int, total_steps: int, scheduler_kwargs: dict[str, Any] | None) -> str:

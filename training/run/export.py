@@ -61,7 +61,8 @@ def export_pretrained(
         f"`training/pretrain.py --model {recipe.name}`.",
         auto_map=dict(getattr(config, "auto_map", {}) or {}),
         peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
-        tags=[recipe.family, recipe.name, "fill-mask" if "AutoModelForMaskedLM" in (config.auto_map or {}) else "feature-extraction"],
+        tags=[recipe.family, recipe.name,
+              "fill-mask" if "AutoModelForMaskedLM" in (config.auto_map or {}) else "feature-extraction"],
         datasets=datasets,
         pipeline_tag="feature-extraction",
         paper=recipe.paper,
@@ -146,7 +147,8 @@ def optimisation_comparison(trainer, paper, max_seq_length: int,
         "weight decay": (_decay_text(args.weight_decay, len(decayed) == len(names)),
                          _decay_text(paper.weight_decay, paper.decay_norms_and_biases)),
         "gradient clipping": (_clip_text(args.max_grad_norm), _clip_text(paper.max_grad_norm)),
-        "batch (sequences per update)": (f"{global_batch}", f"{paper.batch_size}" if paper.batch_size else "not stated"),
+        "batch (sequences per update)": (f"{global_batch}",
+                                         f"{paper.batch_size}" if paper.batch_size else "not stated"),
         "sequence length": (f"{max_seq_length}", f"{paper.max_seq_length}"),
         "updates": (f"{state.global_step}", f"{paper.total_steps}"),
     }
@@ -171,5 +173,6 @@ def push_export(export_dir: str | Path, repo_id: str, token: str | None = None, 
 
     api = HfApi(token=token)
     api.create_repo(repo_id, exist_ok=True, private=private)
-    commit = api.upload_folder(folder_path=str(export_dir), repo_id=repo_id, commit_message="Upload pretrained checkpoint")
+    commit = api.upload_folder(folder_path=str(export_dir), repo_id=repo_id,
+                               commit_message="Upload pretrained checkpoint")
     return str(commit)

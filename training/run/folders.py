@@ -52,12 +52,14 @@ def check_writable_dir(path: Path, flag: str) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise PermissionError(f"{flag} {path} is not writable ({error.strerror or error}); pass a folder you can write to.") from None
+        raise PermissionError(f"{flag} {path} is not writable ({error.strerror or error}); "
+                              "pass a folder you can write to.") from None
 
 
 def checkpoints(output_dir: Path) -> list[Path]:
     """checkpoint-N folders, oldest step first."""
-    found = [p for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
+    found = [p for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*")
+             if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
@@ -74,7 +76,8 @@ def set_aside_partial_saves(output_dir: Path) -> None:
             target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
             if target.exists():
                 target = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}-{timestamp()}")
-            logger.warning("Skipping %s: incomplete (no trainer_state.json or weights); moved to %s.", folder, target.name)
+            logger.warning("Skipping %s: incomplete (no trainer_state.json or weights); moved to %s.", folder,
+                           target.name)
             folder.rename(target)
 
 
@@ -236,14 +239,14 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
         if resume in RESUME_VALUES:
             complete = checkpoints(output_dir) if output_dir.is_dir() else []  # partial ones were set aside
             if not complete:
-                raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in {output_dir}; "
-                                        "drop the flag to start a new run.")
+                raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in "
+                                        f"{output_dir}; drop the flag to start a new run.")
             checkpoint = str(complete[-1])
         elif not Path(resume).is_dir():
             raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
         elif not checkpoint_is_complete(Path(resume)):
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume} is an incomplete checkpoint (a save that did not "
-                                    "finish: no trainer_state.json or weights); pass a complete one.")
+            raise FileNotFoundError(f"--resume_from_checkpoint {resume} is an incomplete checkpoint (a save that did "
+                                    "not finish: no trainer_state.json or weights); pass a complete one.")
         else:
             checkpoint = resume
         if data_inputs is not None:
@@ -316,7 +319,8 @@ def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> boo
     record = tokenizer_dir / TOKENIZER_INPUTS
     if not record.is_file():
         if resuming:  # the checkpoints were trained with it: it is the only vocabulary that fits them
-            logger.warning("%s has no record of its inputs (an older run); reusing it for the resumed run.", tokenizer_dir)
+            logger.warning("%s has no record of its inputs (an older run); reusing it for the resumed run.",
+                           tokenizer_dir)
             return True
         raise FileExistsError(
             f"{tokenizer_dir} holds a tokenizer with no record of the data it was trained on. Pass --tokenizer_name "

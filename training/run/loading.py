@@ -99,8 +99,8 @@ def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", *
         if problem:
             raise OSError(f"{flag} {name}: {problem}; re-export or re-download the checkpoint.") from None
         if "trust_remote_code=True" in str(error) and not kwargs.get("trust_remote_code"):
-            raise ValueError(f"{flag} {name} runs model code saved with it (its .py files): pass --trust_remote_code to "
-                             "allow that, once you trust where the checkpoint comes from.") from None
+            raise ValueError(f"{flag} {name} runs model code saved with it (its .py files): pass --trust_remote_code "
+                             "to allow that, once you trust where the checkpoint comes from.") from None
         raise
 
 
@@ -140,7 +140,8 @@ def _load_task_model(auto_class, name: str, **kwargs):
             modeling_logger.handle(record)
     elif new or dropped:
         logger.info("%s from %s: new head weights %s initialised%s (expected when fine-tuning).", type(model).__name__,
-                    name, ", ".join(new) or "none", f"; {len(dropped)} pretraining-head weights not used" if dropped else "")
+                    name, ", ".join(new) or "none",
+                    f"; {len(dropped)} pretraining-head weights not used" if dropped else "")
     return model
 
 

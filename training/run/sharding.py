@@ -48,8 +48,9 @@ def shard_model(model: torch.nn.Module, accelerator) -> None:
     if policy is None:  # NO_WRAP: the whole model is one unit
         names = []
     elif not names:
-        raise ValueError(f"{type(model).__name__} has no transformer layers to shard ({', '.join(LAYER_CLASSES.values())}); "
-                         "train it with DDP (training/accelerate_configs/ddp.yaml).")
+        raise ValueError(f"{type(model).__name__} has no transformer layers to shard "
+                         f"({', '.join(LAYER_CLASSES.values())}); train it with DDP "
+                         "(training/accelerate_configs/ddp.yaml).")
     missing = [name for name in names if name not in present]
     if missing:
         raise ValueError(f"fsdp_transformer_layer_cls_to_wrap names {', '.join(missing)}, which {type(model).__name__} "
@@ -90,11 +91,12 @@ def unsharded_model(trainer, model_class, config) -> torch.nn.Module | None:
     if not trainer.is_world_process_zero():
         return None
     model = model_class(config)
-    missing, unexpected = model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state_dict.items()},
+    missing, unexpected = model.load_state_dict({k: v.float() if v.is_floating_point() else v
+                                                 for k, v in state_dict.items()},
                                                 strict=False)
     tied = {key for key in missing if key in (getattr(model, "_tied_weights_keys", None) or {})}
     if set(missing) - tied or unexpected:
-        raise RuntimeError(f"The gathered weights do not fit {model_class.__name__}: missing {sorted(set(missing) - tied)}, "
-                           f"unexpected {sorted(unexpected)}.")
+        raise RuntimeError(f"The gathered weights do not fit {model_class.__name__}: missing "
+                           f"{sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}.")
     model.tie_weights()
     return model

@@ -185,7 +185,8 @@ class PretrainingTrainer(ExactResume, Trainer):
 
         model = self.accelerator.unwrap_model(self.model)
         if self.flop_count is not None:
-            return train_step_flops(self._flop_kind, model, inputs) if self._flop_kind else super().floating_point_ops(inputs)
+            return (train_step_flops(self._flop_kind, model, inputs) if self._flop_kind
+                    else super().floating_point_ops(inputs))
         kind, flops, reason = pretraining_kind(model, inputs), None, "no model-FLOP count for this model"
         if kind is not None:
             try:
@@ -204,7 +205,8 @@ class PretrainingTrainer(ExactResume, Trainer):
 
     def throughput(self, inputs) -> dict[str, int]:
         """What one training batch counts towards the logged `<unit>_per_second`: its non-padding tokens."""
-        return {"tokens": int(inputs["attention_mask"].sum()) if "attention_mask" in inputs else inputs["input_ids"].numel()}
+        return {"tokens": (int(inputs["attention_mask"].sum()) if "attention_mask" in inputs
+                           else inputs["input_ids"].numel())}
 
     def record(self, outputs, inputs) -> None:
         """Add one training batch's logged outputs and throughput to the current logging interval."""
@@ -265,7 +267,8 @@ class PretrainingTrainer(ExactResume, Trainer):
             # examples are read in this process, one batch at a time. Its own generator: creating the iterator must
             # not draw from the global RNG that a resumed run has just restored (dropout, in-model sampling).
             return torch.utils.data.DataLoader(self.train_dataset, batch_size=self._train_batch_size,
-                                               collate_fn=self.data_collator, pin_memory=self.args.dataloader_pin_memory,
+                                               collate_fn=self.data_collator,
+                                               pin_memory=self.args.dataloader_pin_memory,
                                                generator=torch.Generator().manual_seed(self.args.seed))
         return workers_ignore_stop_signals(super().get_train_dataloader())
 
@@ -280,14 +283,16 @@ class PretrainingTrainer(ExactResume, Trainer):
             self.data_collator = collator
 
     # ------------------------------------------------------------------ held-out evaluation
-    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"):
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
         """Adds each objective's held-out loss (and perplexity) to the metrics. Runs under a forked, fixed torch
         RNG: in-model sampling (TEAMS's generator) scores the same every time and leaves training's stream alone."""
         self._eval_sums, self._eval_count = {}, 0
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.args.seed)
-            output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+            output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys,
+                                             metric_key_prefix)
         if self._eval_sums:
             means, _ = self._reduced_means(self._eval_sums, self._eval_count)
             output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in means.items()})
@@ -499,7 +504,8 @@ class DivergenceGuard(TrainerCallback):
     def _any_bad(self, args, values: list[torch.Tensor]) -> tuple[int, list[bool]]:
         """(1 if a value of any process is non-finite, else 0; which of this process's values are)."""
         finite = torch.stack([torch.isfinite(v).all().to(args.device) for v in values]) if values else None
-        bad = (~finite).any().int().reshape(1) if finite is not None else torch.zeros(1, dtype=torch.int, device=args.device)
+        bad = ((~finite).any().int().reshape(1) if finite is not None
+               else torch.zeros(1, dtype=torch.int, device=args.device))
         if args.world_size > 1 and torch.distributed.is_initialized():
             torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
         return int(bad.item()), ([] if finite is None else (~finite).tolist())
@@ -516,7 +522,8 @@ class DivergenceGuard(TrainerCallback):
         self.consecutive += 1
         step = state.global_step + 1  # its loss came from the weights of the step before the streak began
         seen: dict[str, torch.Tensor] = {}  # each non-finite name with its first value, the objectives first
-        for (name, value), is_bad in sorted(zip(named, which), key=lambda item: item[0][0] in ("loss", "gradient norm")):
+        for (name, value), is_bad in sorted(zip(named, which),
+                                            key=lambda item: item[0][0] in ("loss", "gradient norm")):
             if is_bad:
                 seen.setdefault(name, value)
         what = (f"{', '.join(seen)} became non-finite ({', '.join(f'{n} {v.item():.4g}' for n, v in seen.items())})"
@@ -545,7 +552,8 @@ class DivergenceGuard(TrainerCallback):
                       first_bad: str = "the first non-finite value") -> str:
         """The stop message. The weights after `bad_weights_step` updates gave the first bad value: a checkpoint of that
         step (saved when its values were finite, e.g. a huge learning rate's update) is not a good one."""
-        saved = {int(p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]): p for p in Path(args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        saved = {int(p.name[len(PREFIX_CHECKPOINT_DIR) + 1:]): p
+                 for p in Path(args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
                  if p.name[len(PREFIX_CHECKPOINT_DIR) + 1:].isdigit() and checkpoint_is_complete(p)}
         good = [saved[k] for k in sorted(saved) if k < bad_weights_step]
         lower = suggested_learning_rate(args.learning_rate, self.default_learning_rate)
@@ -688,8 +696,9 @@ class GanTrainer(PretrainingTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.gradient_accumulation_steps != 1:
-            raise ValueError("The GAN updates D and R, then F, on every batch: gradient accumulation would reorder that. "
-                             "Drop --gradient_accumulation_steps and raise --per_device_train_batch_size instead.")
+            raise ValueError("The GAN updates D and R, then F, on every batch: gradient accumulation would reorder "
+                             "that. Drop --gradient_accumulation_steps and raise --per_device_train_batch_size "
+                             "instead.")
         if self.args.fp16:
             raise ValueError("The GAN trains in fp32 (its outputs are unnormalised and grow): drop --fp16.")
         if self.args.ddp_find_unused_parameters is False:
@@ -748,7 +757,8 @@ class GanTrainer(PretrainingTrainer):
         """Stop on a non-finite loss or gradient; returns (loss, gradient norm), the same on every process."""
         gradients = [p.grad for p in model.parameters() if p.grad is not None]
         values = torch.stack([loss.detach().float().reshape(()),
-                              torch.nn.utils.get_total_norm(gradients).float() if gradients else loss.new_zeros((), dtype=torch.float32)])
+                              torch.nn.utils.get_total_norm(gradients).float() if gradients
+                              else loss.new_zeros((), dtype=torch.float32)])
         if self.args.world_size > 1:  # every rank must stop together, and judge a collapse on the same values
             values = self.accelerator.reduce(values, reduction="mean")
         if not torch.isfinite(values).all().item():
@@ -819,11 +829,11 @@ TRAINING_ARGS_JSON = "training_args.json"
 
 class FineTuningTrainer(ExactResume, Trainer):
     """Trainer for the fine-tuning scripts (`glue/`, `qa/`). The folders it saves, the final model that users publish
-    and its checkpoints, hold the training arguments as JSON (`training_args.json`, `TrainingArguments.to_json_string()`,
-    tokens masked) instead of Trainer's pickled `training_args.bin`: unpickling runs code, so no pickle goes into a
-    folder meant to be shared. With `--push_to_hub` the model is pushed when it is saved (Trainer's push after each
-    checkpoint would re-pickle the arguments into OUTPUT_DIR, and a checkpoint's optimizer and RNG states are
-    pickles too)."""
+    and its checkpoints, hold the training arguments as JSON (`training_args.json`,
+    `TrainingArguments.to_json_string()`, tokens masked) instead of Trainer's pickled `training_args.bin`: unpickling
+    runs code, so no pickle goes into a folder meant to be shared. With `--push_to_hub` the model is pushed when it is
+    saved (Trainer's push after each checkpoint would re-pickle the arguments into OUTPUT_DIR, and a checkpoint's
+    optimizer and RNG states are pickles too)."""
 
     def __init__(self, *args, max_nonfinite_steps: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -20,11 +20,13 @@ _ACCURACY = ("sst2", "mnli", "mnli_matched", "mnli_mismatched", "qnli", "rte", "
 class GlueZoo(evaluate.Metric):
     def _info(self):
         if self.config_name not in _REGRESSION + _F1 + _MATTHEWS + _ACCURACY:
-            raise KeyError(f"Unknown GLUE task {self.config_name!r}; use one of {_REGRESSION + _F1 + _MATTHEWS + _ACCURACY}.")
+            raise KeyError(f"Unknown GLUE task {self.config_name!r}; use one of "
+                           f"{_REGRESSION + _F1 + _MATTHEWS + _ACCURACY}.")
         value = datasets.Value("float32" if self.config_name in _REGRESSION else "int64")
         return evaluate.MetricInfo(
             description=__doc__,
-            citation="Wang et al., 2019. GLUE: A Multi-Task Benchmark and Analysis Platform for Natural Language Understanding.",
+            citation="Wang et al., 2019. GLUE: A Multi-Task Benchmark and Analysis Platform for Natural Language "
+                     "Understanding.",
             inputs_description="predictions and references: class ids, or floats for regression tasks.",
             features=datasets.Features({"predictions": value, "references": value}),
         )

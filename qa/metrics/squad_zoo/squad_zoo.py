@@ -104,7 +104,8 @@ class SquadZoo(evaluate.Metric):
             features=datasets.Features({
                 "predictions": prediction,
                 "references": {"id": datasets.Value("string"),
-                               "answers": datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})},
+                               "answers": datasets.Sequence({"text": datasets.Value("string"),
+                                                             "answer_start": datasets.Value("int32")})},
             }),
         )
 
@@ -126,7 +127,8 @@ class SquadZoo(evaluate.Metric):
                              "scoring needs one; use the 'v2' configuration for unanswerable questions.")
         exact = sum(max(exact_score(predicted[r["id"]], g) for g in r["answers"]["text"]) for r in references)
         f1 = sum(max(f1_score_v1(predicted[r["id"]], g) for g in r["answers"]["text"]) for r in references)
-        return {"exact_match": 100.0 * exact / len(references), "f1": 100.0 * f1 / len(references), "total": len(references)}
+        return {"exact_match": 100.0 * exact / len(references), "f1": 100.0 * f1 / len(references),
+                "total": len(references)}
 
     @staticmethod
     def _compute_v2(predicted, no_answer_scores, references, no_answer_threshold):
@@ -139,7 +141,8 @@ class SquadZoo(evaluate.Metric):
 
         def thresholded(scores):
             # Predicting null scores 1 exactly where the raw gold list is empty.
-            return {q: float(not has_answer[q]) if no_answer_scores[q] > no_answer_threshold else s for q, s in scores.items()}
+            return {q: float(not has_answer[q]) if no_answer_scores[q] > no_answer_threshold else s
+                    for q, s in scores.items()}
 
         exact_t, f1_t = thresholded(exact), thresholded(f1)
         result = {"exact": _mean(exact_t, exact_t), "f1": _mean(f1_t, f1_t), "total": len(exact_t)}
@@ -148,6 +151,7 @@ class SquadZoo(evaluate.Metric):
             if subset:
                 result.update({f"{name}_exact": _mean(exact_t, subset), f"{name}_f1": _mean(f1_t, subset),
                                f"{name}_total": len(subset)})
-        result["best_exact"], result["best_exact_thresh"] = best_threshold(exact, no_answer_scores, has_answer, predicted)
+        result["best_exact"], result["best_exact_thresh"] = best_threshold(exact, no_answer_scores, has_answer,
+                                                                           predicted)
         result["best_f1"], result["best_f1_thresh"] = best_threshold(f1, no_answer_scores, has_answer, predicted)
         return result
