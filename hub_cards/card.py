@@ -22,7 +22,8 @@ TEMPLATE = """---
 {{ meta.summary }}
 
 {% if meta.paper -%}
-This checkpoint implements **{{ meta.paper.title }}** ({{ meta.paper.authors }}, {{ meta.paper.year }}, [{{ meta.paper.url }}]({{ meta.paper.url }})).
+This checkpoint implements **{{ meta.paper.title }}** ({{ meta.paper.authors }}, {{ meta.paper.year }}, \
+[{{ meta.paper.url }}]({{ meta.paper.url }})).
 {%- endif %}
 
 ## How to load
@@ -148,7 +149,8 @@ def _results_table(results: list[EvalResult]) -> str:
     rows = ["| task | dataset | split | metric | value |", "| --- | --- | --- | --- | --- |"]
     for r in results:
         rows.append(
-            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} | {r.metric_value:.2f} |"
+            f"| {r.task_name or r.task_type} | {r.dataset_name} | {r.dataset_split or ''} | {r.metric_name} "
+            f"| {r.metric_value:.2f} |"
         )
     return "\n".join(rows)
 
@@ -206,7 +208,8 @@ def add_eval_results(
         card = ModelCard.load(path)
     else:
         name = Path(model_dir).resolve().name
-        card = ModelCard.from_template(ModelCardData(model_name=name), template_str=f"---\n{{{{ card_data }}}}\n---\n\n# {name}\n")
+        card = ModelCard.from_template(ModelCardData(model_name=name),
+                                       template_str=f"---\n{{{{ card_data }}}}\n---\n\n# {name}\n")
     new = [
         _eval_result(
             dict(task_type=task_type, task_name=task_name, dataset_name=dataset_name, dataset_type=dataset_type,
@@ -224,7 +227,8 @@ def add_eval_results(
         card.data.model_name = Path(model_dir).resolve().name
     table = f"{_RESULTS_START}\n{_results_table(card.data.eval_results)}\n{_RESULTS_END}"
     if _RESULTS_START in card.text:
-        card.text = re.sub(re.escape(_RESULTS_START) + r".*?" + re.escape(_RESULTS_END), lambda _: table, card.text, flags=re.S)
+        card.text = re.sub(re.escape(_RESULTS_START) + r".*?" + re.escape(_RESULTS_END), lambda _: table, card.text,
+                           flags=re.S)
     else:
         card.text = card.text.rstrip() + "\n\n## Evaluation results\n\n" + table + "\n"
     card.save(path)

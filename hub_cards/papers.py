@@ -77,12 +77,14 @@ CLOZE_PAPER = Paper(
 
 
 BERTAC_PAPER = Paper(
-    title="BERTAC: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural Networks",
+    title="BERTAC: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural "
+          "Networks",
     authors="Jong-Hoon Oh, Ryu Iida, Julien Kloetzer, Kentaro Torisawa",
     year=2021,
     url="https://aclanthology.org/2021.acl-long.164/",
     bibtex="""@inproceedings{oh2021bertac,
-  title={{BERTAC}: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional Neural Networks},
+  title={{BERTAC}: Enhancing Transformer-based Language Models with Adversarially Pretrained Convolutional \
+Neural Networks},
   author={Oh, Jong-Hoon and Iida, Ryu and Kloetzer, Julien and Torisawa, Kentaro},
   booktitle={Proceedings of ACL-IJCNLP 2021},
   pages={2103--2115},

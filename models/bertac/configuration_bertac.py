@@ -196,7 +196,8 @@ class BertacConfig(PreTrainedConfig):
         if self.max_segments not in (1, 2):
             raise ValueError(f"max_segments={self.max_segments}; BERTAC reads one or two segments (the paper's u).")
         if self.cnn_trainable and self.detach_cnn_output:
-            raise ValueError("cnn_trainable=True trains the CNN through its output; it cannot go with detach_cnn_output=True.")
+            raise ValueError("cnn_trainable=True trains the CNN through its output; it cannot go with "
+                             "detach_cnn_output=True.")
         if self.use_cnn_and_tier:
             self._check_cnn_special_ids()
         width, heads = self.tier_width, self.tier_layer_config().num_attention_heads
@@ -228,7 +229,8 @@ class BertacConfig(PreTrainedConfig):
             raise ValueError(
                 f"backbone_config has model_type {model_type!r}, which transformers does not know and this checkpoint "
                 "carries no code for. Register the encoder's classes (e.g. `import encoder_zoo.models`) or load it "
-                "with trust_remote_code=True before building BERTAC, and save BERTAC again: its code then travels with it."
+                "with trust_remote_code=True before building BERTAC, and save BERTAC again: its code then travels with "
+                "it."
             )
         return backbone
 
@@ -270,7 +272,9 @@ class BertacConfig(PreTrainedConfig):
             num_attention_heads=self.tier_num_attention_heads or self._backbone_value("num_attention_heads", default=1),
             intermediate_size=intermediate,
             hidden_act=self.tier_hidden_act or self._backbone_value("hidden_act", "activation", default="gelu"),
-            hidden_dropout_prob=self._first(self.tier_hidden_dropout_prob, self._backbone_value("hidden_dropout_prob", "dropout", default=0.1)),
+            hidden_dropout_prob=self._first(
+                self.tier_hidden_dropout_prob,
+                self._backbone_value("hidden_dropout_prob", "dropout", default=0.1)),
             attention_probs_dropout_prob=self._first(
                 self.tier_attention_probs_dropout_prob,
                 self._backbone_value("attention_probs_dropout_prob", "attention_dropout", default=0.1)),

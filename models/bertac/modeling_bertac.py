@@ -110,7 +110,8 @@ def pair_statistics(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, 
 class BertacCnnForPreTrainingOutput(ModelOutput):
     """
     loss: what the call trains: D and R's loss for `gan_step="discriminator"`, F's for `gan_step="generator"`, D's
-        objective (`d_loss`) when `gan_step` is None (evaluation), the MSE with `pretraining_objective="self_supervised"`.
+        objective (`d_loss`) when `gan_step` is None (evaluation), the MSE with
+        `pretraining_objective="self_supervised"`.
     d_loss: `-(log D(R(e)) + log(1 - D(F(m))))`, batch mean (2 ln 2 = 1.386 when D cannot tell real from fake).
     f_loss: F's loss (`log(1 - D(F(m)))` for the minimax game, so it is negative; `-log D(F(m))` non-saturating).
     mse_loss: the self-supervised ablation's loss, `|P F(m) - mean_e E(e)|^2` averaged over features and batch.
@@ -243,7 +244,8 @@ class BertacCnnPreTrainedModel(PreTrainedModel):
         through `get_input_embeddings().weight` for real vectors. The CNN's weights do not depend on the vocabulary."""
         table = self.get_input_embeddings()
         size = padded_size(new_num_tokens if new_num_tokens is not None else table.num_embeddings, pad_to_multiple_of)
-        if size <= self.config.pad_token_id or (self.config.mask_token_id is not None and size <= self.config.mask_token_id):
+        if size <= self.config.pad_token_id or (self.config.mask_token_id is not None
+                                                and size <= self.config.mask_token_id):
             raise ValueError(f"A vocabulary of {size} words would drop [PAD] or [EM]; keep at least their ids.")
         table.resize(size, mean_resizing)
         self.config.vocab_size = size
@@ -295,7 +297,8 @@ class BertacCnnModel(BertacCnnPreTrainedModel):
     checkpoint's own word tokenizer (lowercased BERT basic words + `[EM]`):
 
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-        vector = AutoModel.from_pretrained(path, trust_remote_code=True)(**tokenizer(text, return_tensors="pt")).pooler_output
+        model = AutoModel.from_pretrained(path, trust_remote_code=True)
+        vector = model(**tokenizer(text, return_tensors="pt")).pooler_output
 
     BERTAC's TIER layers feed updated word embeddings instead of ids: pass them as `inputs_embeds`.
     """
@@ -408,9 +411,11 @@ class BertacCnnForPreTraining(BertacCnnPreTrainedModel):
         if gan_step == "generator":
             fake = self.cnn(input_ids, attention_mask).pooler_output
             # D is not trained by F's loss: the gradient reaches F only.
-            fake_logits = F.linear(fake, self.discriminator.weight.detach(), self.discriminator.bias.detach()).squeeze(-1)
+            fake_logits = F.linear(fake, self.discriminator.weight.detach(),
+                                   self.discriminator.bias.detach()).squeeze(-1)
             f_loss = generator_loss(fake_logits, self.config.generator_loss)
-            return BertacCnnForPreTrainingOutput(loss=f_loss, f_loss=f_loss, fake_logits=fake_logits, fake_representation=fake)
+            return BertacCnnForPreTrainingOutput(loss=f_loss, f_loss=f_loss, fake_logits=fake_logits,
+                                                 fake_representation=fake)
 
         with torch.set_grad_enabled(torch.is_grad_enabled() and gan_step is None):  # F is not trained by D's loss
             fake = self.cnn(input_ids, attention_mask).pooler_output
@@ -467,8 +472,10 @@ def word_keys(piece_ids: torch.Tensor, piece_in_word: torch.Tensor, word_index: 
     for row, modulus in enumerate(_HASH_MODULI):
         # (id + 1) < 2^21 and power < 2^31: a sum of at most 64 such products stays below 2^63.
         terms = torch.where(inside, (piece_ids + 1) * powers[row, position], 0)
-        hashes.append(torch.zeros(num_words, dtype=torch.long, device=piece_ids.device).scatter_add_(0, word_index, terms) % modulus)
-    too_long = torch.zeros(num_words, dtype=torch.long, device=piece_ids.device).scatter_add_(0, word_index, (~inside).long()) > 0
+        hashes.append(torch.zeros(num_words, dtype=torch.long, device=piece_ids.device)
+                      .scatter_add_(0, word_index, terms) % modulus)
+    too_long = (torch.zeros(num_words, dtype=torch.long, device=piece_ids.device)
+                .scatter_add_(0, word_index, (~inside).long()) > 0)
     return hashes[0] * _HASH_MODULI[1] + hashes[1], too_long
 
 
@@ -482,7 +489,8 @@ def _is_punctuation(character: str) -> bool:
 
 def _byte_level_decoder() -> dict[str, int]:
     """Byte-level BPE's (GPT-2's) printable stand-in character -> the byte it encodes."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
     characters, extra = list(printable), 0
     for byte in range(256):
         if byte not in printable:
@@ -613,9 +621,9 @@ class BertacWordLookup(nn.Module):
     Segments are the runs of tokens between the encoder's special tokens (`[CLS] a [SEP] b [SEP]`, `<s> a </s></s> b
     </s>`). Inside a segment, a word starts at a piece with a word-start marker, at punctuation and after it (the CNN's
     word rule splits punctuation off; see `piece_flags`), and at the segment's first piece; a word's pieces give its
-    key, and the table gives its CNN word id, or `[UNK]` when absent. `entity_spans` `(B, max_segments, 2)` gives, per segment, the
-    first and one-past-last piece (counted from the segment's first piece) of the noun phrase the CNN sees as one
-    `[EM]` word; -1 for none. The tables are buffers, saved with the weights.
+    key, and the table gives its CNN word id, or `[UNK]` when absent. `entity_spans` `(B, max_segments, 2)` gives,
+    per segment, the first and one-past-last piece (counted from the segment's first piece) of the noun phrase the
+    CNN sees as one `[EM]` word; -1 for none. The tables are buffers, saved with the weights.
     """
 
     def __init__(self, config: BertacConfig):
@@ -668,7 +676,8 @@ class BertacWordLookup(nn.Module):
         # The noun phrase is one word, begun by its first piece; outside it, words begin as `_starts_after` says,
         # after a piece outside any word, and right after the noun phrase.
         boundary = ((flags & PIECE_STARTS_WORD) > 0) | ((shifted(flags, 0) & PIECE_ENDS_WORD) > 0) | ~shifted(content)
-        starts = (content & ~in_entity & (boundary | shifted(in_entity))) | (in_entity & (within_segment(in_entity) == 1))
+        starts = ((content & ~in_entity & (boundary | shifted(in_entity)))
+                  | (in_entity & (within_segment(in_entity) == 1)))
         word = within_segment(starts) - 1
         piece_in_word = positions - torch.where(starts, positions, -1).cummax(1).values
         # Every piece adds to its word's slot; pieces outside any word go to one extra slot, dropped after. (No
@@ -763,7 +772,8 @@ class BertacInputUpdate(nn.Module):
         """words `(N, W, dw)`, vector `(N, de)`, mask `(N, W)` -> updated words `(N, W, dw)` (zero on padding)."""
         scores = (words @ self.bilinear(vector).unsqueeze(-1)).squeeze(-1)
         # Softmax over the real words only (the code's softmax also covers padding).
-        weights = torch.softmax(scores.float().masked_fill(~mask, torch.finfo(torch.float32).min), dim=-1).to(words.dtype)
+        weights = torch.softmax(scores.float().masked_fill(~mask, torch.finfo(torch.float32).min),
+                                dim=-1).to(words.dtype)
         highlighted = weights.unsqueeze(-1) * words
         gate = torch.sigmoid(self.gate(words))
         updated = torch.tanh(self.transform(highlighted)) * gate + words * (1 - gate)
@@ -854,8 +864,8 @@ def backbone_code_files(backbone: PreTrainedModel) -> dict[str, Path]:
 
 # Copied from models.hire.modeling_hire.save_backbone_code with HIRE->BERTAC,Hire->Bertac,hire->bertac
 def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
-    """Copy a remote-code encoder's modeling files next to BERTAC's and write `bertac_backbone.py` to import its classes.
-    Returns the copied file names (none for an encoder built into transformers)."""
+    """Copy a remote-code encoder's modeling files next to BERTAC's and write `bertac_backbone.py` to import its
+    classes. Returns the copied file names (none for an encoder built into transformers)."""
     files = backbone_code_files(backbone)
     if not files:
         return []
@@ -866,7 +876,8 @@ def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
         shutil.copyfile(path, folder / name)
     (folder / "bertac_backbone.py").write_text(
         '"""The encoder this BERTAC checkpoint runs on, whose code was saved next to BERTAC\'s (written by\n'
-        'BertacPreTrainedModel.save_pretrained; transformers fetches these files with BERTAC\'s through the imports)."""\n\n'
+        'BertacPreTrainedModel.save_pretrained; transformers fetches these files with BERTAC\'s through the '
+        'imports)."""\n\n'
         f"from .{config_class.__module__.rsplit('.', 1)[-1]} import {config_class.__name__}\n"
         f"from .{model_class.__module__.rsplit('.', 1)[-1]} import {model_class.__name__}\n\n"
         f"BACKBONE_CLASSES = {{{config_class.model_type!r}: ({config_class.__name__}, {model_class.__name__})}}\n"
@@ -970,12 +981,13 @@ class BertacPreTrainedModel(PreTrainedModel):
                                  "use_cnn_and_tier=False for the encoder alone.")
             model_type = BertacCnnConfig.get_config_dict(cnn)[0].get("model_type")
             if model_type != BertacCnnConfig.model_type:
-                raise ValueError(f"{cnn} is a {model_type!r} checkpoint, not a bertac_cnn export (`training/pretrain.py "
-                                 "--model bertac_cnn`).")
+                raise ValueError(f"{cnn} is a {model_type!r} checkpoint, not a bertac_cnn export "
+                                 "(`training/pretrain.py --model bertac_cnn`).")
             word_cnn = BertacCnnModel.from_pretrained(cnn)
             word_tokenizer = AutoTokenizer.from_pretrained(cnn)
             if word_tokenizer.mask_token_id != word_cnn.config.mask_token_id:
-                raise ValueError(f"{cnn} is not a bertac_cnn export: its tokenizer has no [EM] token matching the CNN's mask_token_id.")
+                raise ValueError(f"{cnn} is not a bertac_cnn export: its tokenizer has no [EM] token matching the "
+                                 "CNN's mask_token_id.")
             tables = build_word_lookup(tokenizer, word_tokenizer)
             values.update(
                 cnn_config=_portable_config(word_cnn.config),
@@ -1081,12 +1093,14 @@ class BertacModel(BertacPreTrainedModel):
             backbone_inputs["token_type_ids"] = token_type_ids
         encoded = self.backbone(**backbone_inputs)
         hidden = encoded.last_hidden_state
-        encoder_attentions = getattr(encoded, "attentions", None)  # some encoders return none (the two-tower cloze model)
+        # Some encoders return none (the two-tower cloze model).
+        encoder_attentions = getattr(encoded, "attentions", None)
         if not self.config.use_cnn_and_tier:
             return BertacModelOutput(last_hidden_state=hidden, hidden_states=encoded.hidden_states,
                                      attentions=encoder_attentions)
         if input_ids is None:
-            raise ValueError("BERTAC rebuilds its CNN words from input_ids; inputs_embeds alone cannot be mapped to words.")
+            raise ValueError("BERTAC rebuilds its CNN words from input_ids; inputs_embeds alone cannot be mapped to "
+                             "words.")
 
         words, word_mask = self.word_lookup(input_ids, attention_mask, entity_spans)
         batch, segments, width = words.shape

@@ -79,9 +79,11 @@ class HireConfig(PreTrainedConfig):
         if not 0 <= self.fusion_layers <= 3:
             raise ValueError(f"fusion_layers must be 0 to 3 (the paper's Table 6), got {self.fusion_layers}.")
         if self.layer_weighting == "dynamic" and self.layer_selection != "all":
-            raise ValueError("layer_selection applies to the fixed weightings (mean, random); dynamic scores cover all layers.")
+            raise ValueError("layer_selection applies to the fixed weightings (mean, random); dynamic scores cover all "
+                             "layers.")
         if self.layer_selection != "all" and not 1 <= self.num_selected_layers <= self.num_layers:
-            raise ValueError(f"num_selected_layers must be within 1..{self.num_layers}, got {self.num_selected_layers}.")
+            raise ValueError(f"num_selected_layers must be within 1..{self.num_layers}, "
+                             f"got {self.num_selected_layers}.")
         if not 0 <= self.gru_dropout < 1:
             raise ValueError(f"gru_dropout must be in [0, 1), got {self.gru_dropout}.")
 
@@ -96,7 +98,8 @@ class HireConfig(PreTrainedConfig):
             raise ValueError(
                 f"backbone_config has model_type {model_type!r}, which transformers does not know and this checkpoint "
                 "carries no code for. Register the encoder's classes (e.g. `import encoder_zoo.models`) or load it "
-                "with trust_remote_code=True before building HIRE, and save HIRE again: its code then travels with it."
+                "with trust_remote_code=True before building HIRE, and save HIRE again: its code then travels with "
+                "it."
             )
         return backbone
 

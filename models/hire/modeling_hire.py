@@ -230,8 +230,8 @@ def backbone_code_files(backbone: PreTrainedModel) -> dict[str, Path]:
 
 
 def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
-    """Copy a remote-code encoder's modeling files next to HIRE's and write `hire_backbone.py` to import its classes.
-    Returns the copied file names (none for an encoder built into transformers)."""
+    """Copy a remote-code encoder's modeling files next to HIRE's and write `hire_backbone.py` to import its
+    classes. Returns the copied file names (none for an encoder built into transformers)."""
     files = backbone_code_files(backbone)
     if not files:
         return []
@@ -242,7 +242,8 @@ def save_backbone_code(backbone: PreTrainedModel, folder: Path) -> list[str]:
         shutil.copyfile(path, folder / name)
     (folder / "hire_backbone.py").write_text(
         '"""The encoder this HIRE checkpoint runs on, whose code was saved next to HIRE\'s (written by\n'
-        'HirePreTrainedModel.save_pretrained; transformers fetches these files with HIRE\'s through the imports)."""\n\n'
+        'HirePreTrainedModel.save_pretrained; transformers fetches these files with HIRE\'s through the '
+        'imports)."""\n\n'
         f"from .{config_class.__module__.rsplit('.', 1)[-1]} import {config_class.__name__}\n"
         f"from .{model_class.__module__.rsplit('.', 1)[-1]} import {model_class.__name__}\n\n"
         f"BACKBONE_CLASSES = {{{config_class.model_type!r}: ({config_class.__name__}, {model_class.__name__})}}\n"
@@ -289,7 +290,8 @@ class HirePreTrainedModel(PreTrainedModel):
         self.backbone_model.set_input_embeddings(value)
 
     def resize_token_embeddings(self, *args, **kwargs):
-        """Resizes the encoder's embeddings and keeps `backbone_config.vocab_size` in step, so the checkpoint reloads."""
+        """Resizes the encoder's embeddings and keeps `backbone_config.vocab_size` in step, so the checkpoint
+        reloads."""
         embeddings = self.backbone_model.resize_token_embeddings(*args, **kwargs)
         self.config.backbone_config.vocab_size = self.vocab_size = embeddings.num_embeddings
         return embeddings
@@ -413,7 +415,8 @@ class HireRobertaForSequenceClassification(HirePreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                labels=None, output_hidden_states=None, output_attentions=None, **kwargs) -> HireSequenceClassifierOutput:
+                labels=None, output_hidden_states=None, output_attentions=None,
+                **kwargs) -> HireSequenceClassifierOutput:
         outputs = self.hire(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             position_ids=position_ids, inputs_embeds=inputs_embeds,
                             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
@@ -430,4 +433,5 @@ class HireRobertaForSequenceClassification(HirePreTrainedModel):
                                             hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
-__all__ = ["HirePreTrainedModel", "HireModel", "HireRobertaForSequenceClassification", "HireExtractor", "HireModelOutput", "MaskedBiGRU"]
+__all__ = ["HirePreTrainedModel", "HireModel", "HireRobertaForSequenceClassification", "HireExtractor",
+           "HireModelOutput", "MaskedBiGRU"]

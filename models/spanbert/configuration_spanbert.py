@@ -1,4 +1,5 @@
-"""SpanBERT configuration (Joshi et al., 2020, "SpanBERT: Improving Pre-training by Representing and Predicting Spans")."""
+"""SpanBERT configuration (Joshi et al., 2020, "SpanBERT: Improving Pre-training by Representing and Predicting
+Spans")."""
 
 from typing import Literal
 

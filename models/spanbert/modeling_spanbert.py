@@ -195,7 +195,8 @@ class SpanBertModel(SpanBertPreTrainedModel):
         embedding_output, attention_mask, layer_kwargs = self.embed(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
         )
-        sequence_output = self.encoder(embedding_output, attention_mask=attention_mask, **layer_kwargs).last_hidden_state
+        sequence_output = self.encoder(embedding_output, attention_mask=attention_mask,
+                                       **layer_kwargs).last_hidden_state
         return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output,
             pooler_output=self.pooler(sequence_output) if self.pooler is not None else None,
@@ -304,14 +305,16 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                 "or drop the labels."
             )
         if (span_left is None) != (span_right is None):
-            raise ValueError("The span boundary objective reads span_left and span_right together; pass both or neither.")
+            raise ValueError("The span boundary objective reads span_left and span_right together; pass both or "
+                             "neither.")
         if labels is not None and prediction_mask is not None:
             raise ValueError("prediction_mask chooses where to predict without labels; with labels, MLM logits are "
                              "computed at the labelled positions.")
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
         output = {}
         encoder_inputs = dict(
-            attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
+            attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            inputs_embeds=inputs_embeds
         )
         records_outputs = any(
             kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
@@ -319,7 +322,8 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
         targets = labels != -100 if labels is not None else prediction_mask
         mlm_rows, mlm_cols = targets.nonzero(as_tuple=True) if targets is not None else (None, None)
-        sbo_targets = self.sbo_targets(span_left, span_right) if self.sbo is not None and span_left is not None else None
+        sbo_targets = (self.sbo_targets(span_left, span_right) if self.sbo is not None and span_left is not None
+                       else None)
         if labels is None or records_outputs:
             outputs = self.spanbert(input_ids, **encoder_inputs, return_dict=True, **kwargs)
             output.update(hidden_states=outputs.hidden_states, attentions=outputs.attentions)
@@ -448,7 +452,8 @@ class SpanBertForMaskedLM(SpanBertPreTrainedModel):
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
 
 
 class SpanBertForSequenceClassification(SpanBertPreTrainedModel):

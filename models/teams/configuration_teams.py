@@ -161,7 +161,8 @@ class TeamsConfig(PreTrainedConfig):
         if self.layer_tying != "none" and self.generator_hidden_size != self.hidden_size:
             raise ValueError(
                 f"layer_tying={self.layer_tying!r} shares layers, so the generator needs the discriminator's width "
-                f"({self.hidden_size}), not {self.generator_hidden_size}; use layer_tying='none' for a narrower generator."
+                f"({self.hidden_size}), not {self.generator_hidden_size}; use layer_tying='none' for a narrower "
+                "generator."
             )
         if self.layer_tying == "full" and self.generator_num_hidden_layers > self.num_hidden_layers:
             raise ValueError("layer_tying='full' needs generator_num_hidden_layers <= num_hidden_layers.")
@@ -203,9 +204,8 @@ class TeamsConfig(PreTrainedConfig):
 
     @property
     def num_shared_generator_layers(self) -> int:
-        return {"bottom_half": self.generator_num_hidden_layers // 2, "full": self.generator_num_hidden_layers, "none": 0}[
-            self.layer_tying
-        ]
+        return {"bottom_half": self.generator_num_hidden_layers // 2, "full": self.generator_num_hidden_layers,
+                "none": 0}[self.layer_tying]
 
 
 __all__ = ["TeamsConfig", "AUTO_MAP"]

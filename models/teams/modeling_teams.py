@@ -26,7 +26,12 @@ from transformers.masking_utils import (
     find_packed_sequence_indices,
     packed_sequence_mask_function,
 )
-from transformers.modeling_outputs import MaskedLMOutput, QuestionAnsweringModelOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.modeling_outputs import (
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.models.electra.modeling_electra import (
     ElectraClassificationHead,
     ElectraDiscriminatorPredictions,
@@ -138,7 +143,8 @@ class TeamsForPreTrainingOutput(ModelOutput):
     mlm_loss / mws_loss: means over masked positions. rtd_loss: mean over non-padding tokens.
     rtd_accuracy / mws_accuracy / mlm_accuracy: detached accuracies for logging.
     mlm_logits: `(num_masked, vocab_size)`, generator logits only at masked positions (row-major order).
-    rtd_logits: `(B, T)` "replaced" logits. rtd_labels: `(B, T)` 1.0 where the corrupted token differs from the original.
+    rtd_logits: `(B, T)` "replaced" logits. rtd_labels: `(B, T)` 1.0 where the corrupted token differs from the
+        original.
     mws_logits: `(num_masked, K+1)` candidate scores; the original is candidate 0.
     Without labels (inference) only the discriminator runs on `input_ids` as given: `rtd_logits` `(B, T)`, and
     with `candidate_ids` `(B, T, K)` the MWS scores `mws_logits` `(B, T, K)`.
@@ -222,7 +228,8 @@ class TeamsModel(TeamsPreTrainedModel):
         self.embeddings = ElectraEmbeddings(config)
         # Factorised embeddings (128 -> 256 for small).
         self.embeddings_project = (
-            nn.Linear(config.embedding_size, config.hidden_size) if config.embedding_size != config.hidden_size else None
+            nn.Linear(config.embedding_size, config.hidden_size)
+            if config.embedding_size != config.hidden_size else None
         )
         self.layer = nn.ModuleList([ElectraLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
         reads_rtd = config.finetune_representation == "rtd"
@@ -264,7 +271,8 @@ class TeamsModel(TeamsPreTrainedModel):
     def attention_mask_for(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids=None):
         return self.mask_and_layer_kwargs(hidden, attention_mask, position_ids)[0]
 
-    def mask_and_layer_kwargs(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids=None, **kwargs):
+    def mask_and_layer_kwargs(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids=None,
+                              **kwargs):
         """The attention mask and the kwargs for the layers (with `position_ids` for a packed batch, see
         `bidirectional_attention_mask`)."""
         mask, packed = bidirectional_attention_mask(self.config, hidden, attention_mask, position_ids)
@@ -318,7 +326,8 @@ class TeamsGenerator(nn.Module):
         # With the discriminator's width the generator also shares its embedding projection.
         self.embeddings_project = (
             nn.Linear(config.embedding_size, config.generator_hidden_size)
-            if config.generator_hidden_size != config.hidden_size and config.embedding_size != config.generator_hidden_size
+            if config.generator_hidden_size != config.hidden_size
+            and config.embedding_size != config.generator_hidden_size
             else None
         )
         own = config.generator_num_hidden_layers - config.num_shared_generator_layers
@@ -426,7 +435,8 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         word_embeddings = self.teams.embeddings.word_embeddings.weight
         # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
         rows, cols = (labels != -100).nonzero(as_tuple=True)
-        real = attention_mask.nonzero(as_tuple=True) if attention_mask is not None and self.rtd_head is not None else None
+        real = (attention_mask.nonzero(as_tuple=True)
+                if attention_mask is not None and self.rtd_head is not None else None)
         originals = labels[rows, cols]
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
         output = {}
@@ -510,7 +520,8 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         output = {}
         if self.rtd_head is not None:
             rtd_layer = self.teams.rtd_layer
-            rtd_states = rtd_layer(trunk.task_input, mask, **kwargs) if rtd_layer is not None else trunk.last_hidden_state
+            rtd_states = (rtd_layer(trunk.task_input, mask, **kwargs) if rtd_layer is not None
+                          else trunk.last_hidden_state)
             output["rtd_logits"] = self.rtd_head(rtd_states)
         if candidate_ids is not None:
             top = trunk.last_hidden_state
@@ -630,7 +641,7 @@ class TeamsForQuestionAnswering(TeamsPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    # Copied from models.spanbert.modeling_spanbert.SpanBertForQuestionAnswering.forward with SpanBert->Teams,spanbert->teams
+    # Copied from models.spanbert.modeling_spanbert.SpanBertForQuestionAnswering.forward with spanbert->teams
     @can_return_tuple
     def forward(
         self,
@@ -676,7 +687,7 @@ class TeamsForTokenClassification(TeamsPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    # Copied from models.spanbert.modeling_spanbert.SpanBertForTokenClassification.forward with SpanBert->Teams,spanbert->teams
+    # Copied from models.spanbert.modeling_spanbert.SpanBertForTokenClassification.forward with spanbert->teams
     @can_return_tuple
     def forward(
         self,
