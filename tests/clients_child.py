@@ -9,9 +9,8 @@ import math
 import traceback
 
 import torch
-from transformers import AutoConfig, AutoModelForPreTraining, AutoTokenizer, pipeline
-
 import transformers
+from transformers import AutoConfig, AutoModelForPreTraining, AutoTokenizer, pipeline
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "A short second sentence."]
 results = {}

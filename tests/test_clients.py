@@ -28,7 +28,8 @@ from encoder_zoo.training.data.resources import minilm_path
 
 CHILD = Path(__file__).with_name("clients_child.py")
 RESULTS = Path(__file__).with_name("works_with.json")
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64)
 ENCODER_CLIENTS = ["feature-extraction", "text-classification", "resize_token_embeddings",
                    "PEFT LoRA (sequence classification)", "sentence-transformers", "gradient checkpointing",
                    "torch.compile", "attn_implementation (explicit, set_attn_implementation)",
@@ -72,7 +73,8 @@ def exports(tmp_path_factory, cnn_export):  # noqa: F811
     BertModel(backbone).save_pretrained(encoder)
     tokenizer.save_pretrained(encoder)
     paths["bertac"] = root / "bertac"
-    BertacForSequenceClassification.from_pretrained_parts(str(encoder), cnn_export, num_labels=2).save_pretrained(paths["bertac"])
+    bertac = BertacForSequenceClassification.from_pretrained_parts(str(encoder), cnn_export, num_labels=2)
+    bertac.save_pretrained(paths["bertac"])
     tokenizer.save_pretrained(paths["bertac"])
     paths = {family: str(path) for family, path in paths.items()}
     paths["bertac_cnn"] = cnn_export

@@ -10,6 +10,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    RobertaConfig,
+)
+
 from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig, BertacConfig
 from encoder_zoo.models.bertac.modeling_bertac import (
     BertacCnnForPreTraining,
@@ -26,19 +40,6 @@ from encoder_zoo.models.teams.configuration_teams import TeamsConfig
 from encoder_zoo.models.teams.modeling_teams import TeamsForPreTraining
 from encoder_zoo.training.data.bertac_pairs import train_word_tokenizer
 from encoder_zoo.training.data.resources import minilm_path
-from safetensors.torch import load_file, save_file
-from transformers import (
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    BertConfig,
-    BertModel,
-    RobertaConfig,
-)
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 CNN = dict(word_embedding_dim=8, filter_windows=[1, 2], num_filters=4)
