@@ -26,7 +26,8 @@ class Budget:
     # The unit of replication is one independently trained model: a pretraining seed of a pretrained arm, an
     # initialisation seed of a fusion's new layers (with, for BERTAC, its CNN's pretraining seed), a fine-tuning
     # seed of the plain backbone. Every arm trains one model per unit seed; fine-tuning seeds within a unit measure
-    # that model more precisely and are averaged, never counted as units (repro/stats.py).
+    # that model more precisely and are averaged, never counted as units (repro/stats.py). An experiment may set its
+    # own count per budget (`Experiment.budget_units`).
     unit_seeds: tuple[int, ...]
     finetune_seeds: tuple[int, ...]  # within a unit; the seed run is `finetune_seed(unit, seed)`
     finetune_epochs: float | None  # None: each experiment's fine-tuning preset's own (the paper's)
@@ -38,8 +39,8 @@ class Budget:
     minilm_max_train_samples: int | None
     # ...and their learning rate (None: the preset's, the paper's). The papers' 1e-5 moves a large encoder over
     # thousands of steps; over MiniLM's 63 steps of 1,000 rows x 2 epochs it leaves even the plain MiniLM at the
-    # majority class (rotten_tomatoes 0.572, training loss 0.689), where 5e-5 reaches 0.722 and 1e-4 0.758 (measured
-    # 2026-11-25). Every arm of a comparison gets the same rate.
+    # majority class (rotten_tomatoes 0.572, training loss 0.689), where 5e-5 reaches 0.722 and 1e-4 0.758
+    # (docs/reproduction.md). Every arm of a comparison gets the same rate.
     minilm_learning_rate: float | None
     finetune_batch_size: int
     finetune_max_seq_length: int
@@ -67,13 +68,18 @@ class Budget:
                 "--per_device_train_batch_size", str(self.cnn_batch_size), "--validation_documents", "0",
                 *(["--max_documents", str(self.cnn_documents)] if self.cnn_documents else [])]
 
+    def train_samples(self, over_minilm: bool = False) -> int | None:
+        """The training rows a fine-tuning reads (None: all): over the MiniLM, or over an encoder of ours."""
+        return (self.minilm_max_train_samples or self.max_train_samples) if over_minilm else self.max_train_samples
+
     def finetune_flags(self, over_minilm: bool = False) -> list[str]:
         epochs = self.minilm_finetune_epochs if over_minilm else self.finetune_epochs
-        train_samples = (self.minilm_max_train_samples or self.max_train_samples) if over_minilm else self.max_train_samples
+        train_samples = self.train_samples(over_minilm)
         learning_rate = self.minilm_learning_rate if over_minilm else None
         return [*(["--num_train_epochs", str(epochs)] if epochs is not None else []),
-                *(["--learning_rate", str(learning_rate)] if learning_rate is not None else []), "--per_device_train_batch_size",
-                str(self.finetune_batch_size), "--max_seq_length", str(self.finetune_max_seq_length),
+                *(["--learning_rate", str(learning_rate)] if learning_rate is not None else []),
+                "--per_device_train_batch_size", str(self.finetune_batch_size),
+                "--max_seq_length", str(self.finetune_max_seq_length),
                 *(["--max_train_samples", str(train_samples)] if train_samples else []),
                 *(["--max_eval_samples", str(self.max_eval_samples)] if self.max_eval_samples else []),
                 *(["--bf16", "true"] if self.bf16 else [])]
@@ -87,8 +93,9 @@ BUDGETS = {
         "its numbers mean nothing", model_size="tiny", pretrain_steps=10, pretrain_batch_size=4, max_seq_length=64,
         max_documents=120, validation_documents=10, tokenizer_vocab_size=1000, cnn_size="tiny", cnn_steps=6,
         cnn_documents=6, cnn_batch_size=16, unit_seeds=(1, 2), finetune_seeds=(1,), finetune_epochs=1,
-        minilm_finetune_epochs=1, minilm_max_train_samples=None, minilm_learning_rate=None, finetune_batch_size=8, finetune_max_seq_length=48, max_train_samples=32,
-        max_eval_samples=32, tasks=("rotten_tomatoes", "heldout_mlm")),
+        minilm_finetune_epochs=1, minilm_max_train_samples=None, minilm_learning_rate=None, finetune_batch_size=8,
+        finetune_max_seq_length=48, max_train_samples=32, max_eval_samples=32,
+        tasks=("rotten_tomatoes", "heldout_mlm")),
     "cpu": Budget(
         name="cpu", description="tiny models, 2,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia "
         "documents; 3 units (independently trained models) per arm, one fine-tuning run each; estimated at 1-2 hours "
@@ -97,15 +104,17 @@ BUDGETS = {
         model_size="tiny", pretrain_steps=2000, pretrain_batch_size=16, max_seq_length=128, max_documents=3000,
         validation_documents=100, tokenizer_vocab_size=8000, cnn_size="tiny", cnn_steps=400, cnn_documents=60,
         cnn_batch_size=64, unit_seeds=(1, 2, 3), finetune_seeds=(1,), finetune_epochs=None,
-        minilm_finetune_epochs=2, minilm_max_train_samples=1000, minilm_learning_rate=1e-4, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=2000,
-        max_eval_samples=500,
+        minilm_finetune_epochs=2, minilm_max_train_samples=1000, minilm_learning_rate=1e-4, finetune_batch_size=32,
+        finetune_max_seq_length=128, max_train_samples=2000, max_eval_samples=500,
         tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "heldout_mlm")),
     "gpu": Budget(
         name="gpu", description="about 1 hour per experiment on one H100 in bf16 (an estimate, not yet measured): "
         "small models, 10,000 pretraining steps of 128 x 128 tokens on the 10k embedded Wikipedia documents, 3 "
-        "units (independently trained models) per arm, 3 fine-tuning seeds each", model_size="small", pretrain_steps=10_000, pretrain_batch_size=128,
-        max_seq_length=128, max_documents=None, validation_documents=200, tokenizer_vocab_size=16000,
+        "units (independently trained models) per arm, 3 fine-tuning seeds each", model_size="small",
+        pretrain_steps=10_000, pretrain_batch_size=128, max_seq_length=128, max_documents=None,
+        validation_documents=200, tokenizer_vocab_size=16000,
         cnn_size="w123-f100", cnn_steps=2000, cnn_documents=None, cnn_batch_size=4000, unit_seeds=(1, 2, 3),
-        finetune_seeds=(1, 2, 3), finetune_epochs=3, minilm_finetune_epochs=3, minilm_max_train_samples=None, minilm_learning_rate=None, finetune_batch_size=32,
-        finetune_max_seq_length=128, max_train_samples=None, max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
+        finetune_seeds=(1, 2, 3), finetune_epochs=3, minilm_finetune_epochs=3, minilm_max_train_samples=None,
+        minilm_learning_rate=None, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
+        max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
 }

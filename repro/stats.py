@@ -1,4 +1,5 @@
-"""Statistics for the reproduction harness: descriptive intervals, and the verdict on a paper's claim (numpy, scipy).
+"""Statistics for the reproduction harness: descriptive intervals and floors, and the verdict on a paper's claim
+(numpy, scipy).
 
 The verdict (`decide`, `decide_family`)
 ---------------------------------------
@@ -33,8 +34,16 @@ better); `estimate`, `low`, `high` are reported as arm - baseline in the metric'
   a significant improvement is never called "no better" even when it is smaller than the margin. Without a margin a
   "no better" claim cannot be reproduced (an absent difference is not evidence of no difference): NOT_REPRODUCED with
   a `reason`.
-- Fewer than 2 units in either arm (after pairing): INSUFFICIENT, never REPRODUCED. `learned=False` (neither arm above
-  chance, see `above_chance`): NO_SIGNAL, since two models that learned nothing differ by noise.
+- Fewer than 2 units in either arm (after pairing): INSUFFICIENT, never REPRODUCED.
+- `control=False` (the experiment's positive control, pretrained > the same architecture at random initialisation,
+  is not reproduced on this task): NO_CONTROL, "this budget does not detect pretraining", whatever the claim's data;
+  `control=None`: no control gates the claim.
+- `learned=False` (neither arm clears its floor, see `clears_floor` and `learned`): NO_SIGNAL, since two models that
+  learned no more than a trivial model differ by noise.
+- Every unit of the two arms scores the same (paired: each difference is exactly 0; unpaired: neither arm has spread
+  and their means agree): INDISTINGUISHABLE, whatever the direction.
+Precedence: INSUFFICIENT, NO_CONTROL, NO_SIGNAL, INDISTINGUISHABLE (the last four items, in order), then OPPOSITE,
+then REPRODUCED / NOT_REPRODUCED (the first two).
 `low`/`high` are the two-sided (1 - 2 alpha) interval, whose ends are the one-sided (1 - alpha) bounds the verdict uses:
 "better" is reproduced exactly when the interval excludes 0 on the better side, "not_better" needs it wholly below
 +margin (on the better side).
@@ -44,8 +53,15 @@ verdict of one experiment's report is one family. `decide_family` runs `decide` 
 Holm-adjusted ones (`holm`) before the verdicts: reproduction p-values form one family (controls the chance of any
 false REPRODUCED at `alpha`, whatever the dependence between claims sharing a baseline arm), the opposite-direction
 p-values another (any false OPPOSITE). Claims that cannot be tested (INSUFFICIENT, no margin) have no p-value and are
-left out of the family; NO_SIGNAL claims stay in it (conservative). After adjustment, `low`/`high` are the unadjusted
-interval and no longer match the verdict exactly. The held-out MLM loss carries no claim and is no member.
+left out of the family; NO_SIGNAL, NO_CONTROL and INDISTINGUISHABLE claims stay in it (conservative: a gate never
+makes the family smaller). After adjustment, `low`/`high` are the unadjusted interval and no longer match the verdict
+exactly. The held-out MLM loss carries no claim and is no member. A paper's one primary claim is decided alone at
+`alpha` (`decide`); its other claims are secondary, one family (`decide_family`).
+
+*MDD at the verdict's alpha.* A family's `mdd` is computed at alpha / m (m: the family's claims with a p-value), the
+level Holm's first step applies: a raw p below alpha / m is always rejected (each adjusted p is at most m times its
+raw one), so a true difference of `mdd` is found with at least 80% power under Holm too. The MDD at the unadjusted
+alpha would promise a power the adjusted verdict does not have (`tests/test_repro_stats.py` measures both).
 
 *No spread.* When every unit's difference is the same (a discrete metric on a few hundred rows can do it: two
 fusions whose CNNs barely move the predictions score the same on every unit), the t statistic is 0/0 or infinite.
@@ -71,26 +87,46 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced at this scale"
 OPPOSITE = "opposite"
 INSUFFICIENT = "insufficient (fewer than 2 units per arm)"
-NO_SIGNAL = "no signal at this scale (neither arm above chance)"
-RESAMPLES = 10_000
+NO_SIGNAL = "no signal at this scale (neither arm clears the floor)"
+NO_CONTROL = "no signal: this budget does not detect pretraining"
+INDISTINGUISHABLE = "indistinguishable (the same score on every unit)"
+ALPHA = 0.05  # every verdict's one-sided level: a primary claim and the positive control alone, a family under Holm
 DIRECTIONS = ("better", "not_better")
 
 
-def median_ci(values, seed: int = 0, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Median and its percentile-bootstrap interval (descriptive: one arm's spread, not a test)."""
+def mean_interval(values, confidence: float = 0.95) -> tuple[float, float | None, float | None]:
+    """The mean of unit means and its two-sided t interval (n - 1 degrees of freedom); (mean, None, None) below 2
+    units, (mean, mean, mean) where every unit scores the same."""
     values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    medians = np.median(values[rng.integers(0, len(values), (RESAMPLES, len(values)))], axis=1)
-    tail = (1 - confidence) / 2 * 100
-    return float(np.median(values)), float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, None, None
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * _spread(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
 
 
-def above_chance(low: float, high: float, chance: float | None, higher_is_better: bool = True) -> bool | None:
-    """Whether an arm's interval (of its median) lies wholly on the better side of `chance`, the score of a model
-    that learned nothing; None when the task has no such level."""
-    if chance is None:
+def above_floor(low: float | None, high: float | None, floor: float | None, higher_is_better: bool = True):
+    """Whether an interval lies wholly on the better side of `floor` (the score of a trivial model: one constant
+    answer, a bag-of-words model, a unigram model); None when there is no floor or no interval (fewer than 2 units)."""
+    if floor is None or low is None:
         return None
-    return low > chance if higher_is_better else high < chance
+    return low > floor if higher_is_better else high < floor
+
+
+def clears_floor(runs: dict, floor: float | None, higher_is_better: bool = True, confidence: float = 0.95):
+    """Whether an arm, {(unit_seed, finetune_seed): score}, clears `floor`: the 95% t interval of its mean over unit
+    means lies wholly on the better side of it. None: no floor, or fewer than 2 units."""
+    _, low, high = mean_interval(list(unit_means(runs).values()), confidence) if runs else (None, None, None)
+    return above_floor(low, high, floor, higher_is_better)
+
+
+def learned(arm: dict, baseline: dict, floors, higher_is_better: bool = True) -> bool:
+    """The `learned` of `decide`: whether at least one of the two arms clears its floor (`floors`: one for both, or
+    (the arm's, the baseline's)); True where neither arm has a floor to clear."""
+    arm_floor, baseline_floor = floors if isinstance(floors, tuple) else (floors, floors)
+    cleared = [clears_floor(arm, arm_floor, higher_is_better), clears_floor(baseline, baseline_floor, higher_is_better)]
+    return any(cleared) or all(c is None for c in cleared)
+
 
 
 # ------------------------------------------------------------------------------------------------------- verdict
@@ -138,6 +174,11 @@ def _spread(values: np.ndarray) -> float:
     return 0.0 if sd <= 1e-9 * max(1.0, float(np.abs(values).max())) else sd
 
 
+def _same(a: float, b: float) -> bool:
+    """Equal up to rounding (as `_spread`)."""
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
 def _t_test(arm_units: dict, baseline_units: dict, sign: int) -> dict:
     """The t statistic's pieces on the better-direction difference (sign * (arm - baseline))."""
     shared = [unit for unit in arm_units if unit in baseline_units]
@@ -147,14 +188,15 @@ def _t_test(arm_units: dict, baseline_units: dict, sign: int) -> dict:
         sd = _spread(differences)
         return {"paired": True, "test": "one-sided paired t-test on unit means (paired by unit seed)",
                 "n_arm": n, "n_baseline": n, "estimate": float(differences.mean()), "se": sd / math.sqrt(n),
-                "df": n - 1, "unit_sd": sd,
+                "df": n - 1, "unit_sd": sd, "identical": all(_same(arm_units[u], baseline_units[u]) for u in shared),
                 "dropped_units": {"arm": len(arm_units) - n, "baseline": len(baseline_units) - n}}
     a, b = np.array(list(arm_units.values())), np.array(list(baseline_units.values()))
     result = {"paired": False, "test": "one-sided Welch t-test on unit means (fewer than 2 shared unit seeds to pair)",
               "n_arm": len(a), "n_baseline": len(b), "dropped_units": {"arm": 0, "baseline": 0},
-              "estimate": float(sign * (a.mean() - b.mean())) if len(a) and len(b) else None}
+              "estimate": float(sign * (a.mean() - b.mean())) if len(a) and len(b) else None, "identical": False}
     if min(len(a), len(b)) < 2:
         return {**result, "se": None, "df": None, "unit_sd": None}
+    result["identical"] = _spread(a) == _spread(b) == 0 and _same(float(a.mean()), float(b.mean()))
     va, vb = _spread(a) ** 2 / len(a), _spread(b) ** 2 / len(b)
     pooled = ((len(a) - 1) * _spread(a) ** 2 + (len(b) - 1) * _spread(b) ** 2) / (len(a) + len(b) - 2)
     # Welch-Satterthwaite degrees of freedom; with no spread at all the df do not matter (se is 0)
@@ -177,11 +219,16 @@ def _exact_tails(value: float, extreme: float) -> tuple[float, float]:
 
 
 def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
+    """The verdict from a result's numbers, in the module docstring's order of precedence."""
     if min(result["units"]["arm"], result["units"]["baseline"]) < 2:
         return INSUFFICIENT, (f"{result['units']['arm']} unit(s) in the arm and {result['units']['baseline']} in "
                               "the baseline (fine-tuning seeds are not units)")
+    if result["control"] is False:
+        return NO_CONTROL, "the positive control (pretrained > random initialisation) is not reproduced on this task"
     if not result["learned"]:
-        return NO_SIGNAL, "neither arm is above chance"
+        return NO_SIGNAL, "neither arm clears its floor"
+    if result["identical"]:
+        return INDISTINGUISHABLE, None
     if result["p_opposite"] < alpha:
         return OPPOSITE, None
     if result["p_value"] is None:
@@ -191,7 +238,7 @@ def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
 
 
 def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = True, margin: float | None = None,
-           alpha: float = 0.05, learned: bool = True) -> dict:
+           alpha: float = 0.05, learned: bool = True, control: bool | None = None) -> dict:
     """The verdict on one claim ("better" or "not_better", see the module docstring) from `arm` and `baseline`,
     each {(unit_seed, finetune_seed): score}, as `repro/run.py` collects them.
 
@@ -201,7 +248,9 @@ def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = T
     (one-sided, arm worse for "better", arm better for "not_better"), test, paired, units {"arm", "baseline"} (units
     used; pairs in both when paired), dropped_units, runs {"arm", "baseline"}, df, unit_sd (observed SD of the
     paired differences, or pooled SD of unit means), mdd (minimum detectable difference at 80% power for these units
-    and that SD; None when that SD is 0), direction, margin, higher_is_better, alpha, learned. Undefined numbers are None (JSON-safe)."""
+    and that SD at `mdd_alpha`, here `alpha`; None when that SD is 0), identical (every unit scores the same in both
+    arms), direction, margin, higher_is_better, alpha, learned, control (see the module docstring). Undefined numbers
+    are None (JSON-safe)."""
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown claim direction {direction!r}: use 'better' or 'not_better'")
     if margin is not None and not margin > 0:
@@ -212,8 +261,9 @@ def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = T
               "confidence": 1 - 2 * alpha, "p_value": None, "p_opposite": None, "test": test["test"],
               "paired": test["paired"], "units": {"arm": test["n_arm"], "baseline": test["n_baseline"]},
               "dropped_units": test["dropped_units"], "runs": {"arm": len(arm), "baseline": len(baseline)},
-              "df": test["df"], "unit_sd": test["unit_sd"], "mdd": None, "direction": direction, "margin": margin,
-              "higher_is_better": higher_is_better, "alpha": alpha, "learned": learned}
+              "df": test["df"], "unit_sd": test["unit_sd"], "mdd": None, "mdd_alpha": alpha, "direction": direction,
+              "margin": margin, "higher_is_better": higher_is_better, "alpha": alpha, "learned": learned,
+              "control": control, "identical": test["identical"]}
     if test["estimate"] is not None:
         result["estimate"] = sign * test["estimate"]
     if test["se"] is not None:
@@ -257,9 +307,10 @@ def holm(p_values: list[float]) -> list[float]:
 
 def decide_family(claims: list[dict], alpha: float = 0.05) -> list[dict]:
     """`decide` on each of a family's claims (dicts of `decide`'s keyword arguments but alpha: arm, baseline,
-    direction, and optionally higher_is_better, margin, learned), with Holm-adjusted p-values and the verdicts they
-    give. Each result keeps its unadjusted p-values as p_value_raw / p_opposite_raw and says family_size (the number
-    of claims with a p-value)."""
+    direction, and optionally higher_is_better, margin, learned, control), with Holm-adjusted p-values and the
+    verdicts they give. Each result keeps its unadjusted p-values as p_value_raw / p_opposite_raw, says family_size
+    (the number of claims with a p-value), and gives its MDD at alpha / family_size (`mdd_alpha`; module
+    docstring)."""
     results = [decide(**claim, alpha=alpha) for claim in claims]
     for key in ("p_value", "p_opposite"):
         tested = [i for i, r in enumerate(results) if r[key] is not None]
@@ -270,5 +321,38 @@ def decide_family(claims: list[dict], alpha: float = 0.05) -> list[dict]:
     family_size = sum(r["p_value"] is not None for r in results)
     for r in results:
         r["family_size"] = family_size
+        r["mdd_alpha"] = alpha / max(1, family_size)
+        if r["unit_sd"]:
+            r["mdd"] = minimum_detectable_difference(
+                r["units"]["arm"] if r["paired"] else (r["units"]["arm"], r["units"]["baseline"]), r["unit_sd"],
+                r["mdd_alpha"], paired=r["paired"])
         r["verdict"], r["reason"] = _classify(r, alpha)
     return results
+
+
+def decide_experiment(claims: list[dict], controls: dict | None = None, alpha: float = ALPHA) -> tuple[dict, list]:
+    """Every verdict of one paper's report, by the rule of the module docstring: the positive control on each task
+    alone at `alpha`; the primary claim alone at `alpha`; the secondary claims one Holm family; every claim gated by
+    its task's control (judged only where the control is REPRODUCED) and by its floors (`learned`).
+
+    `claims`: dicts of `decide`'s keyword arguments but alpha and control, plus "task" and "primary" (bool).
+    `controls`: task -> `decide`'s keyword arguments (pretrained arm, random baseline, "better"); None where the
+    experiment has no positive control (nothing gates). A task the controls lack has no control result: its claims
+    are not judged. Returns ({task: control decision}, [claim decisions, in the order of `claims`])."""
+    control_results = {task: decide(**arguments, alpha=alpha) for task, arguments in (controls or {}).items()}
+
+    def gate(task):
+        return None if controls is None else control_results.get(task, {}).get("verdict") == REPRODUCED
+
+    def arguments(claim):
+        return {**{k: v for k, v in claim.items() if k not in ("task", "primary")}, "control": gate(claim["task"])}
+
+    results: list = [None] * len(claims)
+    for i, claim in enumerate(claims):
+        if claim["primary"]:
+            r = decide(**arguments(claim), alpha=alpha)
+            results[i] = {**r, "family_size": 1, "p_value_raw": r["p_value"], "p_opposite_raw": r["p_opposite"]}
+    secondary = [i for i, claim in enumerate(claims) if not claim["primary"]]
+    for i, r in zip(secondary, decide_family([arguments(claims[i]) for i in secondary], alpha)):
+        results[i] = r
+    return control_results, results

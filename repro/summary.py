@@ -1,7 +1,7 @@
 """README's reproduction tables, generated from the committed reports (`repro/reports/<name>/<budget>/results.json`):
 - the papers': one row per claim and task with the difference [interval], units, minimum detectable difference and
   verdict;
-- the zoo's: one row per method with its scores and compute (`repro.zoo.score_table`), its plot and its significant
+- the zoo's: one row per method with its scores and compute (`repro.report.score_table`), its plot and its significant
   pairs.
 
     python repro/summary.py [--budget cpu] [--write]   # prints the tables; --write puts each into README between its
@@ -31,7 +31,7 @@ def fmt(x) -> str:
 def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     lines = ["| paper | claim | task | difference [90% CI] | units | MDD | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    missing = []
+    missing, before_controls = [], []
     for name in EXPERIMENTS:
         path = reports / name / budget / "results.json"
         if not path.exists():
@@ -41,23 +41,34 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
             missing.append(f"{name} (a report of the former statistics)")
             continue
-        for claim in results["claims"] + results.get("untested_claims", []):
+        if "control" not in results:
+            before_controls.append(name)
+        controls = [{**c, "role": "control"} for c in (results.get("control") or {}).values()]
+        rows = controls + results["claims"] + results.get("untested_claims", [])
+        for claim in rows:
             d = claim.get("decision") or {}
             units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
-            relation = ">" if claim["direction"] == "better" else "≤"
-            paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is results["claims"][0] else ""
+            relation = ">" if claim.get("direction", "better") == "better" else "≤"
+            paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is rows[0] else ""
             task, verdict = ((METRICS[claim["task"]].label, claim["verdict"]) if "task" in claim else
                              ("—", f"not tested at `{budget}` (its arm is not trained there)"))
-            lines.append(f"| {paper} | {claim['arm']} {relation} {claim['baseline']} | {task} | "
+            role = {"primary": " (primary)", "control": " (positive control)"}.get(claim.get("role"), "")
+            mdd = fmt(d.get("mdd")) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
+                                       and "mdd_alpha" in d else "")
+            lines.append(f"| {paper} | {claim['arm']} {relation} {claim['baseline']}{role} | {task} | "
                          f"{fmt(d.get('estimate'))} [{fmt(d.get('low'))}, {fmt(d.get('high'))}] | {units} | "
-                         f"{fmt(d.get('mdd'))} | {verdict} |")
+                         f"{mdd} | {verdict} |")
+    if before_controls:
+        lines += ["", "Run before floors, positive controls and primary claims (issue 37): "
+                  f"{', '.join(before_controls)}; their verdicts were not gated by a control and their MDD is at the "
+                  "unadjusted 5%."]
     if missing:
         lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
     return "\n".join(lines)
 
 
 def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
-    from encoder_zoo.repro.zoo import TABLE_KEY, score_table
+    from encoder_zoo.repro.report import score_table, table_key
 
     path = reports / "zoo" / budget / "results.json"
     if not path.exists():
@@ -65,11 +76,17 @@ def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     results = json.loads(path.read_text(encoding="utf-8"))
     significant = [f"{p['better']} > {p['worse']} on {METRICS[p['task']].label}" for p in results["pairs"]
                    if p["significant"]]
+    rule = results.get("significance_rule") or (
+        "two-sided 5%, Holm across the pairs of each task, a pair counting only where one of its methods is above "
+        "chance (the rule this report was made under)")
+    control = [f"{c['arm']} > {c['baseline']} on {METRICS[task].label}: {c['verdict']}"
+               for task, c in (results.get("control") or {}).items()]
     return "\n".join([
         *score_table(results), "",
-        f"{TABLE_KEY} Fusions are built over the best encoder, **{results['best_encoder']}**. Significant "
-        f"pairs (two-sided 5%, Holm across the pairs of each task): "
-        f"{'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md).", "",
+        f"{table_key(results)} Fusions are built over the best encoder, **{results['best_encoder']}**. "
+        + (f"Positive control (pretrained > random): {'; '.join(control)}. " if control else "")
+        + f"Significant pairs: {'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md).",
+        "", f"Significance rule: {rule}", "",
         f"![zoo at the {budget} budget: every unit's score against its pretraining FLOPs]"
         f"(repro/reports/zoo/{budget}/plot.png)"])
 

@@ -9,7 +9,6 @@ Runs call the entry points' `cli()` in this process (as tests/test_failures.py d
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import logging
@@ -23,39 +22,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import save_tiny_spanbert
+from test_failures import run, stop_signals_restored  # noqa: F401 (an autouse fixture: in-process runs' signals)
 
 from encoder_zoo.training.run import DivergenceGuard, TrainingDiverged
 from encoder_zoo.training.run.trainer import GanTrainer, starting_weights_problem, suggested_learning_rate
 
-SCRIPTS = {"pretrain.py": "encoder_zoo.training.pretrain", "run_glue.py": "encoder_zoo.glue.run_glue"}
 # The tiny CNN on 6 real articles (~700 pairs), 16 pairs a step.
 BERTAC = ["--model", "bertac_cnn", "--model_size", "tiny", "--max_documents", "6", "--per_device_train_batch_size",
           "16", "--dataloader_num_workers", "0", "--validation_documents", "0", "--logging_steps", "1",
           "--disable_tqdm", "true"]
 SPANBERT = ["--model", "spanbert", "--model_size", "tiny", "--max_seq_length", "64", "--tokenizer_vocab_size", "500",
             "--max_steps", "1", "--dataloader_num_workers", "0", "--disable_tqdm", "true"]
-
-
-@pytest.fixture(autouse=True)
-def stop_signals_restored():
-    """In-process training installs SaveOnSignal's SIGTERM/SIGINT handlers: give pytest its own back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
-def run(script: str, args: list, monkeypatch, capsys) -> tuple[int, str]:
-    """`python script args` in this process: its exit status and stderr."""
-    monkeypatch.setattr(sys, "argv", [script, *map(str, args)])
-    monkeypatch.delenv("PRETRAIN_TRACEBACK", raising=False)
-    capsys.readouterr()
-    try:
-        importlib.import_module(SCRIPTS[script]).cli()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code
-    return code, capsys.readouterr().err
 
 
 def last_line(stderr: str) -> str:

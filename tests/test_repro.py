@@ -15,14 +15,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 from encoder_zoo.repro.budgets import BUDGETS
+from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
 from encoder_zoo.repro.stats import (
-    INSUFFICIENT, NO_SIGNAL, NOT_REPRODUCED, OPPOSITE, REPRODUCED, above_chance, decide_family, median_ci,
+    INDISTINGUISHABLE,
+    INSUFFICIENT,
+    NO_CONTROL,
+    NO_SIGNAL,
+    NOT_REPRODUCED,
+    OPPOSITE,
+    REPRODUCED,
+    above_floor,
+    decide_experiment,
 )
 
 REPO = Path(__file__).resolve().parent.parent
-VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, INSUFFICIENT, NO_SIGNAL}
+VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, INSUFFICIENT, NO_SIGNAL, NO_CONTROL, INDISTINGUISHABLE}
 
 
 def env():
@@ -30,23 +38,15 @@ def env():
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
-def test_median_ci_is_seeded_and_brackets_the_median():
-    values = [0.61, 0.64, 0.58, 0.66, 0.63]
-    median, low, high = median_ci(values, seed=3)
-    assert median == pytest.approx(0.63)
-    assert low <= median <= high and min(values) <= low and high <= max(values)
-    assert median_ci(values, seed=3) == (median, low, high)
-    assert median_ci([0.5] * 4) == (0.5, 0.5, 0.5)
-
-
-def test_above_chance_reads_the_metrics_direction():
-    assert above_chance(0.60, 0.64, chance=0.572) and not above_chance(0.55, 0.60, chance=0.572)
-    assert above_chance(2.0, 2.5, chance=3.0, higher_is_better=False) and above_chance(0.1, 0.2, chance=None) is None
+def test_above_floor_reads_the_metrics_direction():
+    assert above_floor(0.60, 0.64, floor=0.572) and not above_floor(0.55, 0.60, floor=0.572)
+    assert above_floor(2.0, 2.5, floor=3.0, higher_is_better=False) and above_floor(0.1, 0.2, floor=None) is None
+    assert above_floor(None, None, floor=0.5) is None  # one unit: no interval
 
 
 def test_chance_is_one_constant_answer_on_the_scored_rows():
     from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
-    from encoder_zoo.repro.sweep import chance_level
+    from encoder_zoo.repro.results import chance_level
 
     assert majority_class_accuracy([1, 0, 0, 0]) == 0.75 and majority_class_accuracy([2, 1]) == 0.5
     budget = BUDGETS["cpu"]
@@ -62,10 +62,10 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
     epochs at 1e-4; at 2 epochs the tiny TEAMS model stayed at the label prior); arms over the offline MiniLM for
     the budget's 2 epochs at its 1e-4, every arm alike (the papers' 1e-5 left them all at the majority class)."""
     from encoder_zoo.glue.run_glue import parse_args
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
 
     def glue_args(experiment, arm):
-        job = next(j for j in Sweep(EXPERIMENTS[experiment], BUDGETS["cpu"], tmp_path, None).jobs
+        job = next(j for j in Sweep(EXPERIMENTS[experiment].at(BUDGETS["cpu"]), tmp_path).jobs
                    if j.kind == "finetune" and j.arm == arm and "run_glue.py" in j.command[1])
         return parse_args(job.command[2:])[1]
 
@@ -74,15 +74,16 @@ def test_cpu_budget_fine_tunes_pretrained_arms_for_the_papers_epochs(tmp_path):
                    glue_args("bertac", "backbone")]
     assert {(a.num_train_epochs, a.learning_rate) for a in minilm_arms} == {(2, BUDGETS["cpu"].minilm_learning_rate)}
     assert glue_args("teams", "teams").learning_rate == 1e-4 and glue_args("hire", "hire").adam_beta2 == 0.98
-    smoke = next(j for j in Sweep(EXPERIMENTS["bertac"], BUDGETS["smoke"], tmp_path, None).jobs
+    smoke = next(j for j in Sweep(EXPERIMENTS["bertac"].at(BUDGETS["smoke"]), tmp_path).jobs
                  if j.kind == "finetune" and j.arm == "gan_cnn")
-    assert parse_args(smoke.command[2:])[1].learning_rate == 1e-5  # the preset's (the paper's) where the budget sets none
+    # the preset's (the paper's) where the budget sets none
+    assert parse_args(smoke.command[2:])[1].learning_rate == 1e-5
 
 
 def sweep_jobs(experiment, budget="cpu", tmp_path=Path("/nonexistent")):
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
 
-    return Sweep(EXPERIMENTS[experiment], BUDGETS[budget], tmp_path, None).jobs
+    return Sweep(EXPERIMENTS[experiment].at(BUDGETS[budget]), tmp_path).jobs
 
 
 def flag(command, name):
@@ -94,13 +95,15 @@ def test_every_arm_trains_one_model_per_unit_seed_and_no_run_counts_in_two_arms(
     """Units are independently trained models: one pretraining (or init, or CNN pretraining) per arm and unit seed,
     with that seed; fine-tuning seeds differ across units (so a fixed backbone's units are different models) and are
     shared by the arms' units of one seed (so they pair); no pretraining, init or fine-tuning serves two arms."""
+    from encoder_zoo.repro.jobs import FLOOR_ARM
+
     budget = BUDGETS["cpu"]
     assert len(budget.unit_seeds) >= 3 and len(BUDGETS["gpu"].unit_seeds) >= 3
     jobs = sweep_jobs(experiment, tmp_path=tmp_path)
-    assert {j.arm for j in jobs} == {a.name for a in EXPERIMENTS[experiment].arms_at("cpu")}
+    assert {j.arm for j in jobs} == {a.name for a in EXPERIMENTS[experiment].arms_at("cpu")} | {FLOOR_ARM}
     for arm in EXPERIMENTS[experiment].arms_at("cpu"):
         mine = [j for j in jobs if j.arm == arm.name]
-        for kind in ("pretrain", "init"):
+        for kind in ("pretrain", "init", "random_init"):
             seeds = sorted({int(flag(j.command, "--seed")) for j in mine if j.kind == kind})
             assert seeds in ([], list(budget.unit_seeds)), (arm.name, kind, seeds)
         finetuned = sorted(s for j in mine if j.kind == "finetune" and "run_glue.py" in j.command[1] for s in j.seeds)
@@ -108,8 +111,9 @@ def test_every_arm_trains_one_model_per_unit_seed_and_no_run_counts_in_two_arms(
                                                                                                     "movie_sentiment_regression")]
         assert finetuned == sorted(budget.finetune_seed(u, f) for u in budget.unit_seeds for f in budget.finetune_seeds
                                    for _ in tasks)
-    folders = [j.folder for j in jobs if j.kind in ("init", "finetune")] + [
-        j.folder for j in jobs if j.kind == "pretrain" and "--cnn" not in " ".join(j.command) and "bertac_cnn" not in j.command]
+    folders = [j.folder for j in jobs if j.kind in ("init", "random_init", "finetune", "predict")] + [
+        j.folder for j in jobs
+        if j.kind == "pretrain" and "--cnn" not in " ".join(j.command) and "bertac_cnn" not in j.command]
     assert len(folders) == len(set(folders))
 
 
@@ -119,7 +123,8 @@ def test_every_pretrained_arm_of_a_comparison_warms_up_for_the_same_steps(tmp_pa
     from encoder_zoo.training.recipes import get_recipe
 
     for name, experiment in EXPERIMENTS.items():
-        pretrain = [j for j in sweep_jobs(name, tmp_path=tmp_path) if j.kind == "pretrain" and "bertac_cnn" not in j.command]
+        pretrain = [j for j in sweep_jobs(name, tmp_path=tmp_path)
+                    if j.kind == "pretrain" and "bertac_cnn" not in j.command]
         warmups = {flag(j.command, "--warmup_steps") for j in pretrain}
         assert len(warmups) <= 1, (name, warmups)
         shapes = {get_recipe(flag(j.command, "--model")).training_defaults["tiny"].lr_scheduler_type for j in pretrain}
@@ -133,15 +138,16 @@ def test_a_budget_may_train_fewer_arms_and_the_report_lists_the_claims_left_unte
     them is decided, the claim on cloze + bilm is listed as untested, and no run of that arm is made."""
     import dataclasses
 
-    from encoder_zoo.repro.run import analyse, write_report
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.report import write_report
+    from encoder_zoo.repro.results import analyse
     from encoder_zoo.repro.summary import table
-    from encoder_zoo.repro.sweep import Sweep
 
     experiment = EXPERIMENTS["cloze"]
-    assert [a.name for a in experiment.arms_at("smoke")] == [a.name for a in experiment.arms]
-    sweep = Sweep(experiment, BUDGETS["cpu"], tmp_path, None)
-    assert {j.arm for j in sweep.jobs} == {"cloze", "bilm"} and sweep.tasks == ["rotten_tomatoes",
-                                                                                 "movie_sentiment_regression"]
+    assert [a.name for a in experiment.arms_at("smoke")] == [*(a.name for a in experiment.arms), "bilm_random"]
+    sweep = Sweep(experiment.at(BUDGETS["cpu"]), tmp_path)
+    assert {j.arm for j in sweep.jobs} == {"cloze", "bilm", "bilm_random", "floors"}
+    assert sweep.tasks == ["rotten_tomatoes", "movie_sentiment_regression"]
 
     def execute(job):
         for output in job.outputs:
@@ -154,15 +160,260 @@ def test_a_budget_may_train_fewer_arms_and_the_report_lists_the_claims_left_unte
     sweep.run(tmp_path / "cache" / "runs.jsonl")
     results = analyse(sweep, 0)
     assert {(c["arm"], c["baseline"]) for c in results["claims"]} == {("cloze", "bilm")}
-    assert all("decision" in c for c in results["claims"]) and set(results["arms"]) == {"cloze", "bilm"}
+    assert all("decision" in c for c in results["claims"]) and set(results["arms"]) == {"cloze", "bilm", "bilm_random"}
     untested = next(c for c in experiment.claims if c.arm == "cloze_bilm")
     assert results["untested_claims"] == [dataclasses.asdict(untested)]
     write_report(results, sweep, tmp_path / "report", ["cloze", "--budget", "cpu"])
     assert untested.source in (tmp_path / "report" / "report.md").read_text()
     (tmp_path / "reports" / "cloze" / "cpu").mkdir(parents=True)
     (tmp_path / "reports" / "cloze" / "cpu" / "results.json").write_text(json.dumps(results))
-    rows = [r for r in table("cpu", tmp_path / "reports").splitlines() if "cloze" in r]
-    assert len(rows) == 3 and "| cloze_bilm ≤ cloze | — |" in rows[-1] and "not tested at `cpu`" in rows[-1]
+    rows = [r for r in table("cpu", tmp_path / "reports").splitlines() if r.startswith("| ")][2:]
+    assert len(rows) == 5 and "| cloze_bilm ≤ cloze | — |" in rows[-1] and "not tested at `cpu`" in rows[-1]
+    assert all("bilm > bilm_random (positive control)" in r for r in rows[:2])
+    assert "cloze > bilm (primary) | movie_sentiment_regression Pearson" in rows[2]
+
+
+def leave_outputs(job, scores: dict, predictions: dict | None = None, flops: dict | None = None, floor: float = 0.6):
+    """What each kind of job leaves, standing in for the real scripts: a fine-tuning `scores[(arm, unit)]`; its
+    predictions `predictions[(arm, unit)]` (100 rows); a floor `floor`; a pretraining `flops[arm]` FLOPs over 1,000
+    tokens; a random copy its marker."""
+    from encoder_zoo.repro.random_init import MARKER
+
+    for output in job.outputs:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    unit = int(job.name.split("unit ")[1].split()[0]) if "unit " in job.name else None
+    if job.kind == "finetune":
+        for output in job.outputs:
+            output.write_text(json.dumps({"accuracy": scores[(job.arm, unit)]}))
+    elif job.kind == "predict":  # one file per fine-tuning seed, 100 unit + seed
+        for output in job.outputs:
+            seed_unit = int(output.stem.split("-")[1]) // 100
+            output.write_text(json.dumps({"predictions": (predictions or {}).get((job.arm, seed_unit), [1] * 100)}))
+    elif job.kind == "floor":
+        job.outputs[0].write_text(json.dumps({"kind": "bag_of_words", "value": floor, "train_rows": 32,
+                                              "description": "stands in"}))
+    elif job.kind == "pretrain":
+        for output in job.outputs:
+            output.write_text("{}")
+        (job.folder / "trainer_state.json").write_text(json.dumps({
+            "total_flos": (flops or {}).get(job.arm, 1e12), "num_input_tokens_seen": 1000, "global_step": 10,
+            "train_batch_size": 4, "log_history": []}))
+    elif job.kind == "random_init":
+        job.outputs[0].write_text(json.dumps({"seed": 1}))
+        assert job.outputs[0].name == MARKER
+    return "done"
+
+
+def test_a_report_gives_floors_the_control_the_primary_and_reads_identical_arms_as_indistinguishable(tmp_path):
+    """teams with 3 units, standing-in runs. The control, electra > electra at random initialisation, is reproduced:
+    the primary claim is then judged, and TEAMS, scoring what ELECTRA scores on every unit, reads
+    indistinguishable with the share of rows their predictions differ on; the row gives the FLOPs ratio, 1.47x.
+    With a control that is not reproduced, the same large difference reads 'no signal: this budget does not
+    detect pretraining'."""
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.report import write_report
+    from encoder_zoo.repro.results import analyse
+
+    def run(folder, scores):
+        sweep = Sweep(EXPERIMENTS["teams"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"], units=(1, 2, 3)), folder)
+        differ = {("teams", u): [1] * 95 + [0] * 5 for u in (1, 2, 3)}  # 5 of 100 rows answered otherwise
+        sweep.execute = lambda job: leave_outputs(job, scores, differ, {"teams": 2.51e13, "electra": 1.71e13})
+        sweep.run(folder / "cache" / "runs.jsonl")
+        results = analyse(sweep)
+        write_report(results, sweep, folder / "report", ["teams", "--budget", "smoke"])
+        return results, (folder / "report" / "report.md").read_text()
+
+    electra = {("electra", u): 0.75 + 0.01 * u + 0.002 * u * u for u in (1, 2, 3)}
+    random = {("electra_random", u): 0.55 + 0.004 * (u % 2) for u in (1, 2, 3)}
+    same = {("teams", u): electra[("electra", u)] for u in (1, 2, 3)}
+    results, report = run(tmp_path / "a", {**electra, **random, **same})
+    control = results["control"]["rotten_tomatoes"]
+    assert control["verdict"] == REPRODUCED and (control["arm"], control["baseline"]) == ("electra", "electra_random")
+    assert results["arms"]["electra_random"]["compute"]["1"]["flops"] == 0
+    [claim] = results["claims"]
+    assert claim["role"] == "secondary" and claim["control"] is True  # the primary is on wiki_cloze, not run here
+    assert results["primary"] == {**results["primary"], "tested": False,
+                                  "why_not": "wiki_cloze is not evaluated at this budget"}
+    assert claim["verdict"] == INDISTINGUISHABLE and claim["flops_ratio"] == pytest.approx(2.51 / 1.71)
+    assert claim["decision"]["prediction_difference"] == {"fraction": 0.05, "rows": 300, "pairs": 3}
+    assert "predictions differ on 5.0% of 300 evaluation rows (3 paired runs)" in report
+    assert "| 1.47x |" in report and "at equal pretraining steps, batch and data, not equal FLOPs" in report
+    assert "**Primary claim:** teams > electra on wiki_cloze (SQuAD 1.1-style) F1" in report
+    assert "| floor: bag-of-words (32 training rows) | 0.6 |" in report
+    assert "| electra_random | 0.5527 [0.5469, 0.5584] (3)* |" in report  # under its floor
+    assert "- **pretrained > random** on rotten_tomatoes accuracy (electra > electra_random): difference 0.2" in report
+
+    no_detection = {("electra_random", u): electra[("electra", u)] + (0.01 if u == 2 else -0.005) for u in (1, 2, 3)}
+    better = {("teams", u): 0.95 + 0.001 * u for u in (1, 2, 3)}
+    results, report = run(tmp_path / "b", {**electra, **no_detection, **better})
+    assert results["control"]["rotten_tomatoes"]["verdict"] == NOT_REPRODUCED
+    assert results["claims"][0]["verdict"] == NO_CONTROL and results["claims"][0]["decision"]["estimate"] > 0.1
+    assert f"**{NO_CONTROL}**" in report
+
+
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_the_positive_control_fine_tunes_a_random_copy_of_its_sources_model_exactly_as_its_source(experiment,
+                                                                                                tmp_path):
+    """Each experiment's control re-creates, per unit, the model its source arm (the baseline) fine-tunes (an
+    export, a fusion's init, the MiniLM) at random initialisation with the unit's seed, and fine-tunes it with the
+    source's command but for the model; its pretraining costs nothing."""
+    from encoder_zoo.repro.jobs import Sweep
+
+    setting = EXPERIMENTS[experiment].at(BUDGETS["cpu"])
+    sweep = Sweep(setting, tmp_path)
+    control = EXPERIMENTS[experiment].control_arm()
+    assert control.random_init_of == EXPERIMENTS[experiment].baseline and control in setting.arms
+    source = [j for j in sweep.jobs if j.arm == control.random_init_of and j.kind == "finetune"]
+    copies = [j for j in sweep.jobs if j.arm == control.name and j.kind == "finetune"]
+    assert len(copies) == len(source) > 0
+    for mine, theirs in zip(copies, source):
+        [random_init] = [n for n in mine.needs if n.kind == "random_init"]
+        model = flag(mine.command, "--model_name_or_path")
+        assert model == str(random_init.folder / "model")
+        assert flag(random_init.command, "--model") == flag(theirs.command, "--model_name_or_path")
+        assert flag(random_init.command, "--seed") == mine.name.split("unit ")[1].split()[0]
+        without_model = [c for c in mine.command if c != model and "/finetune/" not in c]
+        assert without_model == [c for c in theirs.command if c != flag(theirs.command, "--model_name_or_path")
+                                 and "/finetune/" not in c]
+    assert sweep.pretraining[(control.name, setting.unit_seeds[0])] == []
+
+
+def test_the_units_per_budget_are_an_experiments_own_where_it_sets_them(tmp_path):
+    import dataclasses
+
+    experiment = dataclasses.replace(EXPERIMENTS["teams"], budget_units={"cpu": (1, 2, 3, 4, 5)})
+    assert experiment.at(BUDGETS["cpu"]).unit_seeds == (1, 2, 3, 4, 5)
+    assert experiment.at(BUDGETS["smoke"]).unit_seeds == BUDGETS["smoke"].unit_seeds
+    assert experiment.at(BUDGETS["cpu"], units=(7, 8)).unit_seeds == (7, 8)  # --units
+    from encoder_zoo.repro.jobs import Sweep
+
+    pretrainings = [j for j in Sweep(experiment.at(BUDGETS["cpu"]), tmp_path).jobs if j.kind == "pretrain"]
+    assert sorted(int(flag(j.command, "--seed")) for j in pretrainings) == sorted([1, 2, 3, 4, 5] * 2)
+    # today every experiment keeps its budget's count (the cpu counts are tuned with the budget, issue 37 item 1)
+    assert all(e.units_at(BUDGETS["cpu"]) == BUDGETS["cpu"].unit_seeds for e in EXPERIMENTS.values())
+
+
+def test_every_paper_names_one_primary_claim_among_its_claims_and_tasks():
+    for name, experiment in EXPERIMENTS.items():
+        p = experiment.primary
+        assert p is not None and p.source, name
+        assert any((c.arm, c.baseline) == (p.arm, p.baseline) for c in experiment.claims_at("cpu")), name
+        assert p.task in experiment.tasks_at("cpu") and p.task in BUDGETS["cpu"].tasks, name
+        assert all(c.compares_at for c in experiment.claims), name
+    teams = EXPERIMENTS["teams"].claims[0]
+    assert "not equal FLOPs" in teams.compares_at and "compute" not in teams.source  # TEAMS runs 1.47x the FLOPs
+    import dataclasses
+
+    from encoder_zoo.repro.experiments import Primary
+
+    with pytest.raises(ValueError, match="primary"):
+        dataclasses.replace(EXPERIMENTS["teams"], primary=Primary("electra", "teams", "wiki_cloze", "x"))
+
+
+def test_existing_jobs_keep_their_cache_keys():
+    """Floors, random copies and predictions are new jobs with new keys; every job that existed before them keeps
+    its folder (pinned from before they were added), so a cache made before stays valid."""
+    names = {j.folder.name for j in sweep_jobs("teams")}
+    assert {"teams-ffa8dc00c1db", "electra-fc3aa0966331", "teams-rotten_tomatoes-f1ab98931eae",
+            "electra-rotten_tomatoes-6a81c0670296", "teams-wiki_cloze-abebdb9c3431",
+            "electra-movie_sentiment_regression-d964b55eb701"} <= names
+
+
+def test_floors_a_bag_of_words_model_on_the_same_rows_and_the_best_first_words_answer(tmp_path, monkeypatch):
+    import datasets
+
+    from encoder_zoo.qa import data as qa_data
+    from encoder_zoo.repro import floors
+
+    out = tmp_path / "floor.json"
+    argv = ["bag_of_words", "--task", "rotten_tomatoes", "--max_train_samples", "300", "--max_eval_samples", "100",
+            "--output", str(out)]
+    floor = floors.main(argv)
+    assert floor["train_rows"] == 300 and floor["eval_rows"] == 100 and floor["metric"] == "accuracy"
+    assert 0.5 <= floor["value"] <= 1 and json.loads(out.read_text()) == floor and floors.main(argv) == floor
+    regression = floors.main(["bag_of_words", "--task", "movie_sentiment_regression", "--max_train_samples", "300",
+                              "--max_eval_samples", "100", "--output", str(out)])
+    assert regression["metric"] == "pearson" and -1 <= regression["value"] <= 1
+
+    def rows(n, answer_first, unanswerable=0):
+        records = []
+        for i in range(n):
+            context = f"Alpha{i} beta gamma delta. Epsilon zeta eta{i}."
+            text = f"Alpha{i}" if answer_first else f"eta{i}"
+            no = i < unanswerable
+            records.append({"id": f"q{i}", "title": "t", "question": "who [who]?", "context": context,
+                            "answers": {"text": [] if no else [text],
+                                        "answer_start": [] if no else [context.index(text)]}})
+        return datasets.Dataset.from_list(records)
+
+    monkeypatch.setattr(qa_data, "load_qa", lambda name, *a, **k: datasets.DatasetDict(
+        train=rows(40, True), validation=rows(10, name == "wiki_cloze", unanswerable=8 * (name != "wiki_cloze"))))
+    v1 = floors.main(["trivial_answer", "--task", "wiki_cloze", "--max_eval_samples", "5", "--output", str(out)])
+    assert v1["words"] == 1 and v1["value"] == pytest.approx(100.0) and v1["eval_rows"] == 5
+    monkeypatch.setattr(qa_data, "load_qa", lambda name, *a, **k: datasets.DatasetDict(
+        train=rows(40, True, unanswerable=30), validation=rows(10, True, unanswerable=8)))
+    v2 = floors.main(["trivial_answer", "--task", "wiki_cloze_v2", "--output", str(out)])
+    assert v2["words"] == 0 and v2["value"] == pytest.approx(80.0)  # no answer: right on 8 of 10
+    with pytest.raises(SystemExit):
+        floors.main(["unigram", "--output", str(out)])
+
+
+def test_the_unigram_floor_is_below_the_uniform_loss_on_the_pretrainings_own_held_out_examples(tmp_path):
+    import math
+
+    from encoder_zoo.repro import floors
+    from encoder_zoo.training import pretrain
+    from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer
+
+    flags = ["--model", "bert", "--model_size", "tiny", "--max_documents", "60", "--validation_documents", "6",
+             "--max_seq_length", "64", "--output_dir", str(tmp_path / "run")]
+    args, training_args = pretrain.parse_args(flags)
+    recipe, _ = pretrain.check_recipe_arguments(args)
+    text = pretrain.read_training_text(recipe, args, training_args)
+    tokenizer = train_wordpiece_tokenizer(text.train_docs["text"], vocab_size=400)
+    tokenizer.save_pretrained(tmp_path / "export")
+    floor = floors.unigram(str(tmp_path / "export"), flags)
+    targets = len(tokenizer) - len(set(tokenizer.all_special_ids))
+    assert 0 < floor["value"] < math.log(targets) and floor["eval_tokens"] > 100 and floor["train_tokens"] > 1000
+    assert not any((tmp_path / "run").rglob("*"))  # the pretraining's flags are only read: nothing written
+
+
+def test_a_random_copy_is_the_sources_model_reinitialised_and_predictions_give_its_score(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from encoder_zoo.repro import predict, random_init
+    from encoder_zoo.training.run import minilm_path
+
+    source = tmp_path / "source"
+    BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(source)
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(source)
+    (source / "README.md").write_text("the source's card")
+    copies = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        record = random_init.main(["--model", str(source), "--seed", str(seed), "--output_dir", str(tmp_path / name)])
+        assert record["class"] == "BertModel" and (tmp_path / name / random_init.MARKER).is_file()
+        copies[name] = load_file(tmp_path / name / "model.safetensors")
+    original = load_file(source / "model.safetensors")
+    assert set(copies["a"]) == set(original)
+    key = "encoder.layer.0.attention.self.query.weight"
+    assert copies["a"][key].equal(copies["b"][key]) and not copies["a"][key].equal(copies["c"][key])
+    assert not copies["a"][key].equal(original[key])
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["hidden_size"] == 32
+    assert (tmp_path / "a" / "tokenizer.json").is_file() and not (tmp_path / "a" / "README.md").exists()
+    with pytest.raises(ValueError, match="already holds"):
+        random_init.main(["--model", str(source), "--seed", "3", "--output_dir", str(tmp_path / "a")])
+
+    [made] = predict.main(["--task", "rotten_tomatoes", "--max_seq_length", "32", "--max_eval_samples", "20",
+                           "--models", str(tmp_path / "a"), "--names", "seed-7", "--output_dir", str(tmp_path / "p")])
+    saved = json.loads((tmp_path / "p" / "seed-7.json").read_text())
+    assert saved == made and saved["rows"] == len(saved["predictions"]) == 20
+    from encoder_zoo.glue.tasks import first_samples, load_task
+
+    spec, raw = load_task("rotten_tomatoes")
+    labels = first_samples(raw, spec, None, 20)["validation"]["label"]
+    assert saved["score"]["accuracy"] == pytest.approx(np.mean(np.array(saved["predictions"]) == np.array(labels)))
 
 
 def test_spanbert_tests_table_6_and_7_in_the_papers_ablation_settings(tmp_path):
@@ -204,42 +455,66 @@ def check_report(out, name):
     report = (folder / "report.md").read_text()
     assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
     for heading in ("## The paper's numbers", "## Ours", "## Verdicts", "## How this was run", "Commit:", "Machine:",
-                    "| claim | task | difference [90% CI] | units | p (Holm) | MDD | verdict |"):
-        assert heading in report
+                    "## Positive control: pretrained > random", "**Primary claim",
+                    "| role | claim | task | difference [90% CI] | units | p (primary: alone; secondary: Holm) | "
+                    "MDD (α) | FLOPs ratio | verdict |"):
+        assert heading in report, heading
     assert experiment.paper_table.splitlines()[0] in report
-    assert "| chance (a model that learned nothing) |" in report
+    assert "| floor: chance (one constant answer) |" in report
     assert str(out) not in report and str(REPO) not in report and sys.executable not in report  # no machine path
     assert all(c["command"].startswith("python ") and str(out) not in c["command"] for c in results["commands"])
     tasks = [t for t in experiment.tasks if t in budget.tasks]
-    assert set(results["arms"]) == {arm.name for arm in experiment.arms}
+    control = experiment.control_arm()
+    assert set(results["arms"]) == {arm.name for arm in experiment.arms} | {control.name}
     runs = {}
-    for arm in experiment.arms:
+    for arm in [*experiment.arms, control]:
         entry = results["arms"][arm.name]
         assert entry["failed"] == [], entry["failed"]
         for task in tasks:
             if task == "heldout_mlm" and not arm.pretrain:
                 continue
             r = entry["tasks"][task]
-            assert r["n_units"] == len(budget.unit_seeds) and r["low"] <= r["median"] <= r["high"]
+            assert r["n_units"] == len(budget.unit_seeds) and r["low"] <= r["mean"] <= r["high"]
+            assert r["floor"] is not None and r["clears_floor"] == above_floor(
+                r["low"], r["high"], r["floor"], METRICS[task].higher_is_better)
             assert sorted(run["unit"] for run in r["runs"]) == sorted(
                 u for u in budget.unit_seeds for _ in ([None] if task == "heldout_mlm" else budget.finetune_seeds))
             assert all(np.isfinite(run["value"]) for run in r["runs"])
             runs[(arm.name, task)] = {(run["unit"], run["finetune_seed"]): run["value"] for run in r["runs"]}
+    # every floor ran: the bag-of-words model on the fine-tunings' rows, the unigram loss of each pretraining
+    kinds = {task: {f["kind"] for f in floors if f["value"] is not None} for task, floors in results["floors"].items()}
+    assert "bag_of_words" in kinds["rotten_tomatoes"] and "chance" in kinds["rotten_tomatoes"]
+    assert kinds.get("heldout_mlm", {"unigram"}) == {"unigram"}
+    assert any(f.startswith("| floor: bag-of-words (") for f in report.splitlines())
     claims = results["claims"]
     assert {(c["arm"], c["baseline"]) for c in claims} == {(c.arm, c.baseline) for c in experiment.claims}
-    # the verdicts are decide_family's on the runs results.json keeps: one family per report
-    again = decide_family([{"arm": runs[(c["arm"], c["task"])], "baseline": runs[(c["baseline"], c["task"])],
-                            "direction": c["direction"], "margin": c["margin"], "learned": c["learned"],
-                            "higher_is_better": METRICS[c["task"]].higher_is_better} for c in claims])
+    # the verdicts are decide_experiment's on the runs results.json keeps: control, primary alone, secondary Holm
+    source = control.random_init_of
+    controls = {task: {"arm": runs[(source, task)], "baseline": runs[(control.name, task)], "direction": "better",
+                       "higher_is_better": METRICS[task].higher_is_better,
+                       "learned": results["control"][task]["decision"]["learned"]}
+                for task in tasks if task != "heldout_mlm"}
+    control_again, again = decide_experiment([
+        {"task": c["task"], "primary": c["role"] == "primary", "arm": runs[(c["arm"], c["task"])],
+         "baseline": runs[(c["baseline"], c["task"])], "direction": c["direction"], "margin": c["margin"],
+         "learned": c["learned"], "higher_is_better": METRICS[c["task"]].higher_is_better} for c in claims], controls)
+    for task, decision in control_again.items():
+        assert results["control"][task]["verdict"] == decision["verdict"] in VERDICTS
+        assert "**pretrained > random** on " + METRICS[task].label in report
     for claim, decision in zip(claims, again):
         assert claim["verdict"] == decision["verdict"] in VERDICTS
         assert claim["decision"]["units"] == {"arm": len(budget.unit_seeds), "baseline": len(budget.unit_seeds)}
         assert claim["decision"]["p_value"] == decision["p_value"] and claim["decision"]["mdd"] == decision["mdd"]
-        arm, baseline = (results["arms"][claim[side]]["tasks"][claim["task"]] for side in ("arm", "baseline"))
-        assert claim["learned"] == (results["chance"][claim["task"]] is None or arm["above_chance"] or baseline["above_chance"])
+        assert claim["control"] == (results["control"][claim["task"]]["verdict"] == REPRODUCED)
+        primary = experiment.primary
+        is_primary = (claim["arm"], claim["baseline"], claim["task"]) == (primary.arm, primary.baseline, primary.task)
+        assert claim["role"] == ("primary" if is_primary else "secondary")
         assert f"**{claim['verdict']}" in report
+    assert results["primary"]["tested"] == (experiment.primary.task in tasks)
     scripts = {Path(shlex.split(c["command"])[1]).name for c in results["commands"]}
-    assert scripts <= {"pretrain.py", "run_glue.py", "run_qa.py", "init_hire.py", "init_bertac.py"}
+    assert scripts <= {"pretrain.py", "run_glue.py", "run_qa.py", "init_hire.py", "init_bertac.py", "floors.py",
+                       "random_init.py", "predict.py"}
+    assert {"floors.py", "random_init.py", "predict.py"} <= scripts
     assert all(c["status"] in ("done", "cached") for c in results["commands"])
     return results
 
@@ -254,8 +529,8 @@ def test_smoke_budget_end_to_end(name, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
-    """teams at smoke: SIGKILL the sweep once the first arm's units are finished, rerun (only the second arm trains), then
-    rerun again (nothing trains, same numbers)."""
+    """teams at smoke: SIGKILL the sweep once the first arm's units are finished, rerun (only the second arm trains),
+    then rerun again (nothing trains, same numbers)."""
     process = subprocess.Popen([sys.executable, "repro/run.py", "teams", "--budget", "smoke", "--output_dir",
                                 str(tmp_path)], cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
@@ -270,7 +545,8 @@ def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
     assert {e["arm"] for e in first} == {"teams"}
     sweep("teams", tmp_path)
     second = run_log(tmp_path)[len(first):]
-    assert second and all(e["arm"] == "electra" and e["status"] == "done" for e in second)  # teams reused
+    assert second and all(e["arm"] in ("electra", "electra_random", "floors") and e["status"] == "done"
+                          for e in second)  # teams reused
     results = check_report(tmp_path, "teams")
     sweep("teams", tmp_path)
     assert len(run_log(tmp_path)) == len(first) + len(second)  # nothing trained the third time
@@ -309,7 +585,7 @@ def test_jobs_starts_helpers_of_the_same_command_and_sweep_only_writes_no_report
     import torch
 
     from encoder_zoo.repro import run as run_module
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
 
     started = []
 
@@ -354,10 +630,10 @@ def write_outputs(job, value):
 def test_a_sweep_beside_another_runs_its_own_jobs_before_waiting(tmp_path, monkeypatch):
     """Two sweeps sharing a cache (say one per --units): a job the other sweep is running is put off while this sweep
     has other jobs it can start, then taken from the cache; the order is the job list's when nothing is held."""
-    from encoder_zoo.repro.sweep import ENTRY_LOCK, Sweep
+    from encoder_zoo.repro.jobs import ENTRY_LOCK, Sweep
     from encoder_zoo.training import run as locks
 
-    sweep = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    sweep = Sweep(EXPERIMENTS["hire"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"]), tmp_path)
     first = sweep.jobs[0]  # hire's first init: the other sweep is running it
     other_running = [True]
     real_try_hold = locks.try_hold
@@ -388,15 +664,16 @@ def test_a_sweep_beside_another_runs_its_own_jobs_before_waiting(tmp_path, monke
 def test_the_zoo_reuses_a_papers_fine_tuning_run_made_under_another_arms_name(tmp_path, monkeypatch):
     """The zoo's fusions over MiniLM are the HIRE and BERTAC papers' own runs (same model, flags and seeds) under other
     arm names: a cache holding the papers' runs trains none of them again."""
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.results import values
     from encoder_zoo.repro.zoo import zoo_experiment
 
-    papers = {name: Sweep(EXPERIMENTS[name], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    papers = {name: Sweep(EXPERIMENTS[name].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"]), tmp_path)
               for name in ("hire", "bertac")}
     for sweep in papers.values():
         for job in sweep.jobs:
             write_outputs(job, 0.7)
-    zoo = Sweep(zoo_experiment(), BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    zoo = Sweep(zoo_experiment().at(BUDGETS["smoke"], tasks=["rotten_tomatoes"]), tmp_path)
     for arm, paper, paper_arm in (("hire+minilm", "hire", "hire"), ("bertac+minilm", "bertac", "gan_cnn")):
         reused = [j for j in zoo.jobs if j.arm == arm]
         made = {j.folder for j in papers[paper].jobs if j.arm == paper_arm}
@@ -405,7 +682,7 @@ def test_the_zoo_reuses_a_papers_fine_tuning_run_made_under_another_arms_name(tm
     monkeypatch.setattr(zoo, "execute", lambda job: executed.append(job) or write_outputs(job, 0.6) or "done")
     zoo.run(tmp_path / "runs.jsonl")
     assert executed and not any(j.arm.endswith("+minilm") for j in executed)
-    assert zoo.values("hire+minilm", "rotten_tomatoes") == papers["hire"].values("hire", "rotten_tomatoes")
+    assert values(zoo, "hire+minilm", "rotten_tomatoes") == values(papers["hire"], "hire", "rotten_tomatoes")
     # a run no other arm made keeps its own arm's name
     assert all(j.folder.name.startswith(f"{j.arm}-") for j in executed if j.kind == "finetune")
 
@@ -413,49 +690,53 @@ def test_the_zoo_reuses_a_papers_fine_tuning_run_made_under_another_arms_name(tm
 def test_the_reports_machine_line_names_the_runs_threads_not_the_report_writers(tmp_path, monkeypatch):
     """Each run's torch threads go to runs.jsonl beside its seconds; a report written later, by a process with another
     thread count, names the runs' count. Runs logged before threads were recorded count as the writer's."""
-    from encoder_zoo.repro import sweep as sweep_module
-    from encoder_zoo.repro.sweep import Sweep, machine
+    from encoder_zoo.repro import jobs as jobs_module
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.provenance import machine
+    from encoder_zoo.repro.results import run_seconds, run_threads
 
-    sweep = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    sweep = Sweep(EXPERIMENTS["hire"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"]), tmp_path)
     monkeypatch.setattr(sweep, "execute", lambda job: write_outputs(job, 0.7) or "done")
-    monkeypatch.setattr(sweep_module, "torch_threads", lambda: 1)
+    monkeypatch.setattr(jobs_module, "torch_threads", lambda: 1)
     sweep.run(tmp_path / "cache" / "runs.jsonl")
-    monkeypatch.setattr(sweep_module, "torch_threads", lambda: 2)  # the process writing the report
-    assert sweep.run_threads() == {1: len(sweep.jobs)}
-    assert ", 1 torch thread(s) per run" in machine(sweep.run_threads())
-    assert sweep.run_seconds() == sum(e["seconds"] for e in run_log(tmp_path))
+    monkeypatch.setattr(jobs_module, "torch_threads", lambda: 2)  # the process writing the report
+    assert run_threads(sweep) == {1: len(sweep.jobs)}
+    assert ", 1 torch thread(s) per run" in machine(run_threads(sweep))
+    assert run_seconds(sweep) == sum(e["seconds"] for e in run_log(tmp_path))
     log = tmp_path / "cache" / "runs.jsonl"
     entries = run_log(tmp_path)
     del entries[0]["torch_threads"]  # logged by an older sweep
     log.write_text("".join(json.dumps(e) + "\n" for e in entries))
-    assert sweep.run_threads() == {None: 1, 1: len(sweep.jobs) - 1}
-    line = machine(sweep.run_threads())
+    assert run_threads(sweep) == {None: 1, 1: len(sweep.jobs) - 1}
+    line = machine(run_threads(sweep))
     assert f"1 torch thread(s) per run ({len(sweep.jobs) - 1} runs) and 2 torch thread(s) per run (1 run)" in line
 
 
 def test_a_reports_time_counts_a_resumed_pretrainings_killed_part(tmp_path, monkeypatch):
     """runs.jsonl logs only a pretraining's last, resumed run; its logged training intervals (restored with the
     checkpoint) hold the killed part too, and the report's time counts the larger of the two."""
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.results import run_seconds
 
-    sweep = Sweep(EXPERIMENTS["teams"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    sweep = Sweep(EXPERIMENTS["teams"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"]), tmp_path)
     pretrain = next(j for j in sweep.jobs if j.kind == "pretrain")
     monkeypatch.setattr(sweep, "execute", lambda job: write_outputs(job, 0.7) or "done")
     sweep.run(tmp_path / "cache" / "runs.jsonl")
-    logged = sweep.run_seconds()
+    logged = run_seconds(sweep)
     # 1,000 tokens at 10/s before the kill, 1,000 at 100/s after: 110 s of training, where the last run logged ~0 s
     history = [{"loss": 5.0, "num_input_tokens_seen": n, "tokens_per_second": r} for n, r in ((1000, 10), (2000, 100))]
     (pretrain.folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     entry = next(e for e in run_log(tmp_path) if e["folder"] == str(pretrain.folder))
-    assert sweep.run_seconds() == pytest.approx(logged - entry["seconds"] + 110.0)
+    assert run_seconds(sweep) == pytest.approx(logged - entry["seconds"] + 110.0)
 
 
 def test_a_reports_wall_clock_counts_overlapping_runs_once_and_gaps_between_sittings_not_at_all(tmp_path, monkeypatch):
     """Two sweeps sharing 2 cores run two jobs at once: the report's wall clock is the union of the runs' intervals
     (each logged with its end time and seconds), beside their sum."""
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.results import run_seconds, wall_seconds
 
-    sweep = Sweep(EXPERIMENTS["teams"], BUDGETS["smoke"], tmp_path, None, ["rotten_tomatoes"])
+    sweep = Sweep(EXPERIMENTS["teams"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"]), tmp_path)
     monkeypatch.setattr(sweep, "execute", lambda job: write_outputs(job, 0.7) or "done")
     sweep.run(tmp_path / "cache" / "runs.jsonl")
     entries = run_log(tmp_path)
@@ -466,36 +747,37 @@ def test_a_reports_wall_clock_counts_overlapping_runs_once_and_gaps_between_sitt
         entry["time"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(1_800_000_000 + end))
         entry["seconds"] = seconds
     (tmp_path / "cache" / "runs.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
-    assert sweep.wall_seconds() == pytest.approx(160 + 40)
-    assert sweep.run_seconds() == pytest.approx(sum(seconds for _, seconds in spans))
+    assert wall_seconds(sweep) == pytest.approx(160 + 40)
+    assert run_seconds(sweep) == pytest.approx(sum(seconds for _, seconds in spans))
 
 
 def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, monkeypatch, capsys):
     """A result JSON that does not parse (a sweep killed while writing it) is not taken for a result: it is named,
     moved aside (the seed file; for an init, its model folder), never deleted, and its job runs again; a job with
-    valid results stays cached."""
+    valid results stays cached, and so does a fine-tuning whose init, run again, made the same model."""
     import dataclasses
 
-    from encoder_zoo.repro.sweep import Sweep
+    from encoder_zoo.repro.jobs import Sweep
 
     budget = dataclasses.replace(BUDGETS["smoke"], finetune_seeds=(1, 2))
-    sweep = Sweep(EXPERIMENTS["hire"], budget, tmp_path, None, ["rotten_tomatoes"])
+    sweep = Sweep(EXPERIMENTS["hire"].at(budget, tasks=["rotten_tomatoes"]), tmp_path)
     backbone = next(j for j in sweep.jobs if j.kind == "finetune" and j.arm == "backbone")
     init = next(j for j in sweep.jobs if j.kind == "init" and j.arm == "hire")
-    for job in sweep.jobs:  # every result cached and valid...
-        write_outputs(job, 0.5)
-    broken_seed = backbone.outputs[1]
-    broken_seed.write_text('{"accuracy": 0.5')  # ...but two of them cut short
-    init.outputs[0].write_text('{"model_type": "hi')
-    (init.folder / "model" / "model.safetensors").write_bytes(b"weights")
     executed = []
 
     def execute(job):
         executed.append(job)
-        write_outputs(job, 0.75)
+        write_outputs(job, 0.5 if job.kind == "init" else 0.75)  # a seeded init makes the same model again
+        if job.kind == "init":
+            (job.folder / "model" / "model.safetensors").write_bytes(b"weights")
         return "done"
 
     monkeypatch.setattr(sweep, "execute", execute)
+    sweep.run(tmp_path / "runs.jsonl")  # every result cached and valid...
+    broken_seed = backbone.outputs[1]
+    broken_seed.write_text('{"accuracy": 0.5')  # ...but two of them cut short
+    init.outputs[0].write_text('{"model_type": "hi')
+    executed.clear()
     sweep.run(tmp_path / "runs.jsonl")
     assert executed == [init, backbone]  # the init (seeded: its fine-tuning results stand) and the broken job
     err = capsys.readouterr().err
@@ -504,7 +786,8 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
     assert aside.read_text() == '{"accuracy": 0.5'
     [model_aside] = init.folder.glob("model.corrupt-*")
     assert (model_aside / "model.safetensors").read_bytes() == b"weights"
-    assert all(json.loads(p.read_text()) == {"accuracy": 0.75} for p in (broken_seed, init.outputs[0]))
+    assert json.loads(broken_seed.read_text()) == {"accuracy": 0.75}
+    assert json.loads(init.outputs[0].read_text()) == {"accuracy": 0.5}
     assert json.loads(backbone.outputs[0].read_text()) == {"accuracy": 0.75}  # the whole job ran again
 
 
@@ -522,8 +805,9 @@ def test_a_pretrainings_time_is_its_logged_intervals_so_a_resumed_run_keeps_its_
     train_runtime is the last part's: the time is the sum of the logged intervals' (tokens over tokens/s). A run
     whose intervals carry no token rate falls back to train_runtime, and has no time when it was resumed; the table
     says how many units were timed."""
-    from encoder_zoo.repro.sweep import Job
-    from encoder_zoo.repro.zoo import pretraining_compute, score_table
+    from encoder_zoo.repro.jobs import Job
+    from encoder_zoo.repro.report import score_table
+    from encoder_zoo.repro.results import pretraining_compute
 
     # 3 intervals: 1,000 tokens in 10 s, 2,000 in 5 s (before the kill), then 1,000 in 10 s after resuming
     intervals = [{"loss": 5.0, "num_input_tokens_seen": n, "tokens_per_second": r}
@@ -555,29 +839,59 @@ def test_a_pretrainings_time_is_its_logged_intervals_so_a_resumed_run_keeps_its_
     assert "| bert | 0.6 [0.5, 0.7] (3) | 3e+12 | 4,000 | 160 (2 of 3 units) | 25 (2 of 3 units) |" in rows
 
 
-def test_readme_zoo_table_shows_every_method_with_its_compute_and_the_significant_pairs(tmp_path):
+def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and_the_significant_pairs(tmp_path):
+    """README's zoo table: each method's mean [95% t interval] (units), * where it does not clear its floor, its
+    compute; the floors (chance and a bag-of-words model per set of training rows, the trivial QA answer); the
+    positive control; the significant pairs under the rule, stated once. A report made before (medians with the
+    bootstrap interval, which over 3 units is their range) is labelled as the range it is."""
     from encoder_zoo.repro.summary import zoo_table
+    from encoder_zoo.repro.zoo import SIGNIFICANCE_RULE
 
     unit = {"flops": 2e12, "tokens": 4000, "tokens_per_second": 800.0, "seconds": 5.0, "includes_minilm": False}
     minilm = {"flops": None, "tokens": None, "tokens_per_second": None, "seconds": None, "includes_minilm": True}
-    score = {"median": 0.61, "low": 0.58, "high": 0.64, "n_units": 3}
+    score = {"mean": 0.61, "median": 0.6, "low": 0.58, "high": 0.64, "n_units": 3, "floor": 0.686,
+             "clears_floor": False}
     results = {"tasks": ["rotten_tomatoes", "wiki_cloze"], "best_encoder": "teams",
                "chance": {"rotten_tomatoes": 0.572, "wiki_cloze": None},
-               "arms": {"teams": {"tasks": {"rotten_tomatoes": score, "wiki_cloze": {**score, "median": 7.5}},
+               "floors": {"rotten_tomatoes": [{"kind": "chance", "value": 0.572},
+                                              {"kind": "bag_of_words", "value": 0.686, "rows": 2000},
+                                              {"kind": "bag_of_words", "value": 0.654, "rows": 1000}],
+                          "wiki_cloze": [{"kind": "trivial_answer", "value": 17.17}]},
+               "arms": {"teams": {"tasks": {"rotten_tomatoes": score, "wiki_cloze": {
+                                      **score, "mean": 7.5, "low": 7.0, "high": 8.0, "floor": 17.17}},
                                   "failed": [], "compute": {"1": unit, "2": {**unit, "flops": 4e12}, "3": unit}},
-                        "hire+minilm": {"tasks": {"rotten_tomatoes": {**score, "median": 0.75}}, "failed": [],
-                                        "compute": {"1": minilm}}},
+                        "hire+minilm": {"tasks": {"rotten_tomatoes": {**score, "mean": 0.75, "low": 0.74,
+                                                                      "high": 0.76, "floor": 0.654,
+                                                                      "clears_floor": True}},
+                                        "failed": [], "compute": {"1": minilm}}},
+               "control": {"rotten_tomatoes": {"arm": "bert", "baseline": "bert_random", "verdict": REPRODUCED}},
+               "significance_rule": SIGNIFICANCE_RULE,
                "pairs": [{"task": "rotten_tomatoes", "better": "hire+minilm", "worse": "teams", "significant": True},
                          {"task": "wiki_cloze", "better": "teams", "worse": "bert", "significant": False}]}
     (tmp_path / "zoo" / "cpu").mkdir(parents=True)
     (tmp_path / "zoo" / "cpu" / "results.json").write_text(json.dumps(results))
     text = zoo_table("cpu", tmp_path)
-    assert "| teams | 0.61 [0.58, 0.64] (3) | 7.5 [0.58, 0.64] (3) | 2e+12 | 4,000 | 800 | 5 |" in text
-    assert "| hire+minilm | 0.75 [0.58, 0.64] (3) | — | — + MiniLM | — | — | — |" in text
-    assert "| chance | 0.572 | — | | | | |" in text
+    assert "| teams | 0.61 [0.58, 0.64] (3)* | 7.5 [7, 8] (3)* | 2e+12 | 4,000 | 800 | 5 |" in text
+    assert "| hire+minilm | 0.75 [0.74, 0.76] (3) | — | — + MiniLM | — | — | — |" in text
+    assert "| floor: chance (one constant answer) | 0.572 | — | | | | |" in text
+    assert "| floor: bag-of-words (2,000 training rows) | 0.686 | — | | | | |" in text
+    assert "| floor: bag-of-words (1,000 training rows) | 0.654 | — | | | | |" in text
+    assert "| floor: trivial answer | — | 17.17 | | | | |" in text
+    assert "mean over units [95% t interval of the mean over unit means] (units)" in text and "bootstrap" not in text
+    assert "Positive control (pretrained > random): bert > bert_random on rotten_tomatoes accuracy: reproduced" in text
+    assert text.count(SIGNIFICANCE_RULE) == 1
     assert "hire+minilm > teams on rotten_tomatoes accuracy" in text and "teams > bert" not in text
     assert "**teams**" in text and "(repro/reports/zoo/cpu/plot.png)" in text
     assert zoo_table("gpu", tmp_path).startswith("Not yet run at `gpu`")
+    old = {**results, "arms": {"teams": {"tasks": {"rotten_tomatoes": {"median": 0.6, "low": 0.58, "high": 0.64,
+                                                                       "n_units": 3}},
+                                         "failed": [], "compute": {"1": unit}}}}
+    for key in ("floors", "control", "significance_rule"):
+        del old[key]
+    (tmp_path / "zoo" / "cpu" / "results.json").write_text(json.dumps(old))
+    text = zoo_table("cpu", tmp_path)
+    assert "| teams | 0.6 [0.58, 0.64] (3) |" in text and "median over units [range: lowest and highest unit]" in text
+    assert "| chance (a model that learned nothing) | 0.572 | — |" in text and "Positive control" not in text
 
 
 def test_summary_write_replaces_only_the_table(tmp_path):
@@ -612,21 +926,28 @@ def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
     best = results["best_encoder"]
     assert best in ENCODERS
     arms = results["arms"]
-    assert set(arms) == {*ENCODERS, "hire+minilm", "bertac+minilm", f"hire+{best}", f"bertac+{best}"}
+    assert set(arms) == {*ENCODERS, "hire+minilm", "bertac+minilm", f"hire+{best}", f"bertac+{best}", "bert_random"}
     units = [str(u) for u in BUDGETS["smoke"].unit_seeds]
     for name, arm in arms.items():
         assert arm["failed"] == [] and arm["tasks"]["rotten_tomatoes"]["n_units"] == len(units), name
         compute = arm["compute"]
         if name in ENCODERS or name.endswith(f"+{best}"):
-            assert all(compute[u]["flops"] > 0 and compute[u]["tokens"] > 0 and compute[u]["seconds"] > 0 for u in units)
+            assert all(compute[u]["flops"] > 0 and compute[u]["tokens"] > 0 and compute[u]["seconds"] > 0
+                       for u in units)
         if name.endswith(f"+{best}"):  # a fusion's compute includes its encoder's pretraining
             assert all(compute[u]["flops"] >= arms[best]["compute"][u]["flops"] for u in units)
     assert ("heldout_mlm" in arms["bert"]["tasks"]) and ("heldout_mlm" not in arms["teams"]["tasks"])
     rotten = [p for p in results["pairs"] if p["task"] == "rotten_tomatoes"]
-    assert len(rotten) == len(arms) * (len(arms) - 1) // 2
-    assert all(p["decision"]["alpha"] == 0.025 and p["decision"]["family_size"] <= len(rotten) for p in rotten)
+    methods = len(arms) - 1  # the positive control is in no pair
+    assert len(rotten) == methods * (methods - 1) // 2 and not any("bert_random" in (p["better"], p["worse"])
+                                                                   for p in rotten)
+    assert all(p["decision"]["alpha"] == 0.025 and p["decision"]["family_size"] <= len(rotten)
+               and p["decision"]["mdd_alpha"] == pytest.approx(0.025 / max(1, p["decision"]["family_size"]))
+               for p in rotten)
+    assert results["control"]["rotten_tomatoes"]["arm"] == "bert"
     report = (folder / "report.md").read_text()
     assert "| method |" in report and "pretraining FLOPs" in report and str(tmp_path) not in report
+    assert "## Positive control: pretrained > random" in report and "| floor: bag-of-words (" in report
     assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
     reused = {c["folder"] for c in results["commands"]}
     assert len(reused) == len(results["commands"])  # one job per folder: a run shared by two methods runs once
@@ -636,24 +957,177 @@ def test_a_task_reads_failed_only_where_its_own_run_or_a_run_it_needs_failed(tmp
     """A cell reads 'failed' where a run writing its score failed or was skipped for a failure upstream: a failed QA
     fine-tuning marks wiki_cloze only; a failed pretraining every task of its arm (held-out loss included); a failed
     fusion init its task's fine-tuning, not the held-out loss the fusion has no run for."""
-    from encoder_zoo.repro.sweep import Sweep, failed_on
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.results import failed_on, failures
 
     tasks = ["wiki_cloze", "rotten_tomatoes", "heldout_mlm"]
-    sweep = Sweep(EXPERIMENTS["spanbert"], BUDGETS["smoke"], tmp_path, None, tasks)
+    sweep = Sweep(EXPERIMENTS["spanbert"].at(BUDGETS["smoke"], tasks=tasks), tmp_path)
     failing = {next(j.folder for j in sweep.jobs if j.arm == "spanbert" and j.name.startswith("wiki_cloze")),
                next(j.folder for j in sweep.jobs if j.arm == "bert" and j.kind == "pretrain")}
     monkeypatch.setattr(sweep, "execute", lambda job: "failed" if job.folder in failing else
                         write_outputs(job, 0.7) or "done")
     sweep.run(tmp_path / "cache" / "runs.jsonl")
-    qa, pretraining = {"failed": sweep.failures("spanbert")}, {"failed": sweep.failures("bert")}
+    qa, pretraining = {"failed": failures(sweep, "spanbert")}, {"failed": failures(sweep, "bert")}
     assert failed_on(qa, "wiki_cloze") and not failed_on(qa, "rotten_tomatoes") and not failed_on(qa, "heldout_mlm")
     assert all(failed_on(pretraining, task) for task in tasks)
-    assert not any(failed_on({"failed": sweep.failures("span_1seq")}, task) for task in tasks)
+    assert not any(failed_on({"failed": failures(sweep, "span_1seq")}, task) for task in tasks)
 
-    fusion = Sweep(EXPERIMENTS["hire"], BUDGETS["smoke"], tmp_path / "hire", None, ["rotten_tomatoes", "heldout_mlm"])
+    fusion = Sweep(EXPERIMENTS["hire"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes", "heldout_mlm"]),
+                   tmp_path / "hire")
     init = next(j.folder for j in fusion.jobs if j.arm == "hire" and j.kind == "init")
     monkeypatch.setattr(fusion, "execute", lambda job: "failed" if job.folder == init else
                         write_outputs(job, 0.7) or "done")
     fusion.run(tmp_path / "hire" / "cache" / "runs.jsonl")
-    hire = {"failed": fusion.failures("hire")}
+    hire = {"failed": failures(fusion, "hire")}
     assert failed_on(hire, "rotten_tomatoes") and not failed_on(hire, "heldout_mlm")
+
+
+# ------------------------------------------------------------------------------------- what the cache trusts
+def fake_sweep(setting, out, monkeypatch, executed, value=0.7):
+    """A sweep whose jobs write `value` results instead of running (`executed` collects them), run once."""
+    from encoder_zoo.repro.jobs import Sweep
+
+    sweep = Sweep(setting, out)
+    monkeypatch.setattr(sweep, "execute",
+                        lambda job: executed.append(job.folder) or write_outputs(job, value) or "done")
+    sweep.run(out / "cache" / "runs.jsonl")
+    return sweep
+
+
+def test_a_fine_tuning_runs_again_once_the_export_it_read_is_retrained(tmp_path, monkeypatch, capsys):
+    """A fine-tuning records the content hash of the export it read (weights and config): an export retrained to other
+    weights makes it stale (its files moved aside, nothing deleted, and run again); one written again with the same
+    content does not; the other fine-tunings stay cached."""
+    from encoder_zoo.repro.jobs import RECORD
+    from encoder_zoo.repro.provenance import code_hash, model_hash
+
+    setting = EXPERIMENTS["teams"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"])
+    executed = []
+    sweep = fake_sweep(setting, tmp_path, monkeypatch, executed)
+    pretrain = next(j for j in sweep.jobs if j.kind == "pretrain" and j.arm == "teams")
+    finetune = next(j for j in sweep.jobs if j.kind == "finetune" and pretrain in j.needs)
+    export = pretrain.folder / "export"
+    assert json.loads((finetune.folder / RECORD).read_text()) == {"code": code_hash(),
+                                                                    "inputs": {str(export): model_hash(export)}}
+    weights = export / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())  # written again: the same model
+    executed.clear()
+    fake_sweep(setting, tmp_path, monkeypatch, executed)
+    assert executed == []
+    weights.write_text(json.dumps({"accuracy": 0.123}))  # retrained: other weights
+    fake_sweep(setting, tmp_path, monkeypatch, executed)
+    assert executed == [finetune.folder]
+    assert f"the model it read, {export}, has changed since" in capsys.readouterr().err
+    [aside] = finetune.folder.parent.glob(f"{finetune.folder.name}.stale-*")
+    assert json.loads((aside / "seed-101.json").read_text()) == {"accuracy": 0.7}
+    assert json.loads((finetune.folder / RECORD).read_text())["inputs"] == {str(export): model_hash(export)}
+
+
+def test_a_fine_tuning_cached_before_records_is_checked_by_time_then_pinned_to_its_exports_content(tmp_path,
+                                                                                                    monkeypatch):
+    """An entry from before fine-tunings recorded their exports: one whose export was written after its results runs
+    again; the others are kept, now with the content of their export recorded (and their code unknown)."""
+    from encoder_zoo.repro.jobs import RECORD, Sweep
+    from encoder_zoo.repro.provenance import model_hash
+
+    setting = EXPERIMENTS["teams"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"])
+    sweep = Sweep(setting, tmp_path)
+    for job in sweep.jobs:  # an old cache: results, no records
+        write_outputs(job, 0.7)
+        for output in job.outputs:
+            os.utime(output, ns=(10**18, 10**18))
+    retrained = next(j for j in sweep.jobs if j.kind == "pretrain" and j.arm == "electra")
+    os.utime(retrained.folder / "export" / "model.safetensors", ns=(10**18 + 10**9, 10**18 + 10**9))
+    executed = []
+    sweep = fake_sweep(setting, tmp_path, monkeypatch, executed)
+    # the fine-tuning over it, and the positive control's random copy of it (which reads its config)
+    stale = [j for j in sweep.jobs if retrained.folder / "export" in j.inputs]
+    assert executed == [j.folder for j in stale] and [j.kind for j in stale] == ["finetune", "random_init"]
+    kept = [j for j in sweep.jobs if j.kind == "finetune" and j.folder not in executed]
+    assert len(kept) == 5
+    for job in kept:
+        assert json.loads((job.folder / RECORD).read_text()) == {
+            "code": None, "inputs": {str(job.inputs[0]): model_hash(job.inputs[0])}}
+
+
+def test_a_cached_export_is_complete_only_with_its_completeness_marker(tmp_path, monkeypatch):
+    """An export holding config, weights and code but not the marker its export writes last is no cached export: its
+    pretraining runs again."""
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.training.run.folders import EXPORT_MARKER, is_export
+
+    setting = EXPERIMENTS["teams"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes"])
+    pretrain = next(j for j in Sweep(setting, tmp_path).jobs if j.kind == "pretrain")
+    export = pretrain.folder / "export"
+    export.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "modeling_teams.py"):
+        (export / name).write_text("{}")
+    assert not pretrain.done() and not is_export(export)
+    executed = []
+    fake_sweep(setting, tmp_path, monkeypatch, executed)
+    assert pretrain.folder in executed
+    assert is_export(export) and (export / EXPORT_MARKER) in pretrain.outputs
+
+
+def test_a_report_names_its_runs_code_and_rerun_stale_retrains_the_stale_ones(tmp_path, monkeypatch):
+    """Every run records the code hash it ran. A report names it in its header; runs from other code, or cached before
+    runs recorded theirs, are reused and named stale (report and results.json); `--rerun_stale` retrains them, and a
+    fine-tuning whose retrained export has the same content stands."""
+    from encoder_zoo.repro import run as run_module
+    from encoder_zoo.repro.jobs import RECORD, Sweep
+    from encoder_zoo.repro.provenance import code_hash
+
+    executed = []
+    monkeypatch.setattr(Sweep, "execute", lambda self, job: executed.append(job.name) or write_outputs(job, 0.7)
+                        or "done")
+    argv = ["teams", "--budget", "smoke", "--tasks", "rotten_tomatoes", "--output_dir", str(tmp_path)]
+    folder = tmp_path / "teams" / "smoke"
+    run_module.main(argv)
+    total = len(executed)  # per unit: 2 pretrainings, a random copy, 3 fine-tunings; per arm its predictions; a floor
+    assert total == 2 * (2 + 1 + 3) + 3 + 1
+    assert f"**Code:** every run ran this checkout's code, `{code_hash()}`" in (folder / "report.md").read_text()
+    finetune = next(p.parent for p in (tmp_path / "cache" / "finetune").glob(f"teams-*/{RECORD}"))
+    (finetune / RECORD).write_text(json.dumps({**json.loads((finetune / RECORD).read_text()), "code": "0123456789ab"}))
+    pretrain = next(p.parent for p in (tmp_path / "cache" / "pretrain").glob(f"electra-*/{RECORD}"))
+    (pretrain / RECORD).unlink()  # cached before runs recorded their code
+    names = {str(e["folder"]): e["job"] for e in run_log(tmp_path)}
+    executed.clear()
+    run_module.main(argv)
+    assert executed == []  # reused, and named
+    code = json.loads((folder / "results.json").read_text())["code"]
+    assert code["current"] == code_hash() and code["runs"] == {code_hash(): total - 2, "0123456789ab": 1, "unknown": 1}
+    assert code["stale"] == [{"run": names[str(finetune)], "code": "0123456789ab"}]
+    assert code["unknown"] == [names[str(pretrain)]]
+    report = (folder / "report.md").read_text()
+    assert ("**Stale:** 1 ran other code (`0123456789ab` x1) and 1 did not record their code (cached before runs "
+            "did); `--rerun_stale` retrains them") in report
+    run_module.main([*argv, "--rerun_stale"])
+    assert sorted(executed) == sorted([names[str(finetune)], names[str(pretrain)]])  # not the electra fine-tunings
+    assert json.loads((folder / "results.json").read_text())["code"]["runs"] == {code_hash(): total}
+    assert len(list(finetune.parent.glob(f"{finetune.name}.stale-*"))) == 1
+    assert (pretrain / "key.json").is_file()  # the entry keeps its key; its old files went aside
+    assert len(list(pretrain.parent.glob(f"{pretrain.name}.stale-*/export/model.safetensors"))) == 1
+
+
+def test_repro_modules_import_only_downwards():
+    """repro/ in layers: provenance, budgets, statistics and the small scripts of floors, random copies and
+    predictions; the experiments; the job graph, the results, the plots; the zoo and the reports; the commands. The
+    former sweep.py is gone."""
+    from test_layout import import_graph
+
+    layers = (("budgets", "stats", "provenance", "floors", "random_init", "predict"), ("experiments",),
+              ("jobs", "results", "plots"), ("zoo", "report"), ("run", "summary"))
+    level = {f"encoder_zoo.repro.{name}": i for i, names in enumerate(layers) for name in names}
+    graph = import_graph()
+    assert {m for m in graph if m.startswith("encoder_zoo.repro.")} == set(level)
+    upward = [f"{m} -> {t}" for m in level for t in graph[m] if t in level and level[t] >= level[m]]
+    assert not upward, upward
+    assert not (REPO / "repro" / "sweep.py").exists()
+
+
+def test_run_help_offers_rerun_stale(capsys):
+    from encoder_zoo.repro.run import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--help"])
+    assert exit_info.value.code == 0 and "--rerun_stale" in capsys.readouterr().out

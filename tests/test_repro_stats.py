@@ -16,7 +16,23 @@ import numpy as np
 import pytest
 
 from encoder_zoo.repro.stats import (
-    INSUFFICIENT, NO_SIGNAL, NOT_REPRODUCED, OPPOSITE, REPRODUCED, decide, decide_family, holm,
+    ALPHA as VERDICT_ALPHA,
+)
+from encoder_zoo.repro.stats import (
+    INDISTINGUISHABLE,
+    INSUFFICIENT,
+    NO_CONTROL,
+    NO_SIGNAL,
+    NOT_REPRODUCED,
+    OPPOSITE,
+    REPRODUCED,
+    clears_floor,
+    decide,
+    decide_experiment,
+    decide_family,
+    holm,
+    learned,
+    mean_interval,
     minimum_detectable_difference,
 )
 
@@ -159,7 +175,7 @@ def test_no_better_without_a_margin_is_never_reproduced():
     assert all(r["p_value"] is None for r in results)
     assert all("no margin" in r["reason"] for r in results if r["verdict"] == NOT_REPRODUCED)
     identical = {(u, f): 0.8 for u in range(10) for f in range(3)}
-    assert decide(identical, dict(identical), "not_better")["verdict"] == NOT_REPRODUCED
+    assert decide(identical, dict(identical), "not_better")["verdict"] == INDISTINGUISHABLE
     for bad in (0.0, -0.1):
         with pytest.raises(ValueError, match="margin"):
             decide(identical, identical, "not_better", margin=bad)
@@ -269,5 +285,142 @@ def test_units_without_spread_get_the_exact_permutation_p_and_no_mdd(paired):
     assert decide(*arms(0.0, 3), "better")["p_value"] == decide(*arms(0.0, 3), "better")["p_opposite"] == 1.0
     five = decide(*arms(0.002, 5), "better")  # 1/32 or 1/252: all five agree, which a permutation test can trust
     assert five["verdict"] == REPRODUCED and five["p_value"] == pytest.approx(1 / 32 if paired else 1 / 252)
-    no_better = decide(*arms(0.0, 5), "not_better", margin=0.01)
-    assert no_better["verdict"] == REPRODUCED and no_better["p_value"] == pytest.approx(five["p_value"])
+    no_better = decide(*arms(0.0, 5), "not_better", margin=0.01)  # the same scores: said so, p as before
+    assert no_better["verdict"] == INDISTINGUISHABLE and no_better["p_value"] == pytest.approx(five["p_value"])
+
+
+# ------------------------------------------------------------------------------------- the rules of issue 37
+def test_mean_interval_is_the_t_interval_of_unit_means_and_covers_95_percent():
+    mean, low, high = mean_interval([0.56, 0.58, 0.57])
+    half = 4.302653 * 0.01 / math.sqrt(3)  # t_0.975 with 2 df times the standard error
+    assert mean == pytest.approx(0.57) and (low, high) == pytest.approx((0.57 - half, 0.57 + half))
+    assert mean_interval([0.5]) == (0.5, None, None) and mean_interval([0.6] * 3) == (0.6, 0.6, 0.6)
+    rng = np.random.default_rng(30)
+    covered = [low <= 0 <= high for low, high in (mean_interval(rng.normal(0, 1, 3))[1:] for _ in range(4000))]
+    assert abs(np.mean(covered) - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / 4000)  # not the range's 75% over 3 units
+
+
+def test_a_family_reports_its_mdd_at_holms_first_step_and_that_difference_is_found_80_percent_of_the_time():
+    """Three secondary claims, one true at the MDD the family reports (at alpha / 3), two null: Holm finds it at
+    least 80% of the time (each adjusted p is at most 3 times its raw one). At the unadjusted alpha's MDD, the
+    former report's, it is found well under 80% of the time."""
+    n, sd = 5, math.sqrt(2) * UNIT_MEAN_SD  # SD of a paired difference of unit means
+    adjusted, unadjusted = (minimum_detectable_difference(n, sd, alpha) for alpha in (ALPHA / 3, ALPHA))
+    assert adjusted > unadjusted
+    found = {}
+    for name, shift in (("adjusted", adjusted), ("unadjusted", unadjusted)):
+        hits = []
+        for arms in simulate(n, [shift, 0.0, 0.0, 0.0], seed=31 if name == "adjusted" else 32, experiments=1000):
+            family = decide_family([{"arm": arms[i], "baseline": arms[3], "direction": "better"} for i in range(3)])
+            hits.append(family[0]["verdict"] == REPRODUCED)
+            r = family[0]
+            assert r["mdd_alpha"] == pytest.approx(ALPHA / 3) and r["family_size"] == 3
+            assert r["mdd"] == pytest.approx(minimum_detectable_difference(n, r["unit_sd"], ALPHA / 3))
+        found[name] = np.mean(hits)
+    assert found["adjusted"] >= 0.8 - 3 * math.sqrt(0.8 * 0.2 / 1000)
+    assert found["unadjusted"] <= 0.7
+    alone = decide(*simulate(3, [0.0, 0.0], seed=33, experiments=1)[0], "better")
+    assert alone["mdd_alpha"] == ALPHA and alone["mdd"] == pytest.approx(minimum_detectable_difference(
+        3, alone["unit_sd"], ALPHA))
+
+
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "welch"])
+def test_identical_arms_read_indistinguishable_and_arms_that_differ_anywhere_never_do(paired):
+    """Scores of a few hundred rows are discrete; two arms whose models barely differ can score the same on every
+    unit. That reads "indistinguishable" in either direction of claim (never "not reproduced", which would suggest a
+    difference below resolution), after the gates; arms that differ on any unit never read it."""
+    indistinguishable = 0
+    for arm, _ in simulate(3, [0.0, 0.0], seed=34, experiments=200, paired=paired):
+        units = {u: round(float(np.mean([v for (w, _), v in arm.items() if w == u])), 3) for u, _ in arm}
+        same = {(u, 0): (units[u] if paired else 0.5) for u in units}
+        copy = {((u if paired else u + 50), 0): v for (u, _), v in same.items()}
+        for direction, margin in (("better", None), ("not_better", 0.01)):
+            r = decide(same, copy, direction, margin=margin)
+            indistinguishable += r["verdict"] == INDISTINGUISHABLE and r["identical"]
+        assert decide(same, copy, "better", learned=False)["verdict"] == NO_SIGNAL
+        assert decide(same, copy, "better", control=False)["verdict"] == NO_CONTROL
+        shifted = dict(copy)
+        key = next(iter(shifted))
+        shifted[key] += 0.002  # one unit, one evaluation row of 500
+        assert decide(same, shifted, "better")["verdict"] != INDISTINGUISHABLE
+    assert indistinguishable == 400
+    differing = decide_all(simulate(3, [0.0, 0.0], seed=35, experiments=500, paired=paired), direction="better")
+    assert not any(r["verdict"] == INDISTINGUISHABLE for r in differing)
+    # an indistinguishable claim stays in its family: a gate never makes the family smaller
+    arm, baseline = simulate(3, [5.0, 0.0], seed=36, experiments=1)[0]
+    family = decide_family([{"arm": arm, "baseline": baseline, "direction": "better"},
+                            {"arm": {(0, 0): 0.7, (1, 0): 0.7}, "baseline": {(0, 0): 0.7, (1, 0): 0.7},
+                             "direction": "better"}])
+    assert family[1]["verdict"] == INDISTINGUISHABLE and family[0]["family_size"] == 2
+
+
+def test_an_arm_at_its_floor_clears_it_at_most_2_5_percent_of_the_time():
+    for n_units in (2, 3, 5):
+        arms = simulate(n_units, [0.0], seed=40 + n_units)
+        cleared = [clears_floor(a[0], 0.0) for a in arms]
+        assert np.mean(cleared) <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / EXPERIMENTS)
+        lower = [clears_floor({k: -v for k, v in a[0].items()}, 0.0, higher_is_better=False) for a in arms]
+        assert np.mean(lower) <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / EXPERIMENTS)  # a loss at its unigram floor
+    assert clears_floor({(1, 0): 0.9}, 0.5) is None and clears_floor({(1, 0): 0.9, (2, 0): 0.9}, None) is None
+
+
+@pytest.mark.parametrize("n_units", [3, 5])
+def test_no_signal_where_neither_arm_clears_its_floor(n_units):
+    """Two arms at their floor (a bag-of-words model's score, say), one of them better by 3 unit SDs: the verdict
+    reads "no signal" at least 90% of the time (each arm clears at most 2.5%), and "reproduced" at most 5%. Arms well
+    above their floors are never "no signal"; one arm above its floor is enough."""
+    floor = 0.0
+    at_floor = simulate(n_units, [floor, floor], seed=50 + n_units)
+    verdicts = [decide(a, b, "better", learned=learned(a, b, floor))["verdict"] for a, b in at_floor]
+    assert rate(verdicts, NO_SIGNAL) >= 0.9 and rate(verdicts, REPRODUCED) <= ALPHA_BOUND
+    above = simulate(n_units, [floor + 6 * UNIT_SD, floor + 6 * UNIT_SD], seed=60 + n_units, experiments=500)
+    assert all(decide(a, b, "better", learned=learned(a, b, floor))["verdict"] != NO_SIGNAL for a, b in above)
+    one_above = simulate(n_units, [floor + 6 * UNIT_SD, floor], seed=70 + n_units, experiments=500)
+    assert np.mean([learned(a, b, (floor, floor)) for a, b in one_above]) >= 0.95
+    # each arm its own floor: the MiniLM arms of the zoo read 1,000 training rows, the encoders 2,000
+    a, b = one_above[0]
+    assert learned(a, b, (floor + 100, floor)) is False and learned(a, b, (None, None)) is True
+
+
+def test_the_positive_control_gates_every_claim():
+    """The control (pretrained > random) is decided alone at 5%; a claim is judged only on a task whose control is
+    reproduced, else it reads "no signal: this budget does not detect pretraining", however large its difference.
+    Where pretraining does nothing at this budget (pretrained = random) the control is reproduced at most 5% of the
+    time, and so, at most, is any claim; where it clearly helps, claims are judged."""
+    def experiment(pretraining_effect, claim_effect, seed):
+        for arms in simulate(3, [claim_effect, 0.0, -pretraining_effect], seed=seed, experiments=500):
+            controls = {"t": {"arm": arms[1], "baseline": arms[2], "direction": "better"}}
+            claims = [{"task": "t", "primary": True, "arm": arms[0], "baseline": arms[1], "direction": "better"},
+                      {"task": "t", "primary": False, "arm": arms[0], "baseline": arms[1], "direction": "better"}]
+            yield decide_experiment(claims, controls)
+
+    nothing = list(experiment(0.0, 10 * UNIT_SD, seed=80))
+    controls = [c["t"]["verdict"] for c, _ in nothing]
+    assert rate(controls, REPRODUCED) <= ALPHA_BOUND
+    for control, claims in nothing:
+        passed = control["t"]["verdict"] == REPRODUCED
+        assert all((r["verdict"] == NO_CONTROL) == (not passed) and r["control"] is passed for r in claims)
+    any_claim = [any(r["verdict"] == REPRODUCED for r in claims) for _, claims in experiment(0.0, 0.0, seed=81)]
+    assert np.mean(any_claim) <= ALPHA_BOUND
+    helps = list(experiment(10 * UNIT_SD, 10 * UNIT_SD, seed=82))
+    assert rate([c["t"]["verdict"] for c, _ in helps], REPRODUCED) >= 0.95
+    assert rate([claims[0]["verdict"] for c, claims in helps if c["t"]["verdict"] == REPRODUCED], REPRODUCED) >= 0.95
+    # a task without a control result is not judged; an experiment without a control is not gated
+    arm, baseline = simulate(3, [5.0, 0.0], seed=83, experiments=1)[0]
+    claim = {"task": "t", "primary": True, "arm": arm, "baseline": baseline, "direction": "better"}
+    control, [r] = decide_experiment([claim], {})
+    assert control == {} and r["verdict"] == NO_CONTROL
+    _, [r] = decide_experiment([claim])
+    assert r["control"] is None and r["verdict"] == REPRODUCED
+
+
+def test_the_primary_claim_is_tested_alone_and_the_secondary_ones_under_holm():
+    arm, baseline = simulate(5, [2.0, 0.0], seed=90, experiments=1)[0]
+    claims = [{"task": t, "primary": t == "a", "arm": arm, "baseline": baseline, "direction": "better"}
+              for t in ("a", "b", "c", "d")]
+    _, (primary, *secondary) = decide_experiment(claims)
+    alone = decide(arm, baseline, "better")
+    assert primary["p_value"] == alone["p_value"] and primary["family_size"] == 1 and primary["mdd_alpha"] == ALPHA
+    assert all(r["family_size"] == 3 and r["p_value"] == pytest.approx(min(1, 3 * alone["p_value"]))
+               and r["mdd_alpha"] == pytest.approx(ALPHA / 3) for r in secondary)
+    assert VERDICT_ALPHA == ALPHA

@@ -1,0 +1,188 @@
+"""The floors a report reads every score against: what a trivial model scores on the same rows. A verdict whose two
+arms both sit at or under their floor reads "no signal" (repro/stats.py). One cheap job each (repro/jobs.py), cached:
+
+    python repro/floors.py bag_of_words --task rotten_tomatoes --max_train_samples 2000 --max_eval_samples 500 \
+        --output F
+    python repro/floors.py trivial_answer --task wiki_cloze --max_train_samples 2000 --max_eval_samples 500 \
+        --output F
+    python repro/floors.py unigram --export PRETRAINING/export --output F -- PRETRAINING_FLAGS
+
+- bag_of_words (classification and regression): TF-IDF of word unigrams and bigrams (sublinear tf), fitted on the
+  training rows the fine-tunings read, with scikit-learn's LogisticRegression (C 1, classification, scored by
+  accuracy) or Ridge (alpha 1, regression, scored by Pearson), scored on the same evaluation rows. Fixed settings,
+  chosen before any result and never tuned.
+- trivial_answer (extractive QA F1): every question answered with the context's first k words, k (0: no answer)
+  the length whose answers score the best F1 on the training rows; scored with run_qa.py's own metric on its
+  evaluation rows. It reads neither question nor answer type: a model under it has not learned to read the question.
+- unigram (held-out MLM loss): the cross-entropy, in nats per token, of a unigram model of the pretraining's own
+  training examples (token counts under its own tokenizer, plus one for every non-special token: Laplace) on its
+  held-out examples, every non-special token counted. The examples are the pretraining's own (its flags read again:
+  the same corpus, split, tokenizer and blocks). The MLM loss is the mean cross-entropy at masked positions, which
+  the masking draws among the non-special tokens without regard to their identity, so the unigram loss over every
+  non-special held-out token is what a model that learned only token frequencies scores there (span masking draws
+  whole words, close to the same; Trainer also averages per batch, not per token).
+Each writes `{"kind", "value", "metric", "description", ...}` to --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+KINDS = ("bag_of_words", "trivial_answer", "unigram")
+MAX_ANSWER_WORDS = 10
+
+
+def bag_of_words(task: str, max_train: int | None, max_eval: int | None, seed: int) -> dict:
+    import numpy as np
+    from scipy import stats
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    from encoder_zoo.glue.tasks import first_samples, load_task
+
+    spec, raw = load_task(task)
+    raw = first_samples(raw, spec, max_train, max_eval)
+    train, scored = raw["train"], raw[spec.validation_splits[0]]
+
+    def texts(rows):  # a pair's two texts as one bag
+        return [" ".join(parts) for parts in zip(*(rows[column] for column in spec.text_columns))]
+
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    features, scored_features = vectorizer.fit_transform(texts(train)), vectorizer.transform(texts(scored))
+    labels = np.asarray(scored["label"])
+    if spec.is_regression:
+        predicted = Ridge(alpha=1.0, random_state=seed).fit(features, train["label"]).predict(scored_features)
+        value, metric = float(stats.pearsonr(predicted, labels)[0]), "pearson"
+        model = "Ridge(alpha=1)"
+    else:
+        classifier = LogisticRegression(C=1.0, max_iter=1000, random_state=seed).fit(features, train["label"])
+        value, metric = float(np.mean(classifier.predict(scored_features) == labels)), "accuracy"
+        model = "LogisticRegression(C=1)"
+    return {"kind": "bag_of_words", "value": value, "metric": metric, "train_rows": len(train),
+            "eval_rows": len(scored), "seed": seed,
+            "description": f"TF-IDF word 1-2-grams + {model} on {len(train)} training rows, {len(scored)} scored"}
+
+
+def first_words(context: str, k: int) -> str:
+    return " ".join(context.split()[:k])
+
+
+def trivial_answer(task: str, max_train: int | None, max_eval: int | None) -> dict:
+    import evaluate
+
+    from encoder_zoo.qa.data import load_qa, validate
+    from encoder_zoo.qa.run_qa import METRIC_MODULE, NULL_ODDS_THRESHOLD
+
+    raw = load_qa(task, None, None)
+    rows = {}
+    for split, limit in (("train", max_train), ("validation", max_eval)):
+        records, _ = validate(raw[split], "error", f"{task} {split}")
+        rows[split] = records.select(range(min(limit, len(records)))) if limit else records
+    version_2 = task.endswith("_v2")
+    metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
+
+    def f1(records, k: int) -> float:
+        scored = [{"id": r["id"], "prediction_text": first_words(r["context"], k),
+                   **({"no_answer_probability": 0.0} if version_2 else {})} for r in records]
+        references = [{"id": r["id"], "answers": r["answers"]} for r in records]
+        return float(metric.compute(predictions=scored, references=references, **(
+            {"no_answer_threshold": NULL_ODDS_THRESHOLD} if version_2 else {}))["f1"])
+
+    train_f1 = {k: f1(rows["train"], k) for k in range(MAX_ANSWER_WORDS + 1)}
+    k = max(train_f1, key=lambda length: (train_f1[length], -length))  # ties: the shorter answer
+    answer = "no answer" if k == 0 else f"the context's first {k} word{'s' * (k != 1)}"
+    return {"kind": "trivial_answer", "value": f1(rows["validation"], k), "metric": "f1", "words": k,
+            "train_f1": train_f1, "train_rows": len(rows["train"]), "eval_rows": len(rows["validation"]),
+            "description": f"{answer} for every question (k = {k} of 0-{MAX_ANSWER_WORDS} words, the best F1 on "
+                           f"{len(rows['train'])} training questions)"}
+
+
+def unigram(export: str, pretrain_flags: list[str]) -> dict:
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from encoder_zoo.training import pretrain
+
+    args, training_args = pretrain.parse_args(pretrain_flags)
+    recipe, _ = pretrain.check_recipe_arguments(args)
+    text = pretrain.read_training_text(recipe, args, training_args)
+    if text.validation_docs is None:
+        raise ValueError(f"the pretraining flags hold no document out (--validation_documents): {pretrain_flags}")
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    train, held_out = recipe.build_examples(text.train_docs, tokenizer, args), recipe.build_examples(
+        text.validation_docs, tokenizer, args)
+    size, special = len(tokenizer), sorted(set(tokenizer.all_special_ids))
+
+    def counts(examples) -> np.ndarray:
+        total = np.zeros(size, dtype=np.float64)
+        for batch in examples.iter(batch_size=2048):
+            flat = np.fromiter((t for ids in batch["input_ids"] for t in ids), dtype=np.int64)
+            total += np.bincount(flat, minlength=size)[:size]
+        total[special] = 0
+        return total
+
+    trained, seen = counts(train), counts(held_out)
+    law = trained + 1.0  # Laplace: a piece the training examples lack is not impossible
+    law[special] = 0
+    law /= law.sum()
+    value = float(-(seen * np.log(np.where(seen > 0, law, 1.0))).sum() / seen.sum())
+    return {"kind": "unigram", "value": value, "metric": "eval_mlm_loss", "train_tokens": int(trained.sum()),
+            "eval_tokens": int(seen.sum()), "vocabulary": size,
+            "description": f"unigram cross-entropy (nats/token) of the {len(text.train_docs)} training documents' "
+                           f"token frequencies on the {len(text.validation_docs)} held-out documents, same "
+                           "tokenizer and examples"}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("--task", help="bag_of_words: a GLUE-style task; trivial_answer: a QA set (wiki_cloze...).")
+    parser.add_argument("--max_train_samples", type=int, help="The first N training rows (default: all).")
+    parser.add_argument("--max_eval_samples", type=int, help="The first N evaluation rows (default: all).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--export", help="unigram: the pretraining's export (its tokenizer).")
+    parser.add_argument("--output", required=True, help="The JSON file to write.")
+    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser.parse_args(own)
+    args.pretrain_flags = rest
+    if args.kind == "unigram" and not (args.export and rest):
+        parser.error("unigram needs --export and the pretraining's flags after --")
+    if args.kind != "unigram" and not args.task:
+        parser.error(f"{args.kind} needs --task")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.kind == "bag_of_words":
+        floor = bag_of_words(args.task, args.max_train_samples, args.max_eval_samples, args.seed)
+    elif args.kind == "trivial_answer":
+        floor = trivial_answer(args.task, args.max_train_samples, args.max_eval_samples)
+    else:
+        floor = unigram(args.export, args.pretrain_flags)
+    if not math.isfinite(floor["value"]):
+        raise ValueError(f"the {args.kind} floor came out {floor['value']} (constant predictions?)")
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staged = output.with_name(f".{output.name}.{os.getpid()}")  # whole or not at all
+    staged.write_text(json.dumps(floor, indent=1))
+    os.replace(staged, output)
+    print(json.dumps({k: v for k, v in floor.items() if k != "train_f1"}))
+    return floor
+
+
+def cli() -> None:
+    try:
+        main()
+    except (ValueError, OSError) as error:
+        print(f"floors.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    cli()
