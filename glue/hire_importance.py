@@ -14,7 +14,6 @@ which runs only with --trust_remote_code (as in run_glue.py).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -141,15 +140,10 @@ def main(argv=None):
 
 
 def cli() -> None:
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        print(f"hire_importance.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        print("hire_importance.py: interrupted (Ctrl-C); nothing was written. Run the same command again.",
-              file=sys.stderr)
-        raise SystemExit(130) from None
+    from encoder_zoo.training.run import run_cli
+
+    run_cli(main, "hire_importance.py",
+            interrupted="interrupted (Ctrl-C); nothing was written. Run the same command again.")
 
 
 if __name__ == "__main__":

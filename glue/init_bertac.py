@@ -19,7 +19,6 @@ CNN export as --cnn, --without_update, --without_cnn_and_tier (the encoder alone
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ from transformers import AutoTokenizer
 from encoder_zoo import models  # registers BERTAC so its code is saved with the checkpoint
 from encoder_zoo.hub_cards import display_name
 from encoder_zoo.models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
-from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint
+from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint, run_cli
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
 # BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
@@ -127,17 +126,12 @@ def check_backbone_is_an_encoder(backbone: str) -> None:
 
 
 def write_model_card(model, options, output: Path) -> Path:
-    from encoder_zoo.hub_cards import CardMetadata, carried_backbone_code, write_card
+    from encoder_zoo.hub_cards.initialised import write_initialised_card
     from encoder_zoo.hub_cards.papers import BERTAC_PAPER
     from encoder_zoo.models.bertac.modeling_bertac import backbone_code_files
 
     config = model.config
-    backbone = display_name(options.backbone)
-    architecture = {
-        "encoder": f"{backbone} ({config.backbone_config.model_type}, {config.backbone_config.num_hidden_layers} "
-                   f"layers, width {config.backbone_hidden_size})",
-        "head": type(model).__name__,
-    }
+    architecture = {}
     if config.use_cnn_and_tier:
         tier, cnn = config.tier_layer_config(), config.cnn_config
         architecture.update({
@@ -162,21 +156,16 @@ def write_model_card(model, options, output: Path) -> Path:
     encoder_parameters = sum(p.numel() for p in model.bertac.backbone.parameters())
     architecture["parameters"] = f"{parameters:,} ({(parameters / encoder_parameters - 1) * 100:.1f}% over the encoder)"
     encoder = model.bertac.backbone
-    carried = carried_backbone_code(encoder, options.backbone, list(backbone_code_files(encoder)))
-    meta = CardMetadata(
-        model_name=output.name,
+    return write_initialised_card(
+        model, encoder, options.backbone, backbone_code_files(encoder), output, architecture=architecture,
         summary="BERTAC: a GAN-pretrained CNN fused into a transformer encoder through TIER layers (Oh et al., 2021), "
                 "initialised from pretrained parts and not fine-tuned yet. Fine-tune it with `glue/run_glue.py` or "
                 "`qa/run_qa.py` (they add the noun-phrase masks the CNN reads).",
-        auto_map=dict(config.auto_map),
         peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
         tags=["bertac", "text-classification", "question-answering"],
-        base_model=options.backbone if not Path(options.backbone).expanduser().exists() else None,
         paper=BERTAC_PAPER,
-        architecture=architecture,
         training_data="Not fine-tuned: the encoder and the CNN are pretrained, the TIER, update and head layers are "
                       "random (seed %d)." % options.seed,
-        training={"fine-tuning": "none yet"},
         paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning. Inputs are the encoder tokenizer's plus `entity_spans` (the "
                      "noun phrase each segment's CNN sees as [EM]; `training/masking/entity_spans.py` makes them; "
@@ -188,17 +177,11 @@ def write_model_card(model, options, output: Path) -> Path:
             "attention; the input-update layers receive gradient (the code detaches the CNN output); no update layer "
             "after the last TIER; no [MASK] prepended when no noun phrase is found (the paper's m = s).",
         ],
-        carried_code=[carried] if carried else [],
     )
-    return write_card(meta, output)
 
 
 def cli() -> None:
-    try:
-        main()
-    except (ValueError, FileNotFoundError, OSError) as error:
-        print(f"init_bertac.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_cli(main, "init_bertac.py")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ a backbone too: its code is saved with HIRE's.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
@@ -21,7 +20,7 @@ from encoder_zoo import models  # registers HIRE so its code is saved with the c
 from encoder_zoo.hub_cards import display_name
 from encoder_zoo.hub_cards.papers import HIRE_PAPER
 from encoder_zoo.models.hire.modeling_hire import HireRobertaForSequenceClassification
-from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint
+from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint, run_cli
 
 # What loading a --backbone raises when it is damaged or not an encoder HIRE can run on (safetensors has its own type).
 BACKBONE_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError)
@@ -123,17 +122,12 @@ def check_hire_options(options, hire_options: dict) -> None:
 
 
 def write_model_card(model, options, output: Path) -> Path:
-    from encoder_zoo.hub_cards import CardMetadata, carried_backbone_code, display_name, write_card
+    from encoder_zoo.hub_cards.initialised import write_initialised_card
     from encoder_zoo.models.hire.modeling_hire import backbone_code_files
 
     config = model.config
     encoder = model.hire.backbone
-    carried = carried_backbone_code(encoder, options.backbone, list(backbone_code_files(encoder)))
-    backbone = display_name(options.backbone)
     architecture = {
-        "encoder": f"{backbone} ({config.backbone_config.model_type}, {config.backbone_config.num_hidden_layers} "
-                   f"layers, width {config.backbone_config.hidden_size})",
-        "head": type(model).__name__,
         "HIRE": "off (ablation: M = [R; R; R+R; R*R])" if not config.use_hire else
                 f"layer weighting {config.layer_weighting}, layers {config.layer_selection}"
                 + (f" ({config.num_selected_layers})" if config.layer_selection != "all" else ""),
@@ -143,34 +137,24 @@ def write_model_card(model, options, output: Path) -> Path:
         "labels": config.num_labels,
         "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
     }
-    meta = CardMetadata(
-        model_name=output.resolve().name,
+    return write_initialised_card(
+        model, encoder, options.backbone, backbone_code_files(encoder), output, architecture=architecture,
         summary="HIRE: a hidden-representation extractor and fusion network over a pretrained encoder (Yang and Zhao, "
                 "2019), initialised from the encoder and not fine-tuned yet. Fine-tune it with `glue/run_glue.py "
                 "--preset hire --ignore_mismatched_sizes`; `glue/hire_importance.py` draws its layer importance.",
-        auto_map=dict(config.auto_map or {}),
         peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
         tags=["hire", "text-classification"],
-        base_model=options.backbone if not Path(options.backbone).expanduser().exists() else None,
         paper=HIRE_PAPER,
-        architecture=architecture,
         training_data="Not fine-tuned: the encoder is pretrained; HIRE, the fusion network and the classifier are "
                       "random.",
-        training={"fine-tuning": "none yet"},
         paper_hyperparameters=PAPER_FINE_TUNING,
         intended_use="A starting point for fine-tuning on sentence and sentence-pair classification or regression.",
         limitations=["Not fine-tuned: its predictions are random until it is."],
-        carried_code=[carried] if carried else [],
     )
-    return write_card(meta, output)
 
 
 def cli() -> None:
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        print(f"init_hire.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_cli(main, "init_hire.py")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ Several --task_name values run one after the other and report the GLUE average (
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -24,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
-from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
+from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP, RunInterrupted
 
 logger = logging.getLogger("run_glue")
 
@@ -168,9 +167,10 @@ def metric_config(task) -> str:
 
 
 def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
+    """The flags on top of GLUE_DEFAULTS and the --preset's; with the user's flags, which win over both."""
+    from encoder_zoo.training.run import parse_fine_tuning_args
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((GlueArguments, TrainingArguments), description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
     preset = None
     if "--preset" in argv:
         position = argv.index("--preset") + 1
@@ -179,11 +179,7 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
         preset = argv[position]
         if preset not in PRESETS:
             raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
-    defaults = GLUE_DEFAULTS + PRESETS.get(preset, [])
-    args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
-    from encoder_zoo.training.run import pin_memory_only_with_an_accelerator
-
-    pin_memory_only_with_an_accelerator(training_args)
+    args, training_args = parse_fine_tuning_args(GlueArguments, GLUE_DEFAULTS + PRESETS.get(preset, []), argv, __doc__)
     return args, training_args, argv
 
 
@@ -236,12 +232,6 @@ def check_max_seq_length(max_seq_length: int, config, tokenizer, model: str, fla
                          f"{flag} {limit} or less.")
 
 
-class RunInterrupted(Exception):
-    """Ctrl-C stopped a fine-tuning script; the message says what was saved and how to continue. Exit status 130."""
-
-    exit_code = 130
-
-
 def prepare_task(task_name: str, args: GlueArguments):
     """A task's data, checked and cut to --max_train_samples/--max_eval_samples: every task is loaded before any
     training, so bad data in the second task stops the command before the first one trains."""
@@ -261,22 +251,38 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
              prepared=None, finished: list | None = None) -> dict:
     """Fine-tune one task once per seed. `prepared`: `prepare_task`'s output (loaded here if None). `finished`
     collects (task, seed, folder, metrics) as each run's model is saved, for the message after a Ctrl-C."""
-    import evaluate
-    import numpy as np
-    from transformers import (
-        AutoConfig,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        EarlyStoppingCallback,
-        set_seed,
-    )
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    from transformers import AutoModelForSequenceClassification, set_seed
 
-    from encoder_zoo.glue.tasks import majority_class_accuracy
-    from encoder_zoo.training.run import FineTuningTrainer, extra_inputs_for, load_pretrained
+    from encoder_zoo.training.run import load_pretrained
 
     task, raw = prepared or prepare_task(task_name, args)
+    tokenizer, encoded = tokenize_task(task, raw, args, training_args)
+    compute_metrics, fractions = task_metrics(task)
+    model_kwargs = model_arguments(task, args)
+    config_overrides = model_config_overrides(args)
+    selection = selection_arguments(args, training_args, user_flags, PRESETS.get(args.preset, []))
+    runs = []
+    for seed in args.seeds or [training_args.seed]:
+        run_args = seed_arguments(task, seed, args, training_args, user_flags, selection)
+        set_seed(seed)
+        model = load_pretrained(AutoModelForSequenceClassification, args.model_name_or_path, **model_kwargs,
+                                **config_overrides)
+        trainer = build_trainer(model, tokenizer, encoded, task, compute_metrics, run_args, args, selection)
+        run = train_and_evaluate(trainer, encoded, task, fractions, seed, selection)
+        runs.append(run)
+        if finished is not None:
+            finished.append((task.name, seed, run_args.output_dir, run["metrics"]))
+        logger.info("%s seed %d: %s", task.name, seed, format_percent(run["metrics"]))
+    return task_result(task, raw, runs)
+
+
+def tokenize_task(task, raw, args: GlueArguments, training_args: TrainingArguments):
+    """The model's tokenizer, and the task's splits tokenized (with the inputs the model needs beyond the
+    tokenizer's)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from encoder_zoo.training.run import extra_inputs_for, load_pretrained
+
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path,
                                                     trust_remote_code=args.trust_remote_code))
@@ -292,8 +298,18 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
 
     with training_args.main_process_first(desc="tokenizing"):
         encoded = raw.map(tokenize, batched=True, desc=f"Tokenizing {task.name}")
+    return tokenizer, encoded
+
+
+def task_metrics(task):
+    """Trainer's `compute_metrics` for the task (percentages, and `score`, the task's GLUE score, that checkpoint
+    selection reads), and the dict that holds its last evaluation's scores as the metric gives them (0-1): what
+    glue_results.json records."""
+    import evaluate
+    import numpy as np
+
     metric = evaluate.load(METRIC_MODULE, metric_config(task))
-    fractions = {}  # the last evaluation's scores as the metric gives them (0-1): what glue_results.json records
+    fractions = {}
 
     def compute_metrics(prediction):
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
@@ -304,53 +320,75 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         # Trainer logs (and checkpoint selection reads) percentages, the scale GLUE's tables print.
         return {**percent(result), "score": 100.0 * task_score({key: result[key] for key in task.metrics})}
 
+    return compute_metrics, fractions
+
+
+def model_arguments(task, args: GlueArguments) -> dict:
+    """`from_pretrained`'s arguments for the task's classifier or regressor: its labels, named when the task names
+    them."""
     label_kwargs = {} if task.is_regression else {
         "id2label": dict(enumerate(task.label_names or range(task.num_labels))),
         "label2id": {str(name): i for i, name in enumerate(task.label_names or range(task.num_labels))},
     }
-    config_overrides = model_config_overrides(args)
+    return dict(num_labels=task.num_labels, trust_remote_code=args.trust_remote_code,
+                ignore_mismatched_sizes=args.ignore_mismatched_sizes,
+                problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs)
+
+
+def seed_arguments(task, seed: int, args: GlueArguments, training_args: TrainingArguments, user_flags: list[str],
+                   selection: dict) -> TrainingArguments:
+    """One run's TrainingArguments: its seed, its folder OUTPUT_DIR/<task>/seed-N, the preset's epochs for the task
+    (unless --num_train_epochs is given) and the checkpoint selection."""
     epochs_override = PRESET_EPOCHS_OVERRIDE.get((args.preset, task.name))
-    selection = selection_arguments(args, training_args, user_flags, PRESETS.get(args.preset, []))
-    runs = []
-    for seed in args.seeds or [training_args.seed]:
-        run_args = dataclasses.replace(
-            training_args, seed=seed, output_dir=str(Path(training_args.output_dir) / task.name / f"seed-{seed}"),
-            **({"num_train_epochs": float(epochs_override)}
-               if epochs_override and "--num_train_epochs" not in user_flags else {}),
-            **selection,
-        )
-        set_seed(seed)
-        model = load_pretrained(
-            AutoModelForSequenceClassification, args.model_name_or_path, num_labels=task.num_labels,
-            trust_remote_code=args.trust_remote_code, ignore_mismatched_sizes=args.ignore_mismatched_sizes,
-            problem_type="regression" if task.is_regression else "single_label_classification", **label_kwargs,
-            **config_overrides,
-        )
-        trainer = FineTuningTrainer(model=model, args=run_args, train_dataset=encoded["train"],
-                                    eval_dataset=encoded[task.validation_splits[0]], processing_class=tokenizer,
-                                    data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
-                                    callbacks=[EarlyStoppingCallback(args.early_stopping_patience)]
-                                    if selection and args.early_stopping_patience is not None else None,
-                                    optimizer_cls_and_kwargs=(l2_adam(run_args) if args.weight_decay_type == "l2"
-                                                              else None),
-                                    max_nonfinite_steps=args.max_nonfinite_steps)
-        trainer.train()
-        metrics = {}
-        for split in task.validation_splits:
-            trainer.evaluate(encoded[split], metric_key_prefix="eval")
-            for key in task.metrics:
-                metrics[split_metric(key, split)] = fractions[key]
-        trainer.save_model()
-        run = {"seed": seed, "metrics": metrics}
-        if selection:  # the best checkpoint was loaded: which one, and where training stopped
-            run.update(best_step=trainer.state.best_global_step, trained_steps=trainer.state.global_step)
-            if selection.get("save_strategy") and trainer.is_world_process_zero():
-                for checkpoint in Path(run_args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
-                    shutil.rmtree(checkpoint, ignore_errors=True)
-        runs.append(run)
-        if finished is not None:
-            finished.append((task.name, seed, run_args.output_dir, metrics))
-        logger.info("%s seed %d: %s", task.name, seed, format_percent(metrics))
+    return dataclasses.replace(
+        training_args, seed=seed, output_dir=str(Path(training_args.output_dir) / task.name / f"seed-{seed}"),
+        **({"num_train_epochs": float(epochs_override)}
+           if epochs_override and "--num_train_epochs" not in user_flags else {}),
+        **selection,
+    )
+
+
+def build_trainer(model, tokenizer, encoded, task, compute_metrics, run_args: TrainingArguments,
+                  args: GlueArguments, selection: dict):
+    """The run's Trainer: early stopping when asked, L2 through Adam with --weight_decay_type l2."""
+    from transformers import DataCollatorWithPadding, EarlyStoppingCallback
+
+    from encoder_zoo.training.run import FineTuningTrainer
+
+    return FineTuningTrainer(model=model, args=run_args, train_dataset=encoded["train"],
+                             eval_dataset=encoded[task.validation_splits[0]], processing_class=tokenizer,
+                             data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
+                             callbacks=[EarlyStoppingCallback(args.early_stopping_patience)]
+                             if selection and args.early_stopping_patience is not None else None,
+                             optimizer_cls_and_kwargs=l2_adam(run_args) if args.weight_decay_type == "l2" else None,
+                             max_nonfinite_steps=args.max_nonfinite_steps)
+
+
+def train_and_evaluate(trainer, encoded, task, fractions: dict, seed: int, selection: dict) -> dict:
+    """Train, score every validation split and save the model; with checkpoint selection, the best step kept and
+    the checkpoints removed."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    trainer.train()
+    metrics = {}
+    for split in task.validation_splits:
+        trainer.evaluate(encoded[split], metric_key_prefix="eval")
+        for key in task.metrics:
+            metrics[split_metric(key, split)] = fractions[key]
+    trainer.save_model()
+    run = {"seed": seed, "metrics": metrics}
+    if selection:  # the best checkpoint was loaded: which one, and where training stopped
+        run.update(best_step=trainer.state.best_global_step, trained_steps=trainer.state.global_step)
+        if selection.get("save_strategy") and trainer.is_world_process_zero():
+            for checkpoint in Path(trainer.args.output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+                shutil.rmtree(checkpoint, ignore_errors=True)
+    return run
+
+
+def task_result(task, raw, runs: list[dict]) -> dict:
+    """A task's runs, their median, and (for accuracy) the majority class's score to read them against."""
+    from encoder_zoo.glue.tasks import majority_class_accuracy
+
     median = {key: statistics.median(run["metrics"][key] for run in runs) for key in runs[0]["metrics"]}
     result = {"task": task.name, "runs": runs, "median": median, "num_train": len(raw["train"]),
               "validation_splits": list(task.validation_splits)}
@@ -644,23 +682,10 @@ def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: 
 
 
 def cli() -> None:
-    from encoder_zoo.training.run import TrainingDiverged
+    from encoder_zoo.training.run import TrainingDiverged, run_cli
 
-    try:
-        main()
-    except TrainingDiverged as error:
-        print(f"run_glue.py: {error}", file=sys.stderr)
-        raise SystemExit(error.exit_code) from None
-    except (ValueError, OSError) as error:
-        print(f"run_glue.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except RunInterrupted as error:
-        print(f"run_glue.py: {error}", file=sys.stderr)
-        raise SystemExit(error.exit_code) from None
-    except KeyboardInterrupt:  # before the runs began: nothing was written
-        print("run_glue.py: interrupted (Ctrl-C) before any run began; nothing was saved. Run the same command again.",
-              file=sys.stderr)
-        raise SystemExit(130) from None
+    run_cli(main, "run_glue.py", stops=(TrainingDiverged, RunInterrupted),
+            interrupted="interrupted (Ctrl-C) before any run began; nothing was saved. Run the same command again.")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,18 @@ def load_qa(dataset: str | None, train_file: str | None, validation_file: str | 
     return datasets.DatasetDict({"train": raw["train"], "validation": raw["validation"]})
 
 
+def card_dataset(dataset: str | None, local_file: str | None, hub: dict[str, tuple[str, str | None]]) -> dict:
+    """The model-index's dataset fields for `run_qa.py` and `run_open_qa.py`: a Hub dataset (`hub`: name -> (id,
+    config)) by its id; local and embedded data by ids of their own that cannot be mistaken for Hub ids, because
+    huggingface_hub groups (and replaces) results by dataset type. No local path."""
+    if local_file:
+        return dict(dataset_type=f"local:{Path(local_file).stem}", dataset_name=Path(local_file).name)
+    if dataset in hub:
+        hub_id, config = hub[dataset]
+        return dict(dataset_type=hub_id, dataset_name=dataset, **({"dataset_config": config} if config else {}))
+    return dict(dataset_type=f"encoder-zoo:{dataset}", dataset_name=f"{dataset} (embedded in encoder-zoo)")
+
+
 def default_cache_dir() -> Path:
     """Where built sets are cached: `encoder-zoo/` in the `datasets` cache, found the way `datasets` finds it
     (HF_DATASETS_CACHE, else HF_HOME/datasets, else XDG_CACHE_HOME/huggingface/datasets, else

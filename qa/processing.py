@@ -7,6 +7,14 @@ import collections
 import numpy as np
 
 
+def check_doc_stride(args, text: str) -> None:
+    """Refuse a --doc_stride that leaves a window no new `text` (context, passage text) after the overlap."""
+    room = args.max_seq_length - args.max_question_length - 3  # [CLS] question [SEP] context [SEP]
+    if args.doc_stride >= room:
+        raise ValueError(f"--doc_stride {args.doc_stride} leaves no new {text} per window: it must be below "
+                         f"--max_seq_length - --max_question_length - 3 = {room}.")
+
+
 def truncate_questions(questions, tokenizer, max_question_length: int) -> list[str]:
     """Cut questions longer than `max_question_length` tokens, so every window keeps room for the context."""
     encoded = tokenizer([q.lstrip() for q in questions], add_special_tokens=False, return_offsets_mapping=True)

@@ -22,17 +22,15 @@ OUTPUT_DIR/selector and OUTPUT_DIR/reader. Outputs: predictions.json, open_qa_re
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import inspect
 import json
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
 from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
 
@@ -111,20 +109,27 @@ def combine(pairs, selector_scores: dict[str, float], nbest: dict[str, list], no
 
 
 def main(argv=None) -> dict:
-    from encoder_zoo.glue.run_glue import RunInterrupted
-
+    """Train the selector and the reader, and evaluate (`run`). A Ctrl-C ends in `RunInterrupted`, whose message
+    says what was saved."""
     saved: dict[str, str] = {}  # model -> folder, as each is saved: what a Ctrl-C leaves
     try:
         return run(argv, saved)
     except KeyboardInterrupt:
-        if not saved:
-            raise RunInterrupted("interrupted (Ctrl-C) before a model was saved (each is saved when its training "
-                                 "ends): nothing was saved. Run the same command again to start over.") from None
-        reuse = " ".join(f"--{name}_model {folder}" for name, folder in saved.items())
-        raise RunInterrupted(f"interrupted (Ctrl-C). Saved: the trained {' and '.join(saved)} "
-                             f"({', '.join(saved.values())}). To go on without training "
-                             f"{'them' if len(saved) > 1 else 'it'} again, run the same command with {reuse} and "
-                             "another --output_dir; the same command alone starts over.") from None
+        raise interruption(saved) from None
+
+
+def interruption(saved: dict[str, str]):
+    """The stop a Ctrl-C ends in: the models saved, and how to go on without training them again."""
+    from encoder_zoo.training.run import RunInterrupted
+
+    if not saved:
+        return RunInterrupted("interrupted (Ctrl-C) before a model was saved (each is saved when its training "
+                              "ends): nothing was saved. Run the same command again to start over.")
+    reuse = " ".join(f"--{name}_model {folder}" for name, folder in saved.items())
+    return RunInterrupted(f"interrupted (Ctrl-C). Saved: the trained {' and '.join(saved)} "
+                          f"({', '.join(saved.values())}). To go on without training "
+                          f"{'them' if len(saved) > 1 else 'it'} again, run the same command with {reuse} and "
+                          "another --output_dir; the same command alone starts over.")
 
 
 def references(questions) -> list[dict]:
@@ -135,41 +140,71 @@ def references(questions) -> list[dict]:
 
 
 def run(argv, saved: dict) -> dict:
-    import evaluate
-    import numpy as np
-    from transformers import (
-        AutoConfig,
-        AutoModelForQuestionAnswering,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        set_seed,
-    )
+    """Every check (flags, data, models, length) before the first training step; then train the models not given,
+    evaluate, write."""
+    from encoder_zoo.qa.open_data import passage_pairs
+    from encoder_zoo.qa.processing import check_doc_stride
+    from encoder_zoo.training.run import hold_run_folder, parse_fine_tuning_args, release
 
-    from encoder_zoo.glue.run_glue import check_max_seq_length
-    from encoder_zoo.qa.open_data import check_unique_ids, load_open_qa, passage_pairs
-    from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from encoder_zoo.training.run import (
-        FineTuningTrainer,
-        check_model_path,
-        extra_inputs_for,
-        hold_run_folder,
-        load_pretrained,
-        pin_memory_only_with_an_accelerator,
-        release,
-    )
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((OpenQAArguments, TrainingArguments), description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    args, training_args = parser.parse_args_into_dataclasses(args=OPEN_QA_DEFAULTS + argv)
-    pin_memory_only_with_an_accelerator(training_args)
+    args, training_args = parse_fine_tuning_args(OpenQAArguments, OPEN_QA_DEFAULTS, argv, __doc__)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    room = args.max_seq_length - args.max_question_length - 3
-    if args.doc_stride >= room:
-        raise ValueError(f"--doc_stride {args.doc_stride} leaves no new passage text per window: it must be below "
-                         f"--max_seq_length - --max_question_length - 3 = {room}.")
-    hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
+    check_doc_stride(args, "passage text")
+    output = Path(training_args.output_dir)
+    hold_run_folder(output, training_args)  # one run per output folder
+    raw = read_questions(args)
+    pairs = {split: passage_pairs(questions) for split, questions in raw.items()}
+    setup = OpenQASetup(args, training_args, *load_encoder(args))
+    results = {"model": args.model_name_or_path, "dataset": args.train_file or args.dataset}
+    paths = {"selector": args.selector_model, "reader": args.reader_model}
+    if "train" in pairs:
+        features, results["train"] = training_windows(setup, raw["train"], pairs["train"])
+        for name in ("selector", "reader"):
+            if paths[name] is None:
+                results[f"{name}_train"] = train_model(setup, name, features[name])
+                paths[name] = saved[name] = str(output / name)
+    if "validation" in pairs:
+        if None in paths.values():
+            raise ValueError("Evaluation needs a selector and a reader: give --train_file (or a dataset with a train "
+                             "split), or --selector_model and --reader_model.")
+        results["eval"] = evaluate_answers(setup, raw["validation"], pairs["validation"], paths)
+    if training_args.process_index == 0:
+        write_results(results, args, paths["reader"], training_args.seed, output)
+    release(output)
+    return results
+
+
+@dataclass
+class OpenQASetup:
+    """What every step after loading shares: the flags, the tokenizer and how it cuts windows."""
+
+    args: OpenQAArguments
+    training_args: TrainingArguments
+    tokenizer: object
+    extra_inputs: object  # inputs the model needs beyond the tokenizer's, or None
+
+    def window_args(self) -> tuple:
+        """`prepare_train_features`'s and `prepare_validation_features`' arguments after the examples."""
+        return (self.tokenizer, self.args.max_seq_length, self.args.doc_stride, self.args.max_question_length,
+                self.extra_inputs)
+
+    def model_args(self, name: str) -> TrainingArguments:
+        """The training arguments of one model, saved into OUTPUT_DIR/<name>."""
+        return dataclasses.replace(self.training_args, output_dir=str(Path(self.training_args.output_dir) / name))
+
+    def trainer(self, model, name: str, **kwargs):
+        from transformers import DataCollatorWithPadding
+
+        from encoder_zoo.training.run import FineTuningTrainer
+
+        return FineTuningTrainer(model=model, args=self.model_args(name), processing_class=self.tokenizer,
+                                 data_collator=DataCollatorWithPadding(self.tokenizer), **kwargs)
+
+
+def read_questions(args: OpenQAArguments) -> dict:
+    """The dataset's or the files' splits, each checked for repeated ids and for questions at all, then cut to
+    --max_train_questions/--max_eval_questions."""
+    from encoder_zoo.qa.open_data import check_unique_ids, load_open_qa
+
     raw = load_open_qa(None if (args.train_file or args.validation_file) else args.dataset, args.train_file,
                        args.validation_file, cache_dir=args.cache_dir, num_passages=args.num_passages,
                        wiki_articles=args.wiki_articles)
@@ -181,7 +216,16 @@ def run(argv, saved: dict) -> dict:
     for split, limit in (("train", args.max_train_questions), ("validation", args.max_eval_questions)):
         if limit and split in raw:
             raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
-    pairs = {split: passage_pairs(questions) for split, questions in raw.items()}
+    return raw
+
+
+def load_encoder(args: OpenQAArguments):
+    """Every model path checked, the fast tokenizer, --max_seq_length checked against what the encoder can read, and
+    the inputs it needs beyond the tokenizer's."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from encoder_zoo.glue.run_glue import check_max_seq_length
+    from encoder_zoo.training.run import check_model_path, extra_inputs_for, load_pretrained
 
     remote = args.trust_remote_code
     for flag in ("model_name_or_path", "selector_model", "reader_model"):
@@ -192,133 +236,140 @@ def run(argv, saved: dict) -> dict:
         raise ValueError("Passage windows need a fast tokenizer (offset mappings).")
     config = load_pretrained(AutoConfig, args.model_name_or_path, trust_remote_code=remote)
     check_max_seq_length(args.max_seq_length, config, tokenizer, args.model_name_or_path)  # as run_glue.py
-    extra_inputs = extra_inputs_for(config)
-    max_length = args.max_seq_length
-    window_args = (tokenizer, max_length, args.doc_stride, args.max_question_length, extra_inputs)
-    collator = DataCollatorWithPadding(tokenizer)
-    output = Path(training_args.output_dir)
-    results = {"model": args.model_name_or_path, "dataset": args.train_file or args.dataset}
+    return tokenizer, extra_inputs_for(config)
 
-    def run_args(name):
-        return dataclasses.replace(training_args, output_dir=str(output / name))
 
-    selector_path, reader_path = args.selector_model, args.reader_model
-    if "train" in pairs:
-        with training_args.main_process_first(desc="building training windows"):
-            train = pairs["train"]
-            selector_features = train.map(
-                lambda b: selector_windows(prepare_train_features(b, *window_args), tokenizer.cls_token_id),
-                batched=True, remove_columns=train.column_names, desc="Selector windows")
-            positives = train.filter(lambda r: len(r["answers"]["text"]) > 0, desc="Passages with an answer")
-            reader_features = positives.map(lambda b: prepare_train_features(b, *window_args), batched=True,
-                                            remove_columns=positives.column_names, desc="Reader windows")
-            reader_features = reader_features.filter(lambda b: window_has_answer(b, tokenizer.cls_token_id),
-                                                     batched=True, desc="Windows that hold the answer")
-        results["train"] = {"questions": len(raw["train"]), "passages": len(train),
-                            "passages_with_answer": len(positives), "selector_windows": len(selector_features),
-                            "selector_positive_windows": int(np.sum(selector_features["labels"])),
-                            "reader_windows": len(reader_features)}
-        if selector_path is None:
-            set_seed(training_args.seed)  # the new classification head: the same for the same --seed
-            selector = load_pretrained(AutoModelForSequenceClassification, args.model_name_or_path, num_labels=2,
-                                       ignore_mismatched_sizes=True, trust_remote_code=remote)
-            trainer = FineTuningTrainer(model=selector, args=run_args("selector"), train_dataset=selector_features,
-                                        processing_class=tokenizer, data_collator=collator,
-                                        max_nonfinite_steps=args.max_nonfinite_steps)
-            results["selector_train"] = trainer.train().metrics
-            trainer.save_model()
-            selector_path = saved["selector"] = str(output / "selector")
-        if reader_path is None:
-            set_seed(training_args.seed)  # the new QA head: the same for the same --seed
-            reader = load_pretrained(AutoModelForQuestionAnswering, args.model_name_or_path, trust_remote_code=remote)
-            trainer = FineTuningTrainer(model=reader, args=run_args("reader"), train_dataset=reader_features,
-                                        processing_class=tokenizer, data_collator=collator,
-                                        max_nonfinite_steps=args.max_nonfinite_steps)
-            results["reader_train"] = trainer.train().metrics
-            trainer.save_model()
-            reader_path = saved["reader"] = str(output / "reader")
-    if "validation" in pairs:
-        if selector_path is None or reader_path is None:
-            raise ValueError("Evaluation needs a selector and a reader: give --train_file (or a dataset with a train "
-                             "split), or --selector_model and --reader_model.")
-        validation = pairs["validation"]
-        with training_args.main_process_first(desc="building validation windows"):
-            features = validation.map(lambda b: prepare_validation_features(b, *window_args), batched=True,
-                                      remove_columns=validation.column_names, desc="Validation windows")
-        model_inputs = features.remove_columns(["example_id", "offset_mapping"])
-        selector = load_pretrained(AutoModelForSequenceClassification, selector_path, "--selector_model",
-                                   trust_remote_code=remote)
-        logits = FineTuningTrainer(model=selector, args=run_args("selector"), processing_class=tokenizer,
-                                   data_collator=collator).predict(model_inputs).predictions
-        logits = logits[0] if isinstance(logits, tuple) else logits
-        probabilities = np.exp(logits - logits.max(-1, keepdims=True))
-        probabilities = probabilities[:, 1] / probabilities.sum(-1)
-        selector_scores = collections.defaultdict(float)
-        for pair_id, probability in zip(features["example_id"], probabilities.tolist()):
-            selector_scores[pair_id] = max(selector_scores[pair_id], probability)  # a passage's best window
-        reader = load_pretrained(AutoModelForQuestionAnswering, reader_path, "--reader_model", trust_remote_code=remote)
-        start_logits, end_logits = FineTuningTrainer(model=reader, args=run_args("reader"), processing_class=tokenizer,
-                                                     data_collator=collator).predict(model_inputs).predictions[:2]
-        _, nbest, _ = postprocess_predictions(validation, features, start_logits, end_logits, args.n_best_size,
-                                              args.max_answer_length)
-        metric = evaluate.load(METRIC_MODULE, "v1")
-        normalize = inspect.getmodule(type(metric)).normalize_answer  # the official SQuAD normalisation
-        answers = combine(validation, selector_scores, nbest, normalize)
-        questions = raw["validation"]
-        predictions = [{"id": q, "prediction_text": answers.get(q, {"text": ""})["text"]} for q in questions["id"]]
-        results["eval"] = metric.compute(predictions=predictions, references=references(questions))
-        positive = {p for p, a in zip(validation["id"], validation["answers"]) if a["text"]}
-        top = [max(answers[q]["passage_probabilities"], key=answers[q]["passage_probabilities"].get)
-               for q in questions["id"] if q in answers]
-        results["eval"]["selector_top1_holds_answer"] = 100.0 * sum(p in positive for p in top) / max(len(top), 1)
-        results["eval"]["questions_with_an_answer_passage"] = (100.0 * len({p.split("|")[0] for p in positive})
-                                                               / max(len(questions), 1))
-        if training_args.process_index == 0:
-            output.mkdir(parents=True, exist_ok=True)
-            (output / "predictions.json").write_text(json.dumps({q: a["text"] for q, a in answers.items()}, indent=1))
-    if training_args.process_index == 0:
+def training_windows(setup: OpenQASetup, questions, train) -> tuple[dict, dict]:
+    """The selector's windows (every passage's, labelled by whether they hold an answer) and the reader's (the
+    windows of answer-bearing passages that hold the answer), with their counts."""
+    import numpy as np
+
+    from encoder_zoo.qa.processing import prepare_train_features
+
+    window_args, cls_token_id = setup.window_args(), setup.tokenizer.cls_token_id
+    with setup.training_args.main_process_first(desc="building training windows"):
+        selector_features = train.map(
+            lambda b: selector_windows(prepare_train_features(b, *window_args), cls_token_id),
+            batched=True, remove_columns=train.column_names, desc="Selector windows")
+        positives = train.filter(lambda r: len(r["answers"]["text"]) > 0, desc="Passages with an answer")
+        reader_features = positives.map(lambda b: prepare_train_features(b, *window_args), batched=True,
+                                        remove_columns=positives.column_names, desc="Reader windows")
+        reader_features = reader_features.filter(lambda b: window_has_answer(b, cls_token_id),
+                                                 batched=True, desc="Windows that hold the answer")
+    counts = {"questions": len(questions), "passages": len(train), "passages_with_answer": len(positives),
+              "selector_windows": len(selector_features),
+              "selector_positive_windows": int(np.sum(selector_features["labels"])),
+              "reader_windows": len(reader_features)}
+    return {"selector": selector_features, "reader": reader_features}, counts
+
+
+def train_model(setup: OpenQASetup, name: str, features) -> dict:
+    """Train the selector (a 2-class sequence classifier) or the reader (a span extractor) from the encoder, save it
+    into OUTPUT_DIR/<name>; its training metrics."""
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, set_seed
+
+    from encoder_zoo.training.run import load_pretrained
+
+    set_seed(setup.training_args.seed)  # the new head: the same for the same --seed
+    if name == "selector":
+        model = load_pretrained(AutoModelForSequenceClassification, setup.args.model_name_or_path, num_labels=2,
+                                ignore_mismatched_sizes=True, trust_remote_code=setup.args.trust_remote_code)
+    else:
+        model = load_pretrained(AutoModelForQuestionAnswering, setup.args.model_name_or_path,
+                                trust_remote_code=setup.args.trust_remote_code)
+    trainer = setup.trainer(model, name, train_dataset=features, max_nonfinite_steps=setup.args.max_nonfinite_steps)
+    metrics = trainer.train().metrics
+    trainer.save_model()
+    return metrics
+
+
+def evaluate_answers(setup: OpenQASetup, questions, validation, paths: dict[str, str]) -> dict:
+    """Score the combined answers with SQuAD v1.1 EM/F1 against every gold answer, with how often the selector's top
+    passage holds an answer; write predictions.json."""
+    import evaluate
+
+    from encoder_zoo.qa.processing import prepare_validation_features
+
+    window_args = setup.window_args()
+    with setup.training_args.main_process_first(desc="building validation windows"):
+        features = validation.map(lambda b: prepare_validation_features(b, *window_args), batched=True,
+                                  remove_columns=validation.column_names, desc="Validation windows")
+    model_inputs = features.remove_columns(["example_id", "offset_mapping"])
+    selector_scores = passage_probabilities(setup, paths["selector"], features, model_inputs)
+    nbest = reader_spans(setup, paths["reader"], validation, features, model_inputs)
+    metric = evaluate.load(METRIC_MODULE, "v1")
+    normalize = inspect.getmodule(type(metric)).normalize_answer  # the official SQuAD normalisation
+    answers = combine(validation, selector_scores, nbest, normalize)
+    predictions = [{"id": q, "prediction_text": answers.get(q, {"text": ""})["text"]} for q in questions["id"]]
+    scores = metric.compute(predictions=predictions, references=references(questions))
+    positive = {p for p, a in zip(validation["id"], validation["answers"]) if a["text"]}
+    top = [max(answers[q]["passage_probabilities"], key=answers[q]["passage_probabilities"].get)
+           for q in questions["id"] if q in answers]
+    scores["selector_top1_holds_answer"] = 100.0 * sum(p in positive for p in top) / max(len(top), 1)
+    scores["questions_with_an_answer_passage"] = (100.0 * len({p.split("|")[0] for p in positive})
+                                                  / max(len(questions), 1))
+    if setup.training_args.process_index == 0:
+        output = Path(setup.training_args.output_dir)
         output.mkdir(parents=True, exist_ok=True)
-        (output / "open_qa_results.json").write_text(json.dumps(results, indent=2, default=str))
-        logger.info("Open-domain QA results: %s", results.get("eval"))
-        if args.add_to_model_card and "eval" in results and reader_path:
-            from encoder_zoo.hub_cards import add_eval_results
-            from encoder_zoo.qa.open_data import HUB_OPEN
+        (output / "predictions.json").write_text(json.dumps({q: a["text"] for q, a in answers.items()}, indent=1))
+    return scores
 
-            local = args.validation_file or args.train_file
-            if local:  # ids of their own (huggingface_hub groups results by dataset type), no local path
-                identity = dict(dataset_type=f"local:{Path(local).stem}", dataset_name=Path(local).name)
-            elif args.dataset in HUB_OPEN:
-                identity = dict(dataset_type=HUB_OPEN[args.dataset][0], dataset_config=HUB_OPEN[args.dataset][1],
-                                dataset_name=args.dataset)
-            else:
-                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}",
-                                dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
-            add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA", **identity,
-                             dataset_split="validation", seeds=[training_args.seed],
-                             metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
-    release(output)
-    return results
+
+def passage_probabilities(setup: OpenQASetup, selector_path: str, features, model_inputs) -> dict[str, float]:
+    """P(passage holds an answer) per `qid|i` passage: the selector's probability of its best window."""
+    import numpy as np
+    from transformers import AutoModelForSequenceClassification
+
+    from encoder_zoo.training.run import load_pretrained
+
+    selector = load_pretrained(AutoModelForSequenceClassification, selector_path, "--selector_model",
+                               trust_remote_code=setup.args.trust_remote_code)
+    logits = setup.trainer(selector, "selector").predict(model_inputs).predictions
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities = probabilities[:, 1] / probabilities.sum(-1)
+    scores = collections.defaultdict(float)
+    for pair_id, probability in zip(features["example_id"], probabilities.tolist()):
+        scores[pair_id] = max(scores[pair_id], probability)  # a passage's best window
+    return scores
+
+
+def reader_spans(setup: OpenQASetup, reader_path: str, validation, features, model_inputs) -> dict[str, list]:
+    """The reader's --n_best_size spans per passage, each with its probability P(a | q, p_i)."""
+    from transformers import AutoModelForQuestionAnswering
+
+    from encoder_zoo.qa.processing import postprocess_predictions
+    from encoder_zoo.training.run import load_pretrained
+
+    reader = load_pretrained(AutoModelForQuestionAnswering, reader_path, "--reader_model",
+                             trust_remote_code=setup.args.trust_remote_code)
+    start_logits, end_logits = setup.trainer(reader, "reader").predict(model_inputs).predictions[:2]
+    _, nbest, _ = postprocess_predictions(validation, features, start_logits, end_logits, setup.args.n_best_size,
+                                          setup.args.max_answer_length)
+    return nbest
+
+
+def write_results(results: dict, args: OpenQAArguments, reader_path: str | None, seed: int, output: Path) -> None:
+    """open_qa_results.json, and EM/F1 in the reader's model card with --add_to_model_card."""
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "open_qa_results.json").write_text(json.dumps(results, indent=2, default=str))
+    logger.info("Open-domain QA results: %s", results.get("eval"))
+    if args.add_to_model_card and "eval" in results and reader_path:
+        from encoder_zoo.hub_cards import add_eval_results
+        from encoder_zoo.qa.data import card_dataset
+        from encoder_zoo.qa.open_data import HUB_OPEN
+
+        add_eval_results(reader_path, task_type="question-answering", task_name="open-domain QA",
+                         **card_dataset(args.dataset, args.validation_file or args.train_file, HUB_OPEN),
+                         dataset_split="validation", seeds=[seed],
+                         metrics={k: results["eval"][k] for k in ("exact_match", "f1")})
 
 
 def cli() -> None:
-    from encoder_zoo.glue.run_glue import RunInterrupted
-    from encoder_zoo.training.run import TrainingDiverged
+    from encoder_zoo.training.run import RunInterrupted, TrainingDiverged, run_cli
 
-    try:
-        main()
-    except TrainingDiverged as error:
-        print(f"run_open_qa.py: {error}", file=sys.stderr)
-        raise SystemExit(error.exit_code) from None
-    except (ValueError, OSError) as error:
-        print(f"run_open_qa.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except RunInterrupted as error:
-        print(f"run_open_qa.py: {error}", file=sys.stderr)
-        raise SystemExit(error.exit_code) from None
-    except KeyboardInterrupt:  # while Python was still importing: nothing was written
-        print("run_open_qa.py: interrupted (Ctrl-C) before anything was saved. Run the same command again.",
-              file=sys.stderr)
-        raise SystemExit(130) from None
+    run_cli(main, "run_open_qa.py", stops=(TrainingDiverged, RunInterrupted),
+            interrupted="interrupted (Ctrl-C) before anything was saved. Run the same command again.")
 
 
 if __name__ == "__main__":

@@ -15,14 +15,12 @@ Every Trainer flag works. Outputs: predictions.json, nbest_predictions.json, nul
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import TrainingArguments
 
 from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
 
@@ -64,57 +62,81 @@ class QAArguments:
 
 
 def main(argv=None) -> dict:
-    from encoder_zoo.glue.run_glue import RunInterrupted
-
+    """Fine-tune and evaluate (`run`). A Ctrl-C ends in `RunInterrupted`, whose message says what was saved."""
     stage = {"saved": None}  # what a Ctrl-C leaves: set once the fine-tuned model is saved
     try:
         return run(argv, stage)
     except KeyboardInterrupt:
-        output = stage.get("output")
-        if stage["saved"]:
-            raise RunInterrupted(
-                f"interrupted (Ctrl-C) after training: the fine-tuned model is saved in {output}, not yet evaluated. "
-                f"Evaluate it without training again by running the same command with --model_name_or_path {output} "
-                "--num_train_epochs 0 and another --output_dir, or run the same command to start over.") from None
-        raise RunInterrupted("interrupted (Ctrl-C) before the fine-tuned model was saved (it is saved when training "
-                             "ends): nothing was saved. Run the same command again to start over.") from None
+        raise interruption(stage) from None
+
+
+def interruption(stage: dict):
+    """The stop a Ctrl-C ends in: what was saved, and how to go on."""
+    from encoder_zoo.training.run import RunInterrupted
+
+    output = stage.get("output")
+    if stage["saved"]:
+        return RunInterrupted(
+            f"interrupted (Ctrl-C) after training: the fine-tuned model is saved in {output}, not yet evaluated. "
+            f"Evaluate it without training again by running the same command with --model_name_or_path {output} "
+            "--num_train_epochs 0 and another --output_dir, or run the same command to start over.")
+    return RunInterrupted("interrupted (Ctrl-C) before the fine-tuned model was saved (it is saved when training "
+                          "ends): nothing was saved. Run the same command again to start over.")
 
 
 def run(argv, stage: dict) -> dict:
-    import evaluate
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding, set_seed
+    """Every check (flags, data, model, length) before the first training step; then train, evaluate, write."""
+    from encoder_zoo.qa.data import SQUAD_LAYOUT
+    from encoder_zoo.training.run import hold_run_folder, parse_fine_tuning_args, release
 
-    from encoder_zoo.glue.run_glue import check_max_seq_length
-    from encoder_zoo.qa.data import EMBEDDED, SQUAD_LAYOUT, load_qa, validate
-    from encoder_zoo.qa.processing import postprocess_predictions, prepare_train_features, prepare_validation_features
-    from encoder_zoo.training.run import (
-        FineTuningTrainer,
-        check_model_path,
-        extra_inputs_for,
-        hold_run_folder,
-        load_pretrained,
-        pin_memory_only_with_an_accelerator,
-        release,
-    )
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((QAArguments, TrainingArguments), description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    args, training_args = parser.parse_args_into_dataclasses(args=QA_DEFAULTS + argv)
-    pin_memory_only_with_an_accelerator(training_args)
+    args, training_args = parse_fine_tuning_args(QAArguments, QA_DEFAULTS, argv, __doc__)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    check_arguments(args)
+    output = Path(training_args.output_dir)
+    hold_run_folder(output, training_args)  # one run per output folder
+    stage["output"] = training_args.output_dir
+    raw, skipped, empty = read_questions(args)
+    version_2 = is_version_2(args, raw)
+    tokenizer, model, extra_inputs = load_model(args, training_args)
+    if empty:  # after the model: a broken checkpoint is named before a placeholder data file is
+        raise ValueError(" ".join(empty.values()) + (f" {SQUAD_LAYOUT}." if local_file(args) else ""))
+    train_features, eval_features = build_windows(raw, tokenizer, extra_inputs, args, training_args)
+    trainer = build_trainer(model, tokenizer, train_features, args, training_args)
+    results = {"model": args.model_name_or_path, "dataset": args.train_file or args.dataset, "version_2": version_2,
+               "skipped_malformed": skipped}
+    if train_features is not None and (training_args.num_train_epochs > 0 or training_args.max_steps > 0):
+        results["train"] = train(trainer, stage)
+    if eval_features is not None:
+        results["eval"] = evaluate_answers(trainer, raw["validation"], eval_features, args, version_2, output)
+    if training_args.process_index == 0:
+        write_results(results, args, version_2, training_args.seed, output)
+    release(output)
+    return results
+
+
+def local_file(args: QAArguments) -> str | None:
+    """The local data the run reads, if any: the validation file, else the training file."""
+    return args.validation_file or args.train_file
+
+
+def check_arguments(args: QAArguments) -> None:
+    """The flags, and the model path, before anything is loaded."""
+    from encoder_zoo.qa.processing import check_doc_stride
+    from encoder_zoo.training.run import check_model_path
+
     if args.on_malformed not in ("error", "skip"):
         raise ValueError("--on_malformed is 'error' or 'skip'.")
     check_model_path(args.model_name_or_path)
-    room = args.max_seq_length - args.max_question_length - 3  # [CLS] question [SEP] context [SEP]
-    if args.doc_stride >= room:
-        raise ValueError(f"--doc_stride {args.doc_stride} leaves no new context per window: it must be below "
-                         f"--max_seq_length - --max_question_length - 3 = {room}.")
-    hold_run_folder(Path(training_args.output_dir), training_args)  # one run per output folder
-    stage["output"] = training_args.output_dir
+    check_doc_stride(args, "context")
 
-    raw = load_qa(None if (args.train_file or args.validation_file) else args.dataset, args.train_file,
-                  args.validation_file, cache_dir=args.cache_dir)
+
+def read_questions(args: QAArguments) -> tuple[dict, dict[str, int], dict[str, str]]:
+    """The dataset's or the files' splits, validated (malformed records refused or skipped and counted) and cut to
+    --max_train_samples/--max_eval_samples; with the count skipped per split and what each empty split lacks."""
+    from encoder_zoo.qa.data import load_qa, validate
+
+    raw = load_qa(None if local_file(args) else args.dataset, args.train_file, args.validation_file,
+                  cache_dir=args.cache_dir)
     skipped, empty = {}, {}
     for split in list(raw):
         source = {"train": args.train_file, "validation": args.validation_file}.get(split) or f"{args.dataset} {split}"
@@ -124,15 +146,29 @@ def run(argv, stage: dict) -> dict:
         if not len(raw[split]):
             empty[split] = (f"{source} has no {split} questions"
                             + (f" left (all {skipped[split]} were malformed and skipped)." if skipped[split] else "."))
-    if args.max_train_samples and "train" in raw:
-        raw["train"] = raw["train"].select(range(min(args.max_train_samples, len(raw["train"]))))
-    if args.max_eval_samples and "validation" in raw:
-        raw["validation"] = raw["validation"].select(range(min(args.max_eval_samples, len(raw["validation"]))))
-    version_2 = args.version_2_with_negative
-    if version_2 is None:  # local files: SQuAD 2.0 when any question has no answer
-        local = args.train_file or args.validation_file
-        version_2 = args.dataset in ("squad_v2", "wiki_cloze_v2") if not local else any(
-            not a["text"] for split in raw.values() for a in split["answers"])
+    for split, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples)):
+        if limit and split in raw:
+            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    return raw, skipped, empty
+
+
+def is_version_2(args: QAArguments, raw: dict) -> bool:
+    """SQuAD 2.0 scoring: as --version_2_with_negative says, else from the dataset; local files are 2.0 when any
+    question has no answer."""
+    if args.version_2_with_negative is not None:
+        return args.version_2_with_negative
+    if not local_file(args):
+        return args.dataset in ("squad_v2", "wiki_cloze_v2")
+    return any(not a["text"] for split in raw.values() for a in split["answers"])
+
+
+def load_model(args: QAArguments, training_args: TrainingArguments):
+    """The fast tokenizer, the QA model (a new head is the same for the same --seed), the inputs it needs beyond the
+    tokenizer's, and --max_seq_length checked against what it can read."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, set_seed
+
+    from encoder_zoo.glue.run_glue import check_max_seq_length
+    from encoder_zoo.training.run import extra_inputs_for, load_pretrained
 
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
@@ -142,101 +178,98 @@ def run(argv, stage: dict) -> dict:
                             trust_remote_code=args.trust_remote_code)
     extra_inputs = extra_inputs_for(model.config)
     check_max_seq_length(args.max_seq_length, model.config, tokenizer, args.model_name_or_path)  # as run_glue.py
-    max_length = args.max_seq_length
-    if empty:  # after the model: a broken checkpoint is named before a placeholder data file is
-        raise ValueError(" ".join(empty.values())
-                         + (f" {SQUAD_LAYOUT}." if args.train_file or args.validation_file else ""))
+    return tokenizer, model, extra_inputs
+
+
+def build_windows(raw: dict, tokenizer, extra_inputs, args: QAArguments, training_args: TrainingArguments):
+    """Training windows with their answer positions and evaluation windows with their offsets (None for a split
+    the data lacks)."""
+    from encoder_zoo.qa.processing import prepare_train_features, prepare_validation_features
+
+    window_args = (tokenizer, args.max_seq_length, args.doc_stride, args.max_question_length, extra_inputs)
     with training_args.main_process_first(desc="building windows"):
         train_features = raw["train"].map(
-            lambda b: prepare_train_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length,
-                                             extra_inputs),
+            lambda b: prepare_train_features(b, *window_args),
             batched=True, remove_columns=raw["train"].column_names, desc="Train windows") if "train" in raw else None
         eval_features = raw["validation"].map(
-            lambda b: prepare_validation_features(b, tokenizer, max_length, args.doc_stride, args.max_question_length,
-                                                  extra_inputs),
+            lambda b: prepare_validation_features(b, *window_args),
             batched=True, remove_columns=raw["validation"].column_names,
             desc="Validation windows") if "validation" in raw else None
+    return train_features, eval_features
 
-    trainer = FineTuningTrainer(model=model, args=training_args, train_dataset=train_features,
-                                processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
-                                max_nonfinite_steps=args.max_nonfinite_steps)
-    results = {"model": args.model_name_or_path, "dataset": args.train_file or args.dataset, "version_2": version_2,
-               "skipped_malformed": skipped}
-    if train_features is not None and (training_args.num_train_epochs > 0 or training_args.max_steps > 0):
-        results["train"] = trainer.train().metrics
-        trainer.save_model()
-        stage["saved"] = training_args.output_dir
-    output = Path(training_args.output_dir)
-    if eval_features is not None:
-        model_inputs = eval_features.remove_columns(["example_id", "offset_mapping"])
-        prediction = trainer.predict(model_inputs)
-        start_logits, end_logits = prediction.predictions[:2]
-        predictions, nbest, null_odds = postprocess_predictions(
-            raw["validation"], eval_features, start_logits, end_logits, args.n_best_size, args.max_answer_length,
-            version_2,
-        )
-        metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
-        references = [{"id": r["id"], "answers": r["answers"]} for r in raw["validation"]]
-        scored = [{"id": q, "prediction_text": t, **({"no_answer_probability": null_odds[q]} if version_2 else {})}
-                  for q, t in predictions.items()]
-        results["eval"] = metric.compute(predictions=scored, references=references,
-                                         **({"no_answer_threshold": NULL_ODDS_THRESHOLD} if version_2 else {}))
-        if training_args.process_index == 0:
-            output.mkdir(parents=True, exist_ok=True)
-            final = {q: ("" if version_2 and null_odds[q] > NULL_ODDS_THRESHOLD else t) for q, t in predictions.items()}
-            (output / "predictions.json").write_text(json.dumps(final, indent=1))
-            (output / "nbest_predictions.json").write_text(json.dumps(nbest, indent=1))
-            if version_2:
-                (output / "null_odds.json").write_text(json.dumps(null_odds, indent=1))
-    if training_args.process_index == 0:
+
+def build_trainer(model, tokenizer, train_features, args: QAArguments, training_args: TrainingArguments):
+    from transformers import DataCollatorWithPadding
+
+    from encoder_zoo.training.run import FineTuningTrainer
+
+    return FineTuningTrainer(model=model, args=training_args, train_dataset=train_features,
+                             processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer),
+                             max_nonfinite_steps=args.max_nonfinite_steps)
+
+
+def train(trainer, stage: dict) -> dict:
+    """Fine-tune and save the model into OUTPUT_DIR; its training metrics."""
+    metrics = trainer.train().metrics
+    trainer.save_model()
+    stage["saved"] = trainer.args.output_dir
+    return metrics
+
+
+def evaluate_answers(trainer, questions, features, args: QAArguments, version_2: bool, output: Path) -> dict:
+    """Score the predicted answers with the SQuAD metric (v2: raw figures at NULL_ODDS_THRESHOLD and best-threshold
+    ones), and write predictions.json, nbest_predictions.json and (v2) null_odds.json."""
+    import evaluate
+
+    from encoder_zoo.qa.processing import postprocess_predictions
+
+    prediction = trainer.predict(features.remove_columns(["example_id", "offset_mapping"]))
+    start_logits, end_logits = prediction.predictions[:2]
+    predictions, nbest, null_odds = postprocess_predictions(
+        questions, features, start_logits, end_logits, args.n_best_size, args.max_answer_length, version_2,
+    )
+    metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
+    references = [{"id": r["id"], "answers": r["answers"]} for r in questions]
+    scored = [{"id": q, "prediction_text": t, **({"no_answer_probability": null_odds[q]} if version_2 else {})}
+              for q, t in predictions.items()]
+    scores = metric.compute(predictions=scored, references=references,
+                            **({"no_answer_threshold": NULL_ODDS_THRESHOLD} if version_2 else {}))
+    if trainer.args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
-        (output / "qa_results.json").write_text(json.dumps(results, indent=2, default=str))
-        logger.info("QA results: %s", results.get("eval"))
-        if args.add_to_model_card and "eval" in results and (args.max_train_samples or args.max_eval_samples):
-            logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
-                           "so its scores are not the dataset's.")
-        elif args.add_to_model_card and "eval" in results:
-            from encoder_zoo.hub_cards import add_eval_results
-            from encoder_zoo.qa.data import HUB_DATASETS
+        final = {q: ("" if version_2 and null_odds[q] > NULL_ODDS_THRESHOLD else t) for q, t in predictions.items()}
+        (output / "predictions.json").write_text(json.dumps(final, indent=1))
+        (output / "nbest_predictions.json").write_text(json.dumps(nbest, indent=1))
+        if version_2:
+            (output / "null_odds.json").write_text(json.dumps(null_odds, indent=1))
+    return scores
 
-            keys = ("exact", "f1", "best_exact", "best_f1") if version_2 else ("exact_match", "f1")
-            local = args.validation_file or args.train_file
-            if local:  # ids that cannot be mistaken for Hub ids: huggingface_hub groups results by dataset type
-                identity = dict(dataset_type=f"local:{Path(local).stem}", dataset_name=Path(local).name)
-            elif args.dataset in EMBEDDED:
-                identity = dict(dataset_type=f"encoder-zoo:{args.dataset}",
-                                dataset_name=f"{args.dataset} (embedded in encoder-zoo)")
-            else:
-                identity = dict(dataset_type=HUB_DATASETS[args.dataset][0], dataset_name=args.dataset)
-            # SQuAD scores are percentages already, the scale of run_glue's model-index too.
-            kwargs = dict(task_type="question-answering", task_name="extractive QA", **identity,
-                          dataset_split="validation", metrics={k: results["eval"][k] for k in keys},
-                          seeds=[training_args.seed])
-            for folder in filter(None, (output, args.model_card_dir)):
-                add_eval_results(folder, **kwargs)
-    release(output)
-    return results
+
+def write_results(results: dict, args: QAArguments, version_2: bool, seed: int, output: Path) -> None:
+    """qa_results.json, and the scores in the model cards --add_to_model_card names (not for a cut-down run)."""
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "qa_results.json").write_text(json.dumps(results, indent=2, default=str))
+    logger.info("QA results: %s", results.get("eval"))
+    if args.add_to_model_card and "eval" in results and (args.max_train_samples or args.max_eval_samples):
+        logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
+                       "so its scores are not the dataset's.")
+    elif args.add_to_model_card and "eval" in results:
+        from encoder_zoo.hub_cards import add_eval_results
+        from encoder_zoo.qa.data import HUB_DATASETS, card_dataset
+
+        keys = ("exact", "f1", "best_exact", "best_f1") if version_2 else ("exact_match", "f1")
+        # SQuAD scores are percentages already, the scale of run_glue's model-index too.
+        kwargs = dict(task_type="question-answering", task_name="extractive QA",
+                      **card_dataset(args.dataset, local_file(args), HUB_DATASETS), dataset_split="validation",
+                      metrics={k: results["eval"][k] for k in keys}, seeds=[seed])
+        for folder in filter(None, (output, args.model_card_dir)):
+            add_eval_results(folder, **kwargs)
 
 
 def cli() -> None:
-    from encoder_zoo.glue.run_glue import RunInterrupted
-    from encoder_zoo.qa.data import MalformedRecordError
-    from encoder_zoo.training.run import TrainingDiverged
+    from encoder_zoo.training.run import RunInterrupted, TrainingDiverged, run_cli
 
-    try:
-        main()
-    except TrainingDiverged as error:
-        print(f"run_qa.py: {error}", file=sys.stderr)
-        raise SystemExit(error.exit_code) from None
-    except (ValueError, OSError, MalformedRecordError) as error:
-        print(f"run_qa.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except RunInterrupted as error:
-        print(f"run_qa.py: {error}", file=sys.stderr)
-        raise SystemExit(error.exit_code) from None
-    except KeyboardInterrupt:  # while Python was still importing: nothing was written
-        print("run_qa.py: interrupted (Ctrl-C) before anything was saved. Run the same command again.", file=sys.stderr)
-        raise SystemExit(130) from None
+    run_cli(main, "run_qa.py", stops=(TrainingDiverged, RunInterrupted),
+            interrupted="interrupted (Ctrl-C) before anything was saved. Run the same command again.")
 
 
 if __name__ == "__main__":

@@ -870,20 +870,10 @@ def leave_process_group() -> None:
 def cli() -> None:
     """Entry point: bad input ends with one clear line instead of a traceback (PRETRAIN_TRACEBACK=1 shows it); a
     run stopped by SIGTERM/SIGINT exits with 128 + the signal number after saving its checkpoint."""
-    import os
-
+    from encoder_zoo.training.run.entry import run_cli
     from encoder_zoo.training.run.trainer import TrainingDiverged, TrainingStopped
 
-    try:
-        main()
-    except (TrainingStopped, TrainingDiverged) as stop:
-        print(f"pretrain.py: {stop}", file=sys.stderr)
-        raise SystemExit(stop.exit_code) from None
-    except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
-        if os.environ.get("PRETRAIN_TRACEBACK"):
-            raise
-        print(f"pretrain.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_cli(main, "pretrain.py", stops=(TrainingStopped, TrainingDiverged), traceback_env="PRETRAIN_TRACEBACK")
 
 
 if __name__ == "__main__":

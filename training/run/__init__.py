@@ -1,7 +1,8 @@
 """Run plumbing shared by every entry point: the Trainer subclasses, stop signals and the divergence guard
 (`trainer`), run folders and checkpoints (`folders`), one run per folder (`locks`), loading a model with clear errors
-(`loading`), model FLOPs of a train step (`flops`), FSDP2 (`sharding`), the export and its card (`export`), and inputs
-a model needs beyond its tokenizer's (`task_inputs`).
+(`loading`), model FLOPs of a train step (`flops`), FSDP2 (`sharding`), the export and its card (`export`), inputs
+a model needs beyond its tokenizer's (`task_inputs`), and what every script's command line shares (`entry`: `run_cli`,
+the one `cli()` wrapper).
 
 This package is also the one public face of `training/` for the fine-tuning scripts in `glue/` and `qa/`: they import
 only the names below, never a module inside `training/` directly.
@@ -33,6 +34,9 @@ _PUBLIC = {
     "parse_overrides": "encoder_zoo.training.run.loading",
     "pin_memory_only_with_an_accelerator": "encoder_zoo.training.run.loading",
     "extra_inputs_for": "encoder_zoo.training.run.task_inputs",
+    "RunInterrupted": "encoder_zoo.training.run.entry",
+    "parse_fine_tuning_args": "encoder_zoo.training.run.entry",
+    "run_cli": "encoder_zoo.training.run.entry",
     "FineTuningTrainer": "encoder_zoo.training.run.trainer",
     "DivergenceGuard": "encoder_zoo.training.run.trainer",  # FineTuningTrainer adds one; the class, for other Trainers
     "TrainingDiverged": "encoder_zoo.training.run.trainer",

@@ -1,0 +1,57 @@
+"""What every entry point's command line shares: reading a fine-tuning script's flags (`parse_fine_tuning_args`), and
+`run_cli`, the `cli()` of `python <script>.py`, which ends bad input with one line and a stop with its own status."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C stopped a fine-tuning script; the message says what was saved and how to continue. Exit status 130."""
+
+    exit_code = 130
+
+
+def run_cli(main: Callable[[], object], script: str, *, stops: tuple[type[BaseException], ...] = (),
+            interrupted: str | None = None, traceback_env: str | None = None) -> None:
+    """Run `main()` (which reads `sys.argv`) as `python <script>` does, ending in one line on stderr, not a traceback:
+    - a stop in `stops` (TrainingDiverged, TrainingStopped, RunInterrupted: each carries its `exit_code`):
+      `<script>: <message>`, exit status `exit_code`;
+    - ValueError or OSError (bad input: a flag, a file, a folder): `<script>: error: <message>`, exit status 2, or
+      the traceback when the environment variable `traceback_env` is set;
+    - a Ctrl-C that `main` did not turn into a stop of its own (while Python was still importing, say):
+      `<script>: <interrupted>`, exit status 130; Python's own handling when `interrupted` is None."""
+    try:
+        main()
+    except stops as stop:
+        print(f"{script}: {stop}", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
+    except (ValueError, OSError) as error:
+        if traceback_env and os.environ.get(traceback_env):
+            raise
+        print(f"{script}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        print(f"{script}: {interrupted}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def parse_fine_tuning_args(arguments: type, defaults: list[str], argv: list[str] | None, description: str | None):
+    """The script's `arguments` dataclass and TrainingArguments from `argv` (default: the command line), on top of
+    the script's `defaults` (the user's flags win), with pinned memory only where an accelerator can use it."""
+    import argparse
+
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from encoder_zoo.training.run.loading import pin_memory_only_with_an_accelerator
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser((arguments, TrainingArguments), description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    pin_memory_only_with_an_accelerator(training_args)
+    return args, training_args
