@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,14 +193,10 @@ def parse_args(argv: list[str] | None = None) -> PretokenizeArguments:
 
 def cli() -> None:
     """Entry point: bad input ends with one clear line (PRETRAIN_TRACEBACK=1 shows the traceback)."""
+    from encoder_zoo.training.run.entry import run_cli
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        pretokenize(parse_args())
-    except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
-        if os.environ.get("PRETRAIN_TRACEBACK"):
-            raise
-        print(f"pretokenize.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_cli(lambda: pretokenize(parse_args()), "pretokenize.py", traceback_env="PRETRAIN_TRACEBACK")
 
 
 if __name__ == "__main__":
