@@ -62,7 +62,10 @@ class Metric:
     key: str
     higher_is_better: bool = True
     label: str = ""
-    point: float = 0.01  # one point (of a paper's table) in the metric's units: 0.01 accuracy, 1.0 F1
+    # One point (of a paper's table) in the units results.json stores: 0.01 accuracy or Pearson (stored 0-1, as
+    # glue_results.json keeps them), 1.0 F1 (qa_results.json's, already 0-100); a loss: one nat.
+    point: float = 0.01
+    unit: str = "points"  # what the reports show (`display_scale`): percent points, or nats for a loss
 
     def margin(self, claim: Claim) -> float | None:
         return None if claim.margin_points is None else claim.margin_points * self.point
@@ -74,8 +77,19 @@ METRICS = {
                                          "movie_sentiment_regression Pearson"),
     "wiki_cloze": Metric("wiki_cloze", "f1", True, "wiki_cloze (SQuAD 1.1-style) F1", point=1.0),
     "wiki_cloze_v2": Metric("wiki_cloze_v2", "f1", True, "wiki_cloze_v2 (SQuAD 2.0-style) F1", point=1.0),
-    "heldout_mlm": Metric("heldout_mlm", "eval_mlm_loss", False, "held-out MLM loss (pretraining eval)"),
+    "heldout_mlm": Metric("heldout_mlm", "eval_mlm_loss", False, "held-out MLM loss, nats (pretraining eval)",
+                          point=1.0, unit="nats"),
 }
+
+
+def display_scale(task: str) -> float:
+    """The factor from what results.json and the cache store for `task` to what every report, plot and README table
+    shows: percent points (0-100, as GLUE and SQuAD print them, the papers' scale) for scores, so accuracy and
+    Pearson (stored 0-1) x 100 and QA F1 (stored in points) x 1; nats for the held-out MLM loss (x 1). Linear, so
+    differences, intervals, MDDs, floors and margins scale with the scores; the statistics are computed unscaled."""
+    return 1.0 / METRICS[task].point
+
+
 QA_TASKS = ("wiki_cloze", "wiki_cloze_v2")
 # The embedded sentence tasks fine-tuned by glue/run_glue.py (glue.tasks.EMBEDDED_TASKS; not the 9 GLUE tasks).
 EMBEDDED_SENTENCE_TASKS = ("rotten_tomatoes", "movie_sentiment_regression")
@@ -317,7 +331,7 @@ cloze 55.1 92.9 88.3 88.3 87.2 82.3 86.5 66.4 80.9
 bilm 50.0 92.4 86.6 87.1 86.1 81.7 84.0 66.4 79.3
 cloze + bilm 52.6 93.2 88.9 87.9 87.2 82.1 86.1 65.5 80.4""",
         notes="The 'no better' claim is reproduced only when the one-sided 95% upper bound of cloze + bilm minus "
-              "cloze lies below the margin of 1.6 points (0.016 accuracy or Pearson, 1.6 F1), the improvement the "
+              "cloze lies below the margin of 1.6 points (of accuracy, Pearson or F1), the improvement the "
               "paper itself reports for cloze over bilm. At the `cpu` budget only cloze > bilm is tested, on the "
               "GLUE-style tasks, as Table 5 measures it (GLUE dev): the third arm's pretrainings would take the run "
               "well over 2 hours (docs/reproduction.md gives the measured times). An earlier `cpu` run with all "
@@ -394,6 +408,6 @@ cloze + bilm 52.6 93.2 88.9 87.9 87.2 82.1 86.1 65.5 80.4""",
               "are tested on rotten_tomatoes only, over 1,000 training examples (a BERTAC step costs 1.6x a MiniLM "
               "step on a CPU, bench/results/bertac.json; three tasks would take about 3 hours). There every arm "
               "fine-tunes at lr 1e-4 rather than the paper's 1e-5, which over these 63 steps left every arm, the "
-              "plain MiniLM included, at the majority class (0.572; repro/budgets.py).",
+              "plain MiniLM included, at the majority class (accuracy 57.2; repro/budgets.py).",
         budget_tasks={"cpu": ("rotten_tomatoes",)}),
 )}

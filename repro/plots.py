@@ -6,12 +6,12 @@ import itertools
 import textwrap
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import METRICS
+from encoder_zoo.repro.experiments import METRICS, display_scale
 
 
 def plot(results: dict, sweep, path: Path) -> None:
     """One panel per task: every unit's score (dots; the runs of a unit in gray), the mean over units and its t
-    interval, the floors (chance red, the trivial models orange)."""
+    interval, the floors (chance red, the trivial models orange), on the tables' scale (`display_scale`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,20 +21,24 @@ def plot(results: dict, sweep, path: Path) -> None:
     figure, axes = plt.subplots(1, len(tasks), figsize=(max(6, 4 * len(tasks)), 3.8), squeeze=False)
     names = list(results["arms"])
     for ax, task in zip(axes[0], tasks):
+        scale = display_scale(task)
         for i, name in enumerate(names):
             r = results["arms"][name]["tasks"].get(task)
             if r:
-                ax.scatter([i + 0.12] * len(r["runs"]), [run["value"] for run in r["runs"]], s=6, alpha=0.35,
-                           color="gray")
-                ax.scatter([i] * r["n_units"], list(r["units"].values()), s=18, color=f"C{i}", zorder=3)
+                ax.scatter([i + 0.12] * len(r["runs"]), [run["value"] * scale for run in r["runs"]], s=6,
+                           alpha=0.35, color="gray")
+                ax.scatter([i] * r["n_units"], [v * scale for v in r["units"].values()], s=18, color=f"C{i}",
+                           zorder=3)
                 if r["low"] is not None:
-                    ax.errorbar([i - 0.12], [r["mean"]], yerr=[[r["mean"] - r["low"]], [r["high"] - r["mean"]]],
-                                fmt="_", color="black", capsize=4, markersize=10)
+                    mean, low, high = (r[k] * scale for k in ("mean", "low", "high"))
+                    ax.errorbar([i - 0.12], [mean], yerr=[[mean - low], [high - mean]], fmt="_", color="black",
+                                capsize=4, markersize=10)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
         ax.set_xlim(-0.5, len(names) - 0.5)
         if floor_lines(ax, results, task):
             ax.legend(fontsize=7, loc="best")
         ax.set_title(METRICS[task].label, fontsize=9)
+        ax.set_ylabel(METRICS[task].unit, fontsize=8)
     title = (f"{sweep.experiment.name}, {sweep.budget.name} budget: every unit (dots), mean over units and its 95% t "
              "interval (black), fine-tuning runs (gray), floors (chance red, trivial models orange)")
     figure.suptitle(textwrap.fill(title, width=int(figure.get_figwidth() * 14)), fontsize=9)  # one panel is narrow
@@ -48,8 +52,8 @@ def floor_lines(ax, results: dict, task: str) -> bool:
     floors = [f for f in results.get("floors", {}).get(task, []) if f.get("value") is not None]
     for floor in floors:
         chance = floor["kind"] == "chance"
-        ax.axhline(floor["value"], color="red" if chance else "orange", linestyle=":" if chance else "--",
-                   linewidth=1, label=floor["kind"].replace("_", " "))
+        ax.axhline(floor["value"] * display_scale(task), color="red" if chance else "orange",
+                   linestyle=":" if chance else "--", linewidth=1, label=floor["kind"].replace("_", " "))
     return bool(floors)
 
 
@@ -70,13 +74,14 @@ def plot_zoo(results: dict, sweep, path: Path) -> None:
             r = arm["tasks"].get(task)
             if not r:
                 continue
-            points = [(arm["compute"][unit]["flops"], value) for unit, value in r["units"].items()
-                      if arm["compute"].get(unit, {}).get("flops")]
+            points = [(arm["compute"][unit]["flops"], value * display_scale(task)) for unit, value in
+                      r["units"].items() if arm["compute"].get(unit, {}).get("flops")]
             if points:
                 color, marker = style[name]
                 ax.scatter(*zip(*points), color=color, marker=marker, s=26, label=name, alpha=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("pretraining FLOPs", fontsize=8)
+        ax.set_ylabel(METRICS[task].unit, fontsize=8)
         ax.set_title(METRICS[task].label, fontsize=9)
         floor_lines(ax, results, task)
     handles, labels = axes[0][0].get_legend_handles_labels()

@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import METRICS
+from encoder_zoo.repro.experiments import METRICS, display_scale
 from encoder_zoo.repro.provenance import CODE_HASH_MEANING, REPO, git_commit, machine
 from encoder_zoo.repro.results import (
     FLOOR_NAMES,
@@ -26,6 +26,9 @@ from encoder_zoo.repro.results import (
 
 # Shell variables the report's commands use for paths that differ between machines (defined above its commands).
 MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'
+# The one scale of every score, difference, interval, MDD and floor the reports and README show (`display_scale`).
+SCALE_KEY = ("Scores and floors in percent points (0-100: accuracy, F1 and Pearson x 100, as GLUE and SQuAD print "
+             "them), held-out MLM loss in nats")
 COMPUTE_KEY = ("Compute: median over units of the pretraining behind the model (for a fusion: its encoder's and its "
                "CNN's); the MiniLM's own pretraining is not ours and not counted (—)")
 
@@ -34,21 +37,23 @@ def table_key(results: dict) -> str:
     """What a row of `score_table` holds, in the words of the results it comes from: the report and README's table
     say it in these words."""
     control = "; the positive control has none (0)" if results.get("control") else ""
-    return f"Score: {score_key(results)}. {COMPUTE_KEY}{control}."
+    return f"Score: {score_key(results)}. {SCALE_KEY}. {COMPUTE_KEY}{control}."
 
 
+PAPER_SCALE = ("The paper's scores are percent points (accuracy, F1, EM, Pearson and MCC x 100, as GLUE and SQuAD "
+               "print them); ours below are on the same scale.")
 VERDICT_KEY = (
-    "Difference = arm − baseline, mean over units paired by seed, with its two-sided 90% t interval (unadjusted; its "
-    "ends are the one-sided 95% bounds of a test at 5%). Verdict: a one-sided t-test on unit means "
+    "Difference = arm − baseline in percent points, mean over units paired by seed, with its two-sided 90% t interval "
+    "(unadjusted; its ends are the one-sided 95% bounds of a test at 5%). Verdict: a one-sided t-test on unit means "
     "(`repro.stats.decide`). The **primary** claim is tested alone at 5%; the **secondary** claims form one family, "
     "their p-values Holm-adjusted across claims and tasks. Every claim is judged only where the positive control "
     "(pretrained > random, below) reads *reproduced* on its task: elsewhere it reads *no signal: this budget does not "
     "detect pretraining*. Where neither arm clears its floor (its 95% interval wholly above the higher of chance and "
     "the task's trivial model), it reads *no signal*; where both arms score the same on every unit, "
     "*indistinguishable*, with the share of evaluation rows on which their predictions differ. MDD: the true "
-    "difference the test finds 80% of the time with these units and the observed unit spread, at the level the "
-    "verdict uses (5% for the primary; 5% / m, Holm's first step, for m secondary claims); a *not reproduced* reads as "
-    "\"no difference of at least the MDD at this scale\". Where every unit differs by the same amount (no spread) the "
+    "difference the test finds 80% of the time with these units and the observed unit spread, at the level the verdict "
+    "uses (5% for the primary; 5% / m, Holm's first step, for m secondary claims); a *not reproduced* reads as \"no "
+    "difference of at least the MDD at this scale\". Where every unit differs by the same amount (no spread) the "
     "p-value is the exact permutation test's and the MDD is —. FLOPs ratio: the arm's pretraining FLOPs over the "
     "baseline's (median over units; tokens seen beside it where they differ); the claim says what it holds equal "
     "instead.")
@@ -57,6 +62,12 @@ VERDICT_KEY = (
 # ------------------------------------------------------------------------------------------------------ helpers
 def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.4g}"
+
+
+def shown(x: float | None, task: str) -> str:
+    """A value of `task` (a score, difference, interval end, MDD, floor or margin) on the tables' scale
+    (`display_scale`)."""
+    return fmt(None if x is None else x * display_scale(task))
 
 
 def row(cells: list[str]) -> str:
@@ -156,7 +167,7 @@ def write_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
     experiment, budget = sweep.experiment, sweep.budget
     lines = [f"# {experiment.name} at the `{budget.name}` budget", "",
              f"**Paper:** {experiment.paper}. **Budget:** {budget.description}.", "", code_line(results["code"]), "",
-             "## The paper's numbers", "", "```", experiment.paper_table, "```", "",
+             "## The paper's numbers", "", "```", experiment.paper_table, "```", "", PAPER_SCALE, "",
              *primary_line(results), *scores_section(results, sweep), *verdicts_section(results, sweep),
              *failures_section(results, sweep),
              *schedules_section(results, sweep), "## Notes", "", experiment.notes or "—", "",
@@ -170,7 +181,7 @@ def floor_table_rows(results: dict, tasks: list[str], width: int = 0) -> list[li
     after them."""
     floors = results.get("floors")
     if floors is None:  # a report written before floors: chance only
-        return [["chance (a model that learned nothing)", *(fmt(results["chance"].get(t)) for t in tasks),
+        return [["chance (a model that learned nothing)", *(shown(results["chance"].get(t), t) for t in tasks),
                  *[""] * width]]
     labels: dict[str, dict] = {}
     for task in tasks:
@@ -178,7 +189,7 @@ def floor_table_rows(results: dict, tasks: list[str], width: int = 0) -> list[li
             label = floor_label(floor)
             labels.setdefault(label, {})
             previous = labels[label].get(task)
-            value = fmt(floor["value"])
+            value = shown(floor["value"], task)
             labels[label][task] = value if previous in (None, value) else f"{previous}; {value}"
     return [[label, *(cells.get(t, "—") for t in tasks), *[""] * width] for label, cells in labels.items()]
 
@@ -207,17 +218,17 @@ def scores_section(results: dict, sweep) -> list[str]:
             f"seed); its score is the mean over its {len(budget.finetune_seeds)} fine-tuning run(s). The interval is "
             "the t interval of the mean over unit means. * marks an arm whose interval does not lie wholly above its "
             "floor (the higher of chance and the task's trivial model, fitted on the same training rows and scored "
-            "on the same evaluation rows; repro/floors.py).", "",
+            f"on the same evaluation rows; repro/floors.py). {SCALE_KEY}.", "",
             *table(["arm", *(METRICS[t].label for t in sweep.tasks)], rows), "",
             *(f"- {line}" for line in described), *([""] if described else []), "![plot](plot.png)", ""]
 
 
-def decision_cells(d: dict | None) -> list[str]:
-    """difference [90% CI], units, p, MDD (at α)."""
+def decision_cells(d: dict | None, task: str) -> list[str]:
+    """difference [90% CI], units, p, MDD (at α); the difference, its interval and the MDD on `task`'s scale."""
     if not d:
         return ["—"] * 4
-    mdd = "—" if d["mdd"] is None else f"{fmt(d['mdd'])} (α {d['mdd_alpha']:.3g})"
-    return [f"{fmt(d['estimate'])} [{fmt(d['low'])}, {fmt(d['high'])}]",
+    mdd = "—" if d["mdd"] is None else f"{shown(d['mdd'], task)} (α {d['mdd_alpha']:.3g})"
+    return [f"{shown(d['estimate'], task)} [{shown(d['low'], task)}, {shown(d['high'], task)}]",
             f"{d['units']['arm']}/{d['units']['baseline']}{' paired' if d['paired'] else ''}", fmt(d["p_value"]), mdd]
 
 
@@ -249,10 +260,11 @@ def ratio_cell(claim: dict) -> str:
 def claim_row(claim: dict) -> list[str]:
     what = f"{claim['arm']} {'>' if claim['direction'] == 'better' else '≤'} {claim['baseline']} ({claim['source']})"
     if claim.get("margin") is not None:
-        what += f"; margin {claim['margin']:.4g}"
+        what += f"; margin {shown(claim['margin'], claim['task'])}"
     if claim.get("compares_at"):
         what += f"; at {claim['compares_at']}"
-    return [claim.get("role", "—"), what, METRICS[claim["task"]].label, *decision_cells(claim.get("decision")),
+    return [claim.get("role", "—"), what, METRICS[claim["task"]].label,
+            *decision_cells(claim.get("decision"), claim["task"]),
             ratio_cell(claim), verdict_text(claim)]
 
 
@@ -267,8 +279,9 @@ def control_section(results: dict) -> list[str]:
              "on that task, and every claim there reads *no signal: this budget does not detect pretraining*.", ""]
     for task, entry in control.items():
         d = entry.get("decision")
-        numbers = (f"difference {fmt(d['estimate'])} [90% CI {fmt(d['low'])}, {fmt(d['high'])}], "
-                   f"MDD {decision_cells(d)[3]}, p {fmt(d['p_value'])}, {d['units']['arm']}/{d['units']['baseline']} "
+        numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
+                   f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
+                   f"{d['units']['arm']}/{d['units']['baseline']} "
                    "units; " if d else "")
         lines.append(f"- **pretrained > random** on {METRICS[task].label} ({entry['arm']} > {entry['baseline']}): "
                      f"{numbers}{verdict_text(entry)}")
@@ -291,8 +304,9 @@ def primary_line(results: dict) -> list[str]:
 
 def verdicts_section(results: dict, sweep) -> list[str]:
     lines = ["## Verdicts", "", VERDICT_KEY, "",
-             *table(["role", "claim", "task", "difference [90% CI]", "units", "p (primary: alone; secondary: Holm)",
-                     "MDD (α)", "FLOPs ratio", "verdict"], [claim_row(claim) for claim in results["claims"]]), ""]
+             *table(["role", "claim", "task", "difference, points [90% CI]", "units",
+                     "p (primary: alone; secondary: Holm)", "MDD (α)", "FLOPs ratio", "verdict"],
+                   [claim_row(claim) for claim in results["claims"]]), ""]
     margins = {c["margin_source"] for c in results["claims"] if c.get("margin_source")}
     lines += [f"Margin: {m}." for m in sorted(margins)]
     if results["untested_tasks"]:
@@ -399,14 +413,16 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
 
 def pair_text(pair: dict) -> str:
     d = pair["decision"]
-    p = d.get("p_two_sided", d["p_value"])
-    return f"{pair['better']} > {pair['worse']} ({d['estimate']:+.3g}, p {p:.3g}, MDD {fmt(d['mdd'])})"
+    p, scale = d.get("p_two_sided", d["p_value"]), display_scale(pair["task"])
+    return (f"{pair['better']} > {pair['worse']} ({d['estimate'] * scale:+.3g}, p {p:.3g}, "
+            f"MDD {shown(d['mdd'], pair['task'])})")
 
 
 def pairs_section(results: dict, sweep) -> list[str]:
     from encoder_zoo.repro.stats import INDISTINGUISHABLE
 
-    lines = ["## Significant differences", "", results["significance_rule"], ""]
+    lines = ["## Significant differences", "", results["significance_rule"], "",
+             "Each pair: the difference and its MDD on the scores' scale (percent points; nats for a loss).", ""]
     for task in sweep.tasks:
         found = [p for p in results["pairs"] if p["task"] == task and p["significant"]]
         same = [p for p in results["pairs"] if p["task"] == task and p["decision"]["verdict"] == INDISTINGUISHABLE]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from encoder_zoo.repro.budgets import Budget
-from encoder_zoo.repro.experiments import EMBEDDED_SENTENCE_TASKS, METRICS, QA_TASKS
+from encoder_zoo.repro.experiments import EMBEDDED_SENTENCE_TASKS, METRICS, QA_TASKS, display_scale
 from encoder_zoo.repro.provenance import code_hash
 
 
@@ -154,18 +154,20 @@ def failed_on(arm_result: dict, task: str) -> bool:
 
 
 def score_cell(arm_result: dict, task: str) -> str:
-    """A report table's cell: the mean over units [its 95% t interval] (units), marked * where that interval does not
-    lie wholly above the arm's floor; 'failed' where a failure left no score; '—' where the arm has no run for the
-    task. A report written before means were (its `median` with the bootstrap interval that, over 2-5 units, is the
-    units' range) shows `median [range] (units)`."""
+    """A report table's cell, on the tables' scale (`display_scale`: percent points, nats for a loss): the mean over
+    units [its 95% t interval] (units), marked * where that interval does not lie wholly above the arm's floor;
+    'failed' where a failure left no score; '—' where the arm has no run for the task. A report written before means
+    were (its `median` with the bootstrap interval that, over 2-5 units, is the units' range) shows `median [range]
+    (units)`."""
     r = arm_result["tasks"].get(task)
     if not r:
         return "failed" if failed_on(arm_result, task) else "—"
+    scale = display_scale(task)
     if "mean" not in r:
-        return f"{r['median']:.4g} [{r['low']:.4g}, {r['high']:.4g}] ({r['n_units']})"
-    interval = f" [{r['low']:.4g}, {r['high']:.4g}]" if r["low"] is not None else ""
+        return f"{r['median'] * scale:.4g} [{r['low'] * scale:.4g}, {r['high'] * scale:.4g}] ({r['n_units']})"
+    interval = f" [{r['low'] * scale:.4g}, {r['high'] * scale:.4g}]" if r["low"] is not None else ""
     under = "*" if r.get("floor") is not None and not r.get("clears_floor") else ""
-    return f"{r['mean']:.4g}{interval} ({r['n_units']}){under}"
+    return f"{r['mean'] * scale:.4g}{interval} ({r['n_units']}){under}"
 
 
 def score_key(results: dict) -> str:

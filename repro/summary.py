@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
+from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS, display_scale
 
 REPORTS = Path(__file__).resolve().parent / "reports"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -24,12 +24,22 @@ BEGIN, END = "<!-- repro-table: begin (python repro/summary.py) -->", "<!-- repr
 ZOO_BEGIN, ZOO_END = "<!-- zoo-table: begin (python repro/summary.py) -->", "<!-- zoo-table: end -->"
 
 
+# The papers' table's one scale (`display_scale`); no paper claims a difference in held-out loss, which is in nats.
+DIFFERENCE_KEY = ("Differences, intervals and MDDs are in percent points (accuracy, F1 and Pearson x 100), the papers' "
+                  "scale; a held-out MLM loss, where shown, is in nats.")
+
+
 def fmt(x) -> str:
     return "—" if x is None else f"{x:.3g}"
 
 
+def shown(x, task: str | None) -> str:
+    """A difference, interval end or MDD of `task` on the tables' scale (`display_scale`)."""
+    return fmt(None if x is None or task is None else x * display_scale(task))
+
+
 def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
-    lines = ["| paper | claim | task | difference [90% CI] | units | MDD | verdict |",
+    lines = ["| paper | claim | task | difference, points [90% CI] | units | MDD | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     missing, before_controls = [], []
     for name in EXPERIMENTS:
@@ -53,15 +63,17 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             task, verdict = ((METRICS[claim["task"]].label, claim["verdict"]) if "task" in claim else
                              ("—", f"not tested at `{budget}` (its arm is not trained there)"))
             role = {"primary": " (primary)", "control": " (positive control)"}.get(claim.get("role"), "")
-            mdd = fmt(d.get("mdd")) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
-                                       and "mdd_alpha" in d else "")
+            on = claim.get("task")
+            mdd = shown(d.get("mdd"), on) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
+                                             and "mdd_alpha" in d else "")
             lines.append(f"| {paper} | {claim['arm']} {relation} {claim['baseline']}{role} | {task} | "
-                         f"{fmt(d.get('estimate'))} [{fmt(d.get('low'))}, {fmt(d.get('high'))}] | {units} | "
-                         f"{mdd} | {verdict} |")
+                         f"{shown(d.get('estimate'), on)} [{shown(d.get('low'), on)}, {shown(d.get('high'), on)}] | "
+                         f"{units} | {mdd} | {verdict} |")
+    lines += ["", DIFFERENCE_KEY]
     if before_controls:
         lines += ["", "Run before floors, positive controls and primary claims (issue 37): "
-                  f"{', '.join(before_controls)}; their verdicts were not gated by a control and their MDD is at the "
-                  "unadjusted 5%."]
+                  f"{', '.join(before_controls)}; their verdicts were not gated by a control, their MDD is at the "
+                  "unadjusted 5%, and their reports show accuracy and Pearson as 0-1 (here in points)."]
     if missing:
         lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
     return "\n".join(lines)

@@ -239,9 +239,10 @@ def test_a_report_gives_floors_the_control_the_primary_and_reads_identical_arms_
     assert "predictions differ on 5.0% of 300 evaluation rows (3 paired runs)" in report
     assert "| 1.47x |" in report and "at equal pretraining steps, batch and data, not equal FLOPs" in report
     assert "**Primary claim:** teams > electra on wiki_cloze (SQuAD 1.1-style) F1" in report
-    assert "| floor: bag-of-words (32 training rows) | 0.6 |" in report
-    assert "| electra_random | 0.5527 [0.5469, 0.5584] (3)* |" in report  # under its floor
-    assert "- **pretrained > random** on rotten_tomatoes accuracy (electra > electra_random): difference 0.2" in report
+    assert "| floor: bag-of-words (32 training rows) | 60 |" in report  # percent points, as every score
+    assert "| electra_random | 55.27 [54.69, 55.84] (3)* |" in report  # under its floor
+    assert ("- **pretrained > random** on rotten_tomatoes accuracy (electra > electra_random): difference 22.67 ["
+            in report)
 
     no_detection = {("electra_random", u): electra[("electra", u)] + (0.01 if u == 2 else -0.005) for u in (1, 2, 3)}
     better = {("teams", u): 0.95 + 0.001 * u for u in (1, 2, 3)}
@@ -249,6 +250,96 @@ def test_a_report_gives_floors_the_control_the_primary_and_reads_identical_arms_
     assert results["control"]["rotten_tomatoes"]["verdict"] == NOT_REPRODUCED
     assert results["claims"][0]["verdict"] == NO_CONTROL and results["claims"][0]["decision"]["estimate"] > 0.1
     assert f"**{NO_CONTROL}**" in report
+
+
+def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_nats(tmp_path):
+    """One scale (issue 40): results.json keeps what the scripts store (accuracy 0-1, QA F1 0-100, the loss in nats);
+    a report's scores, floors, differences and MDDs, the paper's numbers beside them, and README's rows show percent
+    points, as GLUE and SQuAD print them: an accuracy of 0.5312 reads 53.12, an F1 of 25.5 stays 25.5, a held-out
+    loss of 6.5 nats stays 6.5."""
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.report import score_table, table_key, write_report
+    from encoder_zoo.repro.results import analyse
+    from encoder_zoo.repro.summary import DIFFERENCE_KEY, table
+
+    # over bert (and the other arms): 0.5012 accuracy, 25 F1; units spread apart so that differences have an MDD
+    offset, spread = {"spanbert": 0.03, "bert_random": -0.1}, {"spanbert": 0.003}
+
+    def execute(job):
+        if job.kind != "finetune":
+            leave_outputs(job, {})
+        unit = int(job.name.split("unit ")[1].split()[0]) if "unit " in job.name else None
+        if job.kind == "finetune":
+            for output in job.outputs:
+                extra = offset.get(job.arm, 0.0) + spread.get(job.arm, 0.001) * (unit - 2)
+                output.write_text(json.dumps({"accuracy": 0.5012 + extra, "f1": 25.0 + 10 * extra}))
+        elif job.kind == "pretrain":  # a held-out loss of 6.5 nats (spanbert) or 6.6
+            seed = int(job.name.rsplit("seed ", 1)[1])
+            loss = (6.5 if job.arm == "spanbert" else 6.6) + 0.01 * (seed - 2)
+            (job.folder / "trainer_state.json").write_text(json.dumps({
+                "total_flos": 1e12, "num_input_tokens_seen": 1000, "global_step": 10, "train_batch_size": 4,
+                "log_history": [{"eval_mlm_loss": loss}]}))
+        elif job.kind == "floor":
+            kind = job.command[2]
+            job.outputs[0].write_text(json.dumps({
+                "kind": kind, "value": {"bag_of_words": 0.45, "trivial_answer": 10.0, "unigram": 7.5}[kind],
+                "train_rows": 32, "description": "stands in"}))
+        return "done"
+
+    tasks = ["rotten_tomatoes", "wiki_cloze", "heldout_mlm"]
+    sweep = Sweep(EXPERIMENTS["spanbert"].at(BUDGETS["smoke"], tasks=tasks, units=(1, 2, 3)), tmp_path)
+    sweep.execute = execute
+    sweep.run(tmp_path / "cache" / "runs.jsonl")
+    results = analyse(sweep)
+    write_report(results, sweep, tmp_path / "report", ["spanbert", "--budget", "smoke"])
+    report = (tmp_path / "report" / "report.md").read_text()
+    stored = json.loads((tmp_path / "report" / "results.json").read_text())["arms"]["spanbert"]["tasks"]
+    assert stored["rotten_tomatoes"]["mean"] == pytest.approx(0.5312) and stored["wiki_cloze"]["mean"] == 25.3
+    assert stored["heldout_mlm"]["mean"] == pytest.approx(6.5)  # stored as the scripts wrote them
+
+    ours = report.split("## Ours")[1].split("## Verdicts")[0]
+    rows = {line.split(" | ")[0][2:]: line for line in ours.splitlines() if line.startswith("| ")}
+    assert ours.count("| arm | wiki_cloze (SQuAD 1.1-style) F1 | rotten_tomatoes accuracy | held-out MLM loss, nats")
+    f1, accuracy, loss = (stored[task] for task in ("wiki_cloze", "rotten_tomatoes", "heldout_mlm"))
+    assert rows["spanbert"] == (f"| spanbert | 25.3 [{f1['low']:.4g}, {f1['high']:.4g}] (3) | 53.12 "
+                                f"[{accuracy['low'] * 100:.4g}, {accuracy['high'] * 100:.4g}] (3)* | 6.5 "
+                                f"[{loss['low']:.4g}, {loss['high']:.4g}] (3) |")  # F1 and the loss as stored
+    assert rows["bert (baseline)"].startswith("| bert (baseline) | 25 [24.98, 25.02] (3) | 50.12 [49.87, 50.37] (3)")
+    assert rows["floor: chance (one constant answer)"] == "| floor: chance (one constant answer) | — | 53.12 | — |"
+    assert "| floor: bag-of-words (32 training rows) | — | 45 | — |" in ours  # 0.45 accuracy
+    assert "| floor: trivial answer | 10 | — | — |" in ours
+    assert "| floor: unigram loss (same tokenizer and documents) | — | — | 7.5 |" in ours
+    claim = next(c for c in results["claims"] if (c["arm"], c["baseline"], c["task"]) ==
+                 ("spanbert", "bert", "rotten_tomatoes"))
+    d = claim["decision"]
+    assert d["estimate"] == pytest.approx(0.03)  # computed on the stored scale
+    assert "| role | claim | task | difference, points [90% CI] | units |" in report
+    row = next(r for r in report.splitlines() if "| spanbert > bert (" in r and "rotten_tomatoes accuracy" in r)
+    assert d["mdd"] < 0.2 and f" | 3 [{d['low'] * 100:.4g}, {d['high'] * 100:.4g}] | " in row
+    assert f" | {d['mdd'] * 100:.4g} (α " in row and f"{d['mdd']:.4g}" not in row
+    qa = next(c["decision"] for c in results["claims"] if (c["arm"], c["baseline"], c["task"]) ==
+              ("spanbert", "bert", "wiki_cloze"))
+    assert qa["estimate"] == pytest.approx(0.3)  # F1 points, shown as they are
+    assert "on rotten_tomatoes accuracy (bert > bert_random): difference 10 [90% CI " in report
+    # the paper's numbers, in points, beside ours on the same scale
+    paper = report.split("## The paper's numbers")[1].split("## Ours")[0]
+    assert "SpanBERT 94.6" in paper and "ours below are on the same scale" in paper
+    assert "in percent points" in ours.split("| arm |")[0]
+
+    (tmp_path / "reports" / "spanbert" / "smoke").mkdir(parents=True)
+    (tmp_path / "reports" / "spanbert" / "smoke" / "results.json").write_text(json.dumps(results))
+    readme = table("smoke", tmp_path / "reports")
+    assert readme.startswith("| paper | claim | task | difference, points [90% CI] | units | MDD | verdict |")
+    [row] = [r for r in readme.splitlines() if "| spanbert > bert |" in r and "rotten_tomatoes" in r]
+    assert f" | 3 [{d['low'] * 100:.3g}, {d['high'] * 100:.3g}] | 3/3 | {d['mdd'] * 100:.3g} (α " in row
+    [row] = [r for r in readme.splitlines() if "| spanbert > bert (primary) |" in r]
+    assert f" | {qa['estimate']:.3g} [" in row  # F1 not multiplied
+    assert DIFFERENCE_KEY in readme and "nats" in DIFFERENCE_KEY
+    zoo = {"tasks": tasks, "chance": results["chance"], "floors": results["floors"],
+           "arms": {"spanbert": {**results["arms"]["spanbert"], "compute": {}}}}
+    cells = rows["spanbert"][:-2].split(" | ")  # README's zoo table: the report's cells, task by task
+    assert score_table(zoo)[2] == "| spanbert | " + " | ".join(cells[i] for i in (2, 1, 3)) + " | — | — | — | — |"
+    assert "held-out MLM loss in nats" in table_key(zoo) and "percent points" in table_key(zoo)
 
 
 @pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
@@ -456,8 +547,8 @@ def check_report(out, name):
     assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
     for heading in ("## The paper's numbers", "## Ours", "## Verdicts", "## How this was run", "Commit:", "Machine:",
                     "## Positive control: pretrained > random", "**Primary claim",
-                    "| role | claim | task | difference [90% CI] | units | p (primary: alone; secondary: Holm) | "
-                    "MDD (α) | FLOPs ratio | verdict |"):
+                    "| role | claim | task | difference, points [90% CI] | units | p (primary: alone; secondary: "
+                    "Holm) | MDD (α) | FLOPs ratio | verdict |"):
         assert heading in report, heading
     assert experiment.paper_table.splitlines()[0] in report
     assert "| floor: chance (one constant answer) |" in report
@@ -545,8 +636,9 @@ def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
     assert {e["arm"] for e in first} == {"teams"}
     sweep("teams", tmp_path)
     second = run_log(tmp_path)[len(first):]
-    assert second and all(e["arm"] in ("electra", "electra_random", "floors") and e["status"] == "done"
-                          for e in second)  # teams reused
+    assert any(e["arm"] == "electra" for e in second) and all(e["status"] == "done" for e in second)
+    # teams reused: neither pretrained nor fine-tuned again (its predictions come once every arm is fine-tuned)
+    assert not [e for e in second if e["arm"] == "teams" and e["kind"] in ("pretrain", "finetune")]
     results = check_report(tmp_path, "teams")
     sweep("teams", tmp_path)
     assert len(run_log(tmp_path)) == len(first) + len(second)  # nothing trained the third time
@@ -836,7 +928,7 @@ def test_a_pretrainings_time_is_its_logged_intervals_so_a_resumed_run_keeps_its_
              "3": {**timed, "includes_minilm": False}}
     rows = score_table({"tasks": ["rotten_tomatoes"], "chance": {"rotten_tomatoes": 0.5},
                         "arms": {"bert": {"tasks": {"rotten_tomatoes": score}, "failed": [], "compute": units}}})
-    assert "| bert | 0.6 [0.5, 0.7] (3) | 3e+12 | 4,000 | 160 (2 of 3 units) | 25 (2 of 3 units) |" in rows
+    assert "| bert | 60 [50, 70] (3) | 3e+12 | 4,000 | 160 (2 of 3 units) | 25 (2 of 3 units) |" in rows
 
 
 def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and_the_significant_pairs(tmp_path):
@@ -871,11 +963,12 @@ def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and
     (tmp_path / "zoo" / "cpu").mkdir(parents=True)
     (tmp_path / "zoo" / "cpu" / "results.json").write_text(json.dumps(results))
     text = zoo_table("cpu", tmp_path)
-    assert "| teams | 0.61 [0.58, 0.64] (3)* | 7.5 [7, 8] (3)* | 2e+12 | 4,000 | 800 | 5 |" in text
-    assert "| hire+minilm | 0.75 [0.74, 0.76] (3) | — | — + MiniLM | — | — | — |" in text
-    assert "| floor: chance (one constant answer) | 0.572 | — | | | | |" in text
-    assert "| floor: bag-of-words (2,000 training rows) | 0.686 | — | | | | |" in text
-    assert "| floor: bag-of-words (1,000 training rows) | 0.654 | — | | | | |" in text
+    # accuracy (stored 0-1) in percent points; F1 (stored in points) as it is
+    assert "| teams | 61 [58, 64] (3)* | 7.5 [7, 8] (3)* | 2e+12 | 4,000 | 800 | 5 |" in text
+    assert "| hire+minilm | 75 [74, 76] (3) | — | — + MiniLM | — | — | — |" in text
+    assert "| floor: chance (one constant answer) | 57.2 | — | | | | |" in text
+    assert "| floor: bag-of-words (2,000 training rows) | 68.6 | — | | | | |" in text
+    assert "| floor: bag-of-words (1,000 training rows) | 65.4 | — | | | | |" in text
     assert "| floor: trivial answer | — | 17.17 | | | | |" in text
     assert "mean over units [95% t interval of the mean over unit means] (units)" in text and "bootstrap" not in text
     assert "Positive control (pretrained > random): bert > bert_random on rotten_tomatoes accuracy: reproduced" in text
@@ -890,8 +983,8 @@ def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and
         del old[key]
     (tmp_path / "zoo" / "cpu" / "results.json").write_text(json.dumps(old))
     text = zoo_table("cpu", tmp_path)
-    assert "| teams | 0.6 [0.58, 0.64] (3) |" in text and "median over units [range: lowest and highest unit]" in text
-    assert "| chance (a model that learned nothing) | 0.572 | — |" in text and "Positive control" not in text
+    assert "| teams | 60 [58, 64] (3) |" in text and "median over units [range: lowest and highest unit]" in text
+    assert "| chance (a model that learned nothing) | 57.2 | — |" in text and "Positive control" not in text
 
 
 def test_summary_write_replaces_only_the_table(tmp_path):
