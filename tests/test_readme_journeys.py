@@ -1,0 +1,51 @@
+"""README's small commands, run as written and in order: every journey's first command (the ones README marks
+`# small`) finishes, on the embedded data, in a fresh working directory. `make test-all` runs it (minutes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FENCE = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
+
+
+def small_commands(readme: Path = REPO / "README.md") -> list[list[str]]:
+    """The commands README marks small: those right after a `# small...` comment line, or ending in `# small...`."""
+    commands = []
+    for body in FENCE.findall(readme.read_text()):
+        marked = False
+        for line in body.replace("\\\n", " ").splitlines():
+            text = line.strip()
+            if text.startswith("#"):
+                marked = text.startswith("# small")
+                continue
+            command, _, comment = text.partition(" #")
+            if command and (marked or comment.strip().startswith("small")):
+                commands.append(shlex.split(command))
+            marked = False
+    return commands
+
+
+def test_readme_marks_a_small_command_for_every_journey():
+    scripts = [words[1] for words in small_commands()]
+    assert scripts[:4] == ["training/pretrain.py", "glue/run_glue.py", "qa/run_qa.py", "repro/run.py"], scripts
+    assert any(words[1:3] == ["repro/run.py", "zoo"] for words in small_commands())
+
+
+@pytest.mark.slow
+def test_readme_small_commands_run_as_written(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for words in small_commands():
+        assert words[0] == "python", words
+        command = [sys.executable, str(REPO / words[1]), *words[2:]]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
+        assert result.returncode == 0, f"{shlex.join(words)}\n{result.stderr[-3000:]}"
+    assert (tmp_path / "runs" / "small" / "pretrain" / "export" / "model.safetensors").is_file()
+    assert (tmp_path / "runs" / "small" / "repro").is_dir() and (tmp_path / "runs" / "small" / "zoo").is_dir()
