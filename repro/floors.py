@@ -177,11 +177,9 @@ def main(argv=None) -> dict:
 
 
 def cli() -> None:
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        print(f"floors.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from encoder_zoo.training.run.entry import run_cli
+
+    run_cli(main, "floors.py")
 
 
 if __name__ == "__main__":

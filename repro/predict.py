@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -96,11 +95,9 @@ def main(argv=None) -> list[dict]:
 
 
 def cli() -> None:
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        print(f"predict.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from encoder_zoo.training.run.entry import run_cli
+
+    run_cli(main, "predict.py")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -73,11 +72,9 @@ def main(argv=None) -> dict:
 
 
 def cli() -> None:
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        print(f"random_init.py: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    from encoder_zoo.training.run.entry import run_cli
+
+    run_cli(main, "random_init.py")
 
 
 if __name__ == "__main__":
