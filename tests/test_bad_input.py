@@ -284,12 +284,13 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("case", CATALOGUE, ids=lambda case: case.name)
-def test_bad_input_gets_one_clear_line_and_touches_nothing(tmp_path, monkeypatch, capsys, case):
-    case.setup(tmp_path)
-    before = snapshot(tmp_path)
-    entry_point = importlib.import_module(ENTRY_POINTS[case.script]).cli
-    monkeypatch.setattr(sys, "argv", [case.script, *case.args(tmp_path)])
+def assert_refused(case: Case, module: str, workspace: Path, monkeypatch, capsys) -> tuple[dict, dict]:
+    """Run `case` through `module`'s `cli()`: status 2, a last line `<script>: error: ...` holding the case's
+    message, every file the user had kept byte for byte. Returns the workspace before and after."""
+    case.setup(workspace)
+    before = snapshot(workspace)
+    entry_point = importlib.import_module(module).cli
+    monkeypatch.setattr(sys, "argv", [case.script, *case.args(workspace)])
     monkeypatch.delenv("PRETRAIN_TRACEBACK", raising=False)
     with pytest.raises(SystemExit) as exit:  # any other exception (a traceback for the user) fails the test
         entry_point()
@@ -297,6 +298,12 @@ def test_bad_input_gets_one_clear_line_and_touches_nothing(tmp_path, monkeypatch
     last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     assert exit.value.code == 2, stderr[-3000:]
     assert last.startswith(f"{case.script}: error: ") and case.message in last, last
-    after = snapshot(tmp_path)
+    after = snapshot(workspace)
     assert {name: after.get(name) for name in before} == before  # every file the user had, byte for byte
+    return before, after
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=lambda case: case.name)
+def test_bad_input_gets_one_clear_line_and_touches_nothing(tmp_path, monkeypatch, capsys, case):
+    before, after = assert_refused(case, ENTRY_POINTS[case.script], tmp_path, monkeypatch, capsys)
     assert not [name for name in after if "checkpoint-" in name and name not in before]

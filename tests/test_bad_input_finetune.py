@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import save_tiny_spanbert
-from test_bad_input import ENTRY_POINTS, Case, snapshot, write
+from test_bad_input import ENTRY_POINTS, Case, assert_refused, write
 
 SCRIPTS = {**ENTRY_POINTS, "hire_importance.py": "encoder_zoo.glue.hire_importance"}
 FAST = ["--num_train_epochs", "1", "--per_device_train_batch_size", "4", "--max_seq_length", "32"]
@@ -196,18 +196,7 @@ CATALOGUE = [
 
 @pytest.mark.parametrize("case", CATALOGUE, ids=lambda case: case.name)
 def test_bad_input_gets_one_clear_line_and_touches_nothing(tmp_path, monkeypatch, capsys, case):
-    case.setup(tmp_path)
-    before = snapshot(tmp_path)
-    entry_point = importlib.import_module(SCRIPTS[case.script]).cli
-    monkeypatch.setattr(sys, "argv", [case.script, *case.args(tmp_path)])
-    with pytest.raises(SystemExit) as exit:  # any other exception (a traceback for the user) fails the test
-        entry_point()
-    stderr = capsys.readouterr().err
-    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    assert exit.value.code == 2, stderr[-3000:]
-    assert last.startswith(f"{case.script}: error: ") and case.message in last, last
-    after = snapshot(tmp_path)
-    assert {name: after.get(name) for name in before} == before  # every file the user had, byte for byte
+    before, after = assert_refused(case, SCRIPTS[case.script], tmp_path, monkeypatch, capsys)
     assert not [name for name in after if name not in before and "seed-" in name]  # nothing trained first
 
 

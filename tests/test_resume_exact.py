@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import PRETRAIN, pretrain, pretrain_env
+from helpers import pretrain
+from test_bad_input import snapshot
+from test_failures import run
+from test_resume import start, wait_for
 
 from encoder_zoo.training.run.folders import EXPORT_PAUSE_ENV, TRAINED_PAUSE_ENV
 from encoder_zoo.training.run.locks import LOCK_FILES
@@ -31,10 +32,6 @@ def run_args(out: Path) -> list[str]:
     return [*SMALL, "--output_dir", str(out)]
 
 
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def checkpoint_steps(out: Path) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
 
@@ -48,17 +45,8 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 def kill_when(path: Path, out: Path, **env) -> None:
     """Start the run in `out`, SIGKILL it once `path` exists."""
-    import time
-
-    process = subprocess.Popen([sys.executable, PRETRAIN, *run_args(out)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, env=pretrain_env(**env), start_new_session=True)
-    deadline = time.time() + 300
-    while not path.exists():
-        if process.poll() is not None:
-            raise AssertionError(f"the run ended ({process.returncode}) before {path} appeared:\n"
-                                 f"{process.stderr.read()[-3000:]}")
-        assert time.time() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    process = start(*run_args(out), **env)
+    wait_for(path, process, timeout=300)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
 
@@ -125,7 +113,6 @@ def test_a_finished_run_rerun_changes_nothing(uninterrupted, tmp_path, monkeypat
     byte changed (lock files included: none are left). A --max_steps below the checkpoint's is refused."""
     import logging
 
-    from encoder_zoo.training.pretrain import cli
 
     out = tmp_path / "run"
     shutil.copytree(uninterrupted, out)
@@ -133,13 +120,7 @@ def test_a_finished_run_rerun_changes_nothing(uninterrupted, tmp_path, monkeypat
     assert not any(name in before for name in LOCK_FILES)
 
     def rerun(*extra) -> tuple[int, str]:
-        monkeypatch.setattr(sys, "argv", ["pretrain.py", *run_args(out), "--resume_from_checkpoint", "true", *extra])
-        capsys.readouterr()
-        try:
-            cli()
-            return 0, capsys.readouterr().err
-        except SystemExit as stop:
-            return stop.code, capsys.readouterr().err
+        return run("pretrain.py", [*run_args(out), "--resume_from_checkpoint", "true", *extra], monkeypatch, capsys)
 
     with caplog.at_level(logging.INFO, logger="pretrain"):
         code, _ = rerun()
