@@ -615,7 +615,9 @@ def starting_weights_problem(model) -> str | None:
         frozen_embeddings = next((name for name, buffer in model.named_buffers() if buffer is embedding_weight), None)
         if frozen_embeddings:
             tensors[frozen_embeddings] = embedding_weight
-    floating = {name: _local(t.detach()) for name, t in tensors.items() if t.is_floating_point() and t.numel()}
+    # Each process checks its own shard (FSDP): a shard may be empty, and empty ones are skipped.
+    floating = {name: local for name, t in tensors.items() if t.is_floating_point()
+                for local in [_local(t.detach())] if local.numel()}
     if not floating:
         return None
     names = list(floating)
