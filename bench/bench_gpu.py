@@ -224,6 +224,8 @@ def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
     if options.peak_tflops:
         result["mfu"] = float(f"{total_flops / seconds / (options.peak_tflops * 1e12):.4g}")
     result["peak_memory_MiB"] = round(torch.cuda.max_memory_allocated() / 2**20) if device.type == "cuda" else None
+    if options.profile:
+        result["profile"] = kernel_profile(step, inputs, device)
     if ours:
         result.update(attention=model.config._attn_implementation, packed=packing)
     run = model = optimizer = None  # free the GPU memory before the next kind (step's closure keeps the names)
@@ -231,6 +233,53 @@ def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+# ---------------------------------------------------------------------------------------------------- profile
+KERNEL_KINDS = (  # kernel name fragment -> kind, first match wins (cuBLAS/CUTLASS GEMMs, attention, optimizer...)
+    (("fmha", "flash", "attention", "attn", "cudnn"), "attention"),
+    (("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul", "addmm", "mm_"), "matmul"),
+    (("multi_tensor", "adam", "foreach"), "optimizer"),
+    (("triton",), "fused (triton)"),
+    (("memcpy", "memset"), "copies"),
+)
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for fragments, kind in KERNEL_KINDS if any(f in lowered for f in fragments)), "other")
+
+
+def kernel_profile(step, inputs: list[dict], device: torch.device, steps: int = 3, top: int = 12) -> dict:
+    """Where `steps` train steps spend device time (CPU time on CPU): the share per kernel kind and the top kernels,
+    and how busy the device was over the steps' wall time (low: launch or host-sync bound)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for index in range(steps):
+            step(inputs[index % len(inputs)])
+        if cuda:
+            torch.cuda.synchronize()
+    wall_us = (time.perf_counter() - start) * 1e6
+    events = [e for e in prof.key_averages() if (e.device_type.name == "CUDA") == cuda]
+    timed = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total), e.count) for e in events]
+    timed = [row for row in timed if row[1] > 0]
+    total = sum(t for _, t, _ in timed) or 1.0
+    kinds: dict[str, float] = {}
+    for name, t, _ in timed:
+        kinds[kernel_kind(name)] = kinds.get(kernel_kind(name), 0.0) + t
+    timed.sort(key=lambda row: -row[1])
+    return {
+        "steps": steps,
+        "device_busy": round(total / wall_us, 3) if cuda else None,
+        "ms_per_step": round(total / steps / 1e3, 3),
+        "kinds": {kind: round(t / total, 3) for kind, t in sorted(kinds.items(), key=lambda kv: -kv[1])},
+        "top": [{"kernel": name[:120], "share": round(t / total, 4), "calls_per_step": count // steps}
+                for name, t, count in timed[:top]],
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -245,8 +294,10 @@ def parse(argv=None):
     parser.add_argument("--pairs", nargs="+", choices=sorted(PAIRS), default=list(PAIRS))
     parser.add_argument("--size", choices=["tiny", "small", "base", "large"], default="base")
     parser.add_argument("--seq_lengths", type=int, nargs="+", default=[512, 128])
-    parser.add_argument("--tokens_per_batch", type=int, default=16384,
-                        help="Batch size in tokens: the batch holds tokens_per_batch / seq_length sequences.")
+    parser.add_argument("--tokens_per_batch", type=int, default=65536,
+                        help="Batch size in tokens: the batch holds tokens_per_batch / seq_length sequences. 65,536 "
+                             "(half the papers' 256 x 512) keeps an H200 busy: at 16,384 it idled 70%% of a BERT-base "
+                             "step, launch- and sync-bound (bench/results/gpu_2026-11-27_nvidia-h200/).")
     parser.add_argument("--steps", type=int, default=20, help="Timed steps per model.")
     parser.add_argument("--warmup", type=int, default=5, help="Untimed steps first (compilation, recompilation).")
     parser.add_argument("--documents", type=int, default=10000, help="Wikipedia lead sections the batches come from.")
@@ -266,6 +317,11 @@ def parse(argv=None):
                         help="A quick check that runs anywhere: tiny sizes, 32-token blocks, 2 steps; writes only "
                              "--output.")
     parser.add_argument("--allow_cpu", action="store_true", help="Run the full settings on CPU (slow).")
+    parser.add_argument("--profile", action="store_true",
+                        help="Also profile 3 steps of each model: device time per kernel kind (matmul, attention, "
+                             "fused, optimizer...), the top kernels and how busy the device was.")
+    parser.add_argument("--time_limit", type=float, default=None,
+                        help="Seconds: start no new cell after this (the results file holds the cells done).")
     options = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if options.smoke:
@@ -299,31 +355,44 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def write(record: dict, output: Path | None) -> None:
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(record, indent=2))
+
+
 def main(argv=None) -> dict:
     options = parse(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    results = {}
-    for seq_length in options.seq_lengths:
-        batch_size = max(1, options.tokens_per_batch // seq_length)
-        for pair in options.pairs:
-            ours, reference, scheme = PAIRS[pair]
-            data = batches(seq_length, batch_size, max(4, min(options.steps, 16)), scheme, options.documents)
-            real = sum(int(b["attention_mask"].sum()) for b in data) / sum(b["attention_mask"].numel() for b in data)
-            row = {"batch_size": batch_size, "real_token_fraction": round(real, 3)}
-            for side, kind in (("ours", ours), ("reference", reference)):
-                row.update({f"{side}_{key}": value for key, value in measure(kind, options, data, device).items()})
-            row["speedup"] = round(row["ours_tokens_per_s"] / row["reference_tokens_per_s"], 2)
-            results[f"{pair}@{seq_length}"] = row
-            print(json.dumps({f"{pair}@{seq_length}": row}), flush=True)
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(options).items()
                 if key not in ("output", "allow_cpu")}
     settings["flops"] = ("PaLM appendix B / nanoGPT estimate_mfu, counting only the work each model does "
                          "(bench/bench_gpu.py)")
-    record = {"machine": machine(), "device": str(device), "settings": settings, **results}
     output = options.output or (None if options.smoke else RESULTS / f"gpu_{options.size}_{device.type}.json")
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(record, indent=2))
+    record = {"machine": machine(), "device": str(device), "settings": settings}
+    if device.type == "cuda":
+        record["gpu"] = torch.cuda.get_device_name()
+    results, started = {}, time.perf_counter()
+    cells = [(seq_length, pair) for seq_length in options.seq_lengths for pair in options.pairs]
+    for seq_length, pair in cells:
+        if options.time_limit is not None and time.perf_counter() - started > options.time_limit:
+            record["stopped_early"] = f"--time_limit {options.time_limit:g} s reached before {pair}@{seq_length}"
+            print(record["stopped_early"], flush=True)
+            break
+        batch_size = max(1, options.tokens_per_batch // seq_length)
+        ours, reference, scheme = PAIRS[pair]
+        data = batches(seq_length, batch_size, max(4, min(options.steps, 16)), scheme, options.documents)
+        real = sum(int(b["attention_mask"].sum()) for b in data) / sum(b["attention_mask"].numel() for b in data)
+        row = {"batch_size": batch_size, "real_token_fraction": round(real, 3)}
+        for side, kind in (("ours", ours), ("reference", reference)):
+            row.update({f"{side}_{key}": value for key, value in measure(kind, options, data, device).items()})
+        row["speedup"] = round(row["ours_tokens_per_s"] / row["reference_tokens_per_s"], 2)
+        results[f"{pair}@{seq_length}"] = row
+        print(json.dumps({f"{pair}@{seq_length}": row}), flush=True)
+        record[f"{pair}@{seq_length}"] = row
+        record["seconds"] = round(time.perf_counter() - started, 1)
+        write(record, output)  # after every cell: a run stopped early keeps what it measured
+    write(record, output)
     print(markdown(results))
     return record
 

@@ -63,3 +63,19 @@ def test_smoke_mode_runs_on_cpu_and_writes_the_rows(tmp_path):
     assert row["ours_model"] == row["reference_model"].replace("BertForMaskedLM", "SpanBertForPreTraining")
     assert row["ours_packed"] and row["ours_tokens_per_s"] > 0 and row["reference_tokens_per_s"] > 0
     assert row["speedup"] == round(row["ours_tokens_per_s"] / row["reference_tokens_per_s"], 2)
+
+
+def test_profile_shares_add_up_and_a_time_limit_keeps_what_ran(tmp_path):
+    output = tmp_path / "gpu.json"
+    record = bench_gpu.main(["--smoke", "--pairs", "bert", "spanbert", "--profile", "--time_limit", "0.5",
+                             "--output", str(output)])
+    written = json.loads(output.read_text())
+    assert written == json.loads(json.dumps(record))
+    assert "bert@32" in written and "spanbert@32" not in written, "the limit passed during the first cell"
+    assert written["stopped_early"].endswith("before spanbert@32")
+    profile = written["bert@32"]["ours_profile"]
+    assert abs(sum(profile["kinds"].values()) - 1) < 0.01
+    assert profile["top"] and all(0 < row["share"] <= 1 for row in profile["top"])
+    assert bench_gpu.kernel_kind("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "matmul"
+    assert bench_gpu.kernel_kind("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") == "attention"
+    assert bench_gpu.kernel_kind("triton_per_fused_add_native_dropout_native_layer_norm_9") == "fused (triton)"
