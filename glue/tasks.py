@@ -1,7 +1,8 @@
 """GLUE tasks, the two embedded offline tasks, and every way to load their data.
 
 Each task is described once (`TaskSpec`): its text columns in the Hub GLUE schema, label count, validation splits,
-metrics, and where its columns sit in the original GLUE TSV distribution.
+metrics, where its columns sit in the original GLUE TSV distribution, the loader of an embedded task's own data, and
+how a comparison of models scores it (`Scoring`, which repro/ reads).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import bz2
 import csv
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,26 @@ from encoder_zoo.training.run import resource_path
 
 GLUE_HUB_ID = "nyu-mll/glue"
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a comparison of models (repro/) scores a task, declared in the task's own spec: a sentence task's
+    `TaskSpec` (here), a QA set's `QATaskSpec` (qa/tasks.py), a pretraining metric's `PretrainingTask`
+    (repro/tasks.py). repro reads it through `repro.tasks.task_facts`, never by the task's name."""
+
+    metric: str  # the score's key in what its script writes (glue_results.json, qa_results.json, the trainer's log)
+    description: str  # what the reports and plots call it
+    finetuned_by: str | None  # "glue" (glue/run_glue.py), "qa" (qa/run_qa.py); None: the pretraining logs it
+    higher_is_better: bool = True
+    # One point of a paper's table in the units the score is stored in: 0.01 for accuracy or a correlation (stored
+    # 0-1, as glue_results.json keeps them), 1.0 for SQuAD F1 (qa_results.json's, already 0-100) and for a loss.
+    point: float = 0.01
+    unit: str = "points"  # what the reports show: percent points, or nats for a loss
+    # What a model that learned nothing scores: "majority_class" (the accuracy of the scored rows' most frequent
+    # label), "no_correlation" (0), None (no such level: QA F1, a loss).
+    chance: str | None = None
+    floor: str | None = None  # the trivial model repro/floors.py fits: bag_of_words, trivial_answer or unigram
 
 
 @dataclass(frozen=True)
@@ -34,52 +56,18 @@ class TaskSpec:
     tsv_dev_files: tuple[str, ...] = ("dev.tsv",)
     tsv_columns: dict[str, str | int] = field(default_factory=dict)
     tsv_has_header: bool = True
+    # An embedded task's own data (train and validation splits), read offline; None: the Hub or --data_dir.
+    loader: Callable[[], datasets.DatasetDict] | None = None
+    scoring: Scoring | None = None  # None: no comparison of repro/ scores this task
+
+    def __post_init__(self):
+        if self.scoring and self.scoring.metric not in self.metrics:
+            raise ValueError(f"task {self.name}: its scoring metric {self.scoring.metric!r} is none of the metrics "
+                             f"run_glue.py computes for it {self.metrics}; name one of them.")
 
     @property
     def is_regression(self) -> bool:
         return self.num_labels == 1
-
-
-TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec("cola", ("sentence",), 2, ("matthews_correlation",), label_names=("unacceptable", "acceptable"),
-                     tsv_folder="CoLA", tsv_columns={"sentence": 3, "label": 1}, tsv_has_header=False),
-    "sst2": TaskSpec("sst2", ("sentence",), 2, ("accuracy",), label_names=("negative", "positive"),
-                     tsv_folder="SST-2", tsv_columns={"sentence": "sentence", "label": "label"}),
-    "mrpc": TaskSpec("mrpc", ("sentence1", "sentence2"), 2, ("f1", "accuracy"),
-                     label_names=("not_equivalent", "equivalent"), tsv_folder="MRPC",
-                     tsv_columns={"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"}),
-    "qqp": TaskSpec("qqp", ("question1", "question2"), 2, ("f1", "accuracy"),
-                    label_names=("not_duplicate", "duplicate"), tsv_folder="QQP",
-                    tsv_columns={"question1": "question1", "question2": "question2", "label": "is_duplicate"}),
-    "stsb": TaskSpec("stsb", ("sentence1", "sentence2"), 1, ("pearson", "spearmanr"), tsv_folder="STS-B",
-                     tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "score"}),
-    "mnli": TaskSpec("mnli", ("premise", "hypothesis"), 3, ("accuracy",),
-                     validation_splits=("validation_matched", "validation_mismatched"),
-                     label_names=("entailment", "neutral", "contradiction"), tsv_folder="MNLI",
-                     tsv_dev_files=("dev_matched.tsv", "dev_mismatched.tsv"),
-                     tsv_columns={"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"}),
-    "qnli": TaskSpec("qnli", ("question", "sentence"), 2, ("accuracy",), label_names=("entailment", "not_entailment"),
-                     tsv_folder="QNLI", tsv_columns={"question": "question", "sentence": "sentence", "label": "label"}),
-    "rte": TaskSpec("rte", ("sentence1", "sentence2"), 2, ("accuracy",), label_names=("entailment", "not_entailment"),
-                    tsv_folder="RTE",
-                    tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
-    "wnli": TaskSpec("wnli", ("sentence1", "sentence2"), 2, ("accuracy",), label_names=("not_entailment", "entailment"),
-                     tsv_folder="WNLI",
-                     tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
-    # Embedded offline tasks built from real data shipped in PyPI packages.
-    "rotten_tomatoes": TaskSpec("rotten_tomatoes", ("sentence",), 2, ("accuracy",), label_names=("rotten", "fresh")),
-    "movie_sentiment_regression": TaskSpec("movie_sentiment_regression", ("sentence",), 1, ("pearson", "spearmanr")),
-}
-GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
-EMBEDDED_TASKS = ("rotten_tomatoes", "movie_sentiment_regression")
-CUSTOM = "custom"
-
-
-def get_task(name: str) -> TaskSpec:
-    if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}. Choose one of: {', '.join(TASKS)} (or pass "
-                         "--train_file/--validation_file).")
-    return TASKS[name]
 
 
 # ------------------------------------------------------------------------------------------------ embedded tasks
@@ -124,6 +112,57 @@ def load_movie_sentiment_regression() -> datasets.DatasetDict:
                 sentences.append(parts[2].strip())
                 scores.append(float(parts[1]))
     return _as_splits({"sentence": sentences, "label": scores})
+
+
+# ------------------------------------------------------------------------------------------------ the tasks
+TASKS: dict[str, TaskSpec] = {
+    "cola": TaskSpec("cola", ("sentence",), 2, ("matthews_correlation",), label_names=("unacceptable", "acceptable"),
+                     tsv_folder="CoLA", tsv_columns={"sentence": 3, "label": 1}, tsv_has_header=False),
+    "sst2": TaskSpec("sst2", ("sentence",), 2, ("accuracy",), label_names=("negative", "positive"),
+                     tsv_folder="SST-2", tsv_columns={"sentence": "sentence", "label": "label"}),
+    "mrpc": TaskSpec("mrpc", ("sentence1", "sentence2"), 2, ("f1", "accuracy"),
+                     label_names=("not_equivalent", "equivalent"), tsv_folder="MRPC",
+                     tsv_columns={"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"}),
+    "qqp": TaskSpec("qqp", ("question1", "question2"), 2, ("f1", "accuracy"),
+                    label_names=("not_duplicate", "duplicate"), tsv_folder="QQP",
+                    tsv_columns={"question1": "question1", "question2": "question2", "label": "is_duplicate"}),
+    "stsb": TaskSpec("stsb", ("sentence1", "sentence2"), 1, ("pearson", "spearmanr"), tsv_folder="STS-B",
+                     tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "score"}),
+    "mnli": TaskSpec("mnli", ("premise", "hypothesis"), 3, ("accuracy",),
+                     validation_splits=("validation_matched", "validation_mismatched"),
+                     label_names=("entailment", "neutral", "contradiction"), tsv_folder="MNLI",
+                     tsv_dev_files=("dev_matched.tsv", "dev_mismatched.tsv"),
+                     tsv_columns={"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"}),
+    "qnli": TaskSpec("qnli", ("question", "sentence"), 2, ("accuracy",), label_names=("entailment", "not_entailment"),
+                     tsv_folder="QNLI", tsv_columns={"question": "question", "sentence": "sentence", "label": "label"}),
+    "rte": TaskSpec("rte", ("sentence1", "sentence2"), 2, ("accuracy",), label_names=("entailment", "not_entailment"),
+                    tsv_folder="RTE",
+                    tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
+    "wnli": TaskSpec("wnli", ("sentence1", "sentence2"), 2, ("accuracy",), label_names=("not_entailment", "entailment"),
+                     tsv_folder="WNLI",
+                     tsv_columns={"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
+    # Embedded offline tasks built from real data shipped in PyPI packages; the comparisons of repro/ score them.
+    "rotten_tomatoes": TaskSpec(
+        "rotten_tomatoes", ("sentence",), 2, ("accuracy",), label_names=("rotten", "fresh"),
+        loader=load_rotten_tomatoes,
+        scoring=Scoring("accuracy", "rotten_tomatoes accuracy", "glue", chance="majority_class", floor="bag_of_words")),
+    "movie_sentiment_regression": TaskSpec(
+        "movie_sentiment_regression", ("sentence",), 1, ("pearson", "spearmanr"),
+        loader=load_movie_sentiment_regression,
+        scoring=Scoring("pearson", "movie_sentiment_regression Pearson", "glue", chance="no_correlation",
+                        floor="bag_of_words")),
+}
+# The nine tasks of the GLUE benchmark (run_glue.py's GLUE average); not the embedded tasks.
+GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
+EMBEDDED_TASKS = tuple(name for name, task in TASKS.items() if task.loader)
+CUSTOM = "custom"
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise ValueError(f"Unknown task {name!r}. Choose one of: {', '.join(TASKS)} (or pass "
+                         "--train_file/--validation_file).")
+    return TASKS[name]
 
 
 # ------------------------------------------------------------------------------------------------ TSV distribution
@@ -285,10 +324,8 @@ def load_task(
     if train_file or validation_file:
         return _load_files(task_name, train_file, validation_file, text_columns, label_column)
     task = get_task(task_name)
-    if task.name == "rotten_tomatoes":
-        return task, load_rotten_tomatoes()
-    if task.name == "movie_sentiment_regression":
-        return task, load_movie_sentiment_regression()
+    if task.loader is not None:
+        return task, task.loader()
     if data_dir:
         folder = Path(data_dir)
         folder = folder / task.tsv_folder if (folder / task.tsv_folder).is_dir() else folder

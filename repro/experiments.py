@@ -44,6 +44,12 @@ class Claim:
     # arms' measured FLOPs ratio beside it.
     compares_at: str = ""
 
+    def margin(self, task: str) -> float | None:
+        """`margin_points` in the units `task`'s scores are stored in (one point: its `Scoring.point`)."""
+        from encoder_zoo.repro.tasks import task_facts
+
+        return None if self.margin_points is None else self.margin_points * task_facts(task).point
+
 
 @dataclass(frozen=True)
 class Primary:
@@ -54,45 +60,6 @@ class Primary:
     baseline: str
     task: str
     source: str
-
-
-@dataclass(frozen=True)
-class Metric:
-    task: str
-    key: str
-    higher_is_better: bool = True
-    label: str = ""
-    # One point (of a paper's table) in the units results.json stores: 0.01 accuracy or Pearson (stored 0-1, as
-    # glue_results.json keeps them), 1.0 F1 (qa_results.json's, already 0-100); a loss: one nat.
-    point: float = 0.01
-    unit: str = "points"  # what the reports show (`display_scale`): percent points, or nats for a loss
-
-    def margin(self, claim: Claim) -> float | None:
-        return None if claim.margin_points is None else claim.margin_points * self.point
-
-
-METRICS = {
-    "rotten_tomatoes": Metric("rotten_tomatoes", "accuracy", True, "rotten_tomatoes accuracy"),
-    "movie_sentiment_regression": Metric("movie_sentiment_regression", "pearson", True,
-                                         "movie_sentiment_regression Pearson"),
-    "wiki_cloze": Metric("wiki_cloze", "f1", True, "wiki_cloze (SQuAD 1.1-style) F1", point=1.0),
-    "wiki_cloze_v2": Metric("wiki_cloze_v2", "f1", True, "wiki_cloze_v2 (SQuAD 2.0-style) F1", point=1.0),
-    "heldout_mlm": Metric("heldout_mlm", "eval_mlm_loss", False, "held-out MLM loss, nats (pretraining eval)",
-                          point=1.0, unit="nats"),
-}
-
-
-def display_scale(task: str) -> float:
-    """The factor from what results.json and the cache store for `task` to what every report, plot and README table
-    shows: percent points (0-100, as GLUE and SQuAD print them, the papers' scale) for scores, so accuracy and
-    Pearson (stored 0-1) x 100 and QA F1 (stored in points) x 1; nats for the held-out MLM loss (x 1). Linear, so
-    differences, intervals, MDDs, floors and margins scale with the scores; the statistics are computed unscaled."""
-    return 1.0 / METRICS[task].point
-
-
-QA_TASKS = ("wiki_cloze", "wiki_cloze_v2")
-# The embedded sentence tasks fine-tuned by glue/run_glue.py (glue.tasks.EMBEDDED_TASKS; not the 9 GLUE tasks).
-EMBEDDED_SENTENCE_TASKS = ("rotten_tomatoes", "movie_sentiment_regression")
 
 
 @dataclass(frozen=True)
@@ -178,7 +145,7 @@ class Experiment:
         """What this experiment runs at `budget`: its arms, unit seeds (`units` replaces them) and tasks there (`tasks`
         narrows them), the budget's flags for them, each pretrained arm's schedule, each sentence task's labels;
         `dataset`: the pretraining corpus."""
-        from encoder_zoo.glue.tasks import get_task
+        from encoder_zoo.repro.tasks import task_facts
         from encoder_zoo.training.recipes import get_recipe
 
         def defaults(arm: Arm):
@@ -201,7 +168,7 @@ class Experiment:
             cnn_flags=budget.cnn_flags(),
             finetune_flags={over_minilm: budget.finetune_flags(over_minilm) for over_minilm in (False, True)},
             finetune_seeds={u: tuple(budget.finetune_seed(u, s) for s in budget.finetune_seeds) for u in unit_seeds},
-            num_labels={t: get_task(t).num_labels for t in run_tasks if t in EMBEDDED_SENTENCE_TASKS},
+            num_labels={t: task_facts(t).num_labels for t in run_tasks if task_facts(t).finetuned_by == "glue"},
             arms_by_name={a.name: a for a in (*self.arms, *filter(None, [self.control_arm()]))},
             unit_seeds=unit_seeds)
 
@@ -223,7 +190,7 @@ class Setting:
     cnn_flags: list[str]  # the budget's for BERTAC's CNN pretraining
     finetune_flags: dict[bool, list[str]]  # over the MiniLM (True) or over an encoder of ours (False)
     finetune_seeds: dict[int, tuple[int, ...]]  # unit -> the fine-tuning seeds it runs
-    num_labels: dict[str, int]  # sentence task -> its labels (glue.tasks' TaskSpec; 1: regression)
+    num_labels: dict[str, int]  # task fine-tuned by run_glue.py -> its labels (its TaskSpec; 1: regression)
     arms_by_name: dict[str, Arm]  # every arm of the experiment (a fusion's `backbone_from`), the control's included
     unit_seeds: tuple[int, ...] = ()  # one independently trained model per arm and seed
 
@@ -239,6 +206,8 @@ class Setting:
         return self.budget.train_samples(self.over_minilm(arm))
 
 
+# The zoo table's tasks (repro/zoo.py).
+ZOO_TASKS = ("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "heldout_mlm")
 CNN_GAN = ()
 CNN_SELF_SUPERVISED = ("--config_overrides", "pretraining_objective=self_supervised")
 # What a claim's comparison holds equal (`Claim.compares_at`); the report gives the FLOPs ratio beside it.

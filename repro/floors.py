@@ -8,9 +8,9 @@ arms both sit at or under their floor reads "no signal" (repro/stats.py). One ch
     python repro/floors.py unigram --export PRETRAINING/export --output F -- PRETRAINING_FLAGS
 
 - bag_of_words (classification and regression): TF-IDF of word unigrams and bigrams (sublinear tf), fitted on the
-  training rows the fine-tunings read, with scikit-learn's LogisticRegression (C 1, classification, scored by
-  accuracy) or Ridge (alpha 1, regression, scored by Pearson), scored on the same evaluation rows. Fixed settings,
-  chosen before any result and never tuned.
+  training rows the fine-tunings read, with scikit-learn's LogisticRegression (C 1, classification) or Ridge (alpha 1,
+  regression), scored on the same evaluation rows by the metric the task's spec scores it by (`Scoring.metric`;
+  without one, accuracy or Pearson). Fixed settings, chosen before any result and never tuned.
 - trivial_answer (extractive QA F1): every question answered with the context's first k words, k (0: no answer)
   the length whose answers score the best F1 on the training rows; scored with run_qa.py's own metric on its
   evaluation rows. It reads neither question nor answer type: a model under it has not learned to read the question.
@@ -37,9 +37,24 @@ KINDS = ("bag_of_words", "trivial_answer", "unigram")
 MAX_ANSWER_WORDS = 10
 
 
-def bag_of_words(task: str, max_train: int | None, max_eval: int | None, seed: int) -> dict:
+def score(metric: str, predicted, labels) -> float:
+    """`predicted` against `labels` by `metric`, as glue/metrics/glue_zoo computes it (0-1)."""
     import numpy as np
     from scipy import stats
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    scorers = {"accuracy": lambda: np.mean(predicted == labels),
+               "pearson": lambda: stats.pearsonr(predicted, labels)[0],
+               "spearmanr": lambda: stats.spearmanr(predicted, labels)[0],
+               "f1": lambda: f1_score(labels, predicted),
+               "matthews_correlation": lambda: matthews_corrcoef(labels, predicted)}
+    if metric not in scorers:
+        raise ValueError(f"the bag_of_words floor scores by {', '.join(scorers)}, not {metric!r}")
+    return float(scorers[metric]())
+
+
+def bag_of_words(task: str, max_train: int | None, max_eval: int | None, seed: int) -> dict:
+    import numpy as np
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression, Ridge
 
@@ -57,12 +72,12 @@ def bag_of_words(task: str, max_train: int | None, max_eval: int | None, seed: i
     labels = np.asarray(scored["label"])
     if spec.is_regression:
         predicted = Ridge(alpha=1.0, random_state=seed).fit(features, train["label"]).predict(scored_features)
-        value, metric = float(stats.pearsonr(predicted, labels)[0]), "pearson"
         model = "Ridge(alpha=1)"
     else:
         classifier = LogisticRegression(C=1.0, max_iter=1000, random_state=seed).fit(features, train["label"])
-        value, metric = float(np.mean(classifier.predict(scored_features) == labels)), "accuracy"
-        model = "LogisticRegression(C=1)"
+        predicted, model = classifier.predict(scored_features), "LogisticRegression(C=1)"
+    metric = spec.scoring.metric if spec.scoring else "pearson" if spec.is_regression else "accuracy"
+    value = score(metric, predicted, labels)
     return {"kind": "bag_of_words", "value": value, "metric": metric, "train_rows": len(train),
             "eval_rows": len(scored), "seed": seed,
             "description": f"TF-IDF word 1-2-grams + {model} on {len(train)} training rows, {len(scored)} scored"}
@@ -77,13 +92,14 @@ def trivial_answer(task: str, max_train: int | None, max_eval: int | None) -> di
 
     from encoder_zoo.qa.data import load_qa, validate
     from encoder_zoo.qa.run_qa import METRIC_MODULE, NULL_ODDS_THRESHOLD
+    from encoder_zoo.qa.tasks import get_qa_task
 
+    version_2 = get_qa_task(task).version_2
     raw = load_qa(task, None, None)
     rows = {}
     for split, limit in (("train", max_train), ("validation", max_eval)):
         records, _ = validate(raw[split], "error", f"{task} {split}")
         rows[split] = records.select(range(min(limit, len(records)))) if limit else records
-    version_2 = task.endswith("_v2")
     metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
 
     def f1(records, k: int) -> float:

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import EMBEDDED_SENTENCE_TASKS, QA_TASKS, Arm, Setting
+from encoder_zoo.repro.experiments import Arm, Setting
 from encoder_zoo.repro.provenance import REPO, code_hash, model_files, model_hash, torch_threads
+from encoder_zoo.repro.tasks import task_facts
 
 PRETRAIN = REPO / "training" / "pretrain.py"
 RUN_GLUE = REPO / "glue" / "run_glue.py"
@@ -230,14 +231,14 @@ class Sweep:
         (seed `unit`), or (the positive control) the random initialisation of another arm's model (seed `unit`),
         then its fine-tuning runs."""
         encoder_job = self.encoder_job(arm, unit) if arm.pretrain else None
-        if encoder_job and "heldout_mlm" in self.tasks:
-            self.sources[(arm.name, "heldout_mlm", unit, None)] = (encoder_job,
-                                                                   encoder_job.folder / "trainer_state.json")
+        for task in self.tasks:  # a pretraining metric: the last evaluation its pretraining logged
+            if encoder_job and task_facts(task).pretraining_metric:
+                self.sources[(arm.name, task, unit, None)] = (encoder_job, encoder_job.folder / "trainer_state.json")
         backbone_job = self.backbone_job(arm, unit)
         cnn_job = self.cnn_job(arm, unit)
         self.pretraining[(arm.name, unit)] = [j for j in (encoder_job or backbone_job, cnn_job) if j]
         for task in self.tasks:
-            made = None if task == "heldout_mlm" else self.model_of(arm, task, unit)
+            made = None if task_facts(task).pretraining_metric else self.model_of(arm, task, unit)
             if made:
                 self.finetune_jobs(arm, task, *made, unit)
 
@@ -267,7 +268,7 @@ class Sweep:
         if backbone_job is not None:
             needs = [*needs, backbone_job]
         if arm.init:
-            if task in QA_TASKS and arm.init != "bertac":
+            if task_facts(task).finetuned_by == "qa" and arm.init != "bertac":
                 return None
             model_job = self.init_job(arm, task, cnn_job, unit, backbone_job)
             return str(model_job.folder / "model"), [*needs, model_job]
@@ -301,7 +302,7 @@ class Sweep:
         return self.pretrain_job(arm, flags, unit, "pretrain")
 
     def init_job(self, arm: Arm, task: str, cnn_job: Job | None, unit: int, backbone_job: Job | None = None) -> Job:
-        qa = task in QA_TASKS
+        qa = task_facts(task).finetuned_by == "qa"
         head = ["--head", "question_answering"] if qa else ["--num_labels", str(self.setting.num_labels[task])]
         backbone = ["--backbone", str(backbone_job.folder / "export"), "--trust_remote_code"] if backbone_job else []
         flags = [*arm.init_flags, *backbone, *(head if arm.init == "bertac" else head[-2:] if not qa else []),
@@ -335,7 +336,7 @@ class Sweep:
         budget_flags = self.setting.finetune_flags[self.setting.over_minilm(arm)]
         like = self.setting.arms_by_name[arm.random_init_of] if arm.random_init_of else arm
         jobs = []
-        if task in EMBEDDED_SENTENCE_TASKS:
+        if task_facts(task).finetuned_by == "glue":
             # A fusion init's classifier is new for the task's labels; a QA init already carries its QA head.
             remote = ["--trust_remote_code", *(["--ignore_mismatched_sizes"] if like.init else [])]
             preset_name = like.glue_preset or self.experiment.glue_preset
@@ -363,7 +364,7 @@ class Sweep:
         for job in jobs:
             for seed in job.seeds:
                 self.sources[(arm.name, task, unit, seed)] = (job, job.folder / f"seed-{seed}.json")
-                if task in QA_TASKS:  # run_qa.py writes its predictions itself
+                if task_facts(task).finetuned_by == "qa":  # run_qa.py writes its predictions itself
                     self.predictions[(arm.name, task, unit, seed)] = (job, job.folder / "run" / "predictions.json")
 
     def add_predictions(self) -> None:
@@ -372,7 +373,8 @@ class Sweep:
         scores apart)."""
         runs: dict[tuple[str, str], list[tuple[int, Job]]] = {}
         for (arm, task, unit, _), (job, _) in self.sources.items():
-            if task in EMBEDDED_SENTENCE_TASKS and all(job is not other for _, other in runs.get((arm, task), [])):
+            if task_facts(task).finetuned_by == "glue" and all(job is not other
+                                                               for _, other in runs.get((arm, task), [])):
                 runs.setdefault((arm, task), []).append((unit, job))
         for (arm, task), units in runs.items():
             predict = self.predict_job(arm, task, [job for _, job in units])
@@ -405,29 +407,30 @@ class Sweep:
 
     # --------------------------------------------------------------------------------------------------- floors
     def add_floors(self) -> None:
-        """Each arm's floor on each task it has runs for (repro/floors.py): a bag-of-words model on the training and
-        evaluation rows its fine-tunings read (sentence tasks), the best first-k-words answer (QA), the unigram
-        loss under its own tokenizer on its own held-out documents (held-out MLM loss). Arms reading the same rows
-        share one job."""
+        """Each arm's floor on each task it has runs for (repro/floors.py), the kind its spec declares: on a
+        fine-tuned task, a trivial model on the training and evaluation rows its fine-tunings read (bag-of-words for
+        sentence tasks, the best first-k-words answer for QA); on a pretraining metric, one on the pretraining's own
+        held-out documents (the unigram loss under its own tokenizer). Arms reading the same rows share one job."""
         for arm in self.arms:
             for task in self.tasks:
+                facts = task_facts(task)
                 runs = [job for (name, t, unit, _), (job, _) in self.sources.items() if name == arm.name and t == task]
-                if not runs:
+                if not runs or facts.floor is None:
                     continue
-                if task == "heldout_mlm":
-                    if self.logs_mlm_loss(arm):  # the cloze model's held-out loss is no MLM loss
-                        self.floors[(arm.name, task)] = self.unigram_floor_job(runs[0])
+                if facts.pretraining_metric:
+                    if self.logs(arm, facts.spec.logged_output):  # the cloze model's held-out loss is no MLM loss
+                        self.floors[(arm.name, task)] = self.pretraining_floor_job(task, facts.floor, runs[0])
                 else:
-                    self.floors[(arm.name, task)] = self.floor_job(task, self.setting.train_rows(arm))
+                    self.floors[(arm.name, task)] = self.floor_job(task, facts.floor, self.setting.train_rows(arm))
 
     @staticmethod
-    def logs_mlm_loss(arm: Arm) -> bool:
+    def logs(arm: Arm, output: str) -> bool:
+        """Whether `arm`'s recipe logs `output` (`Recipe.logged_outputs`)."""
         from encoder_zoo.training.recipes import get_recipe
 
-        return "mlm_loss" in get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).logged_outputs
+        return output in get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).logged_outputs
 
-    def floor_job(self, task: str, train_rows: int | None) -> Job:
-        kind = "trivial_answer" if task in QA_TASKS else "bag_of_words"
+    def floor_job(self, task: str, kind: str, train_rows: int | None) -> Job:
         key = {"floor": kind, "task": task, "train_rows": train_rows, "eval_rows": self.budget.max_eval_samples,
                "seed": 0}
         folder = self.cache / "floor" / f"{task}-{digest(key)}"
@@ -438,15 +441,15 @@ class Sweep:
         return self.add_floor(Job("floor", FLOOR_ARM, f"{kind} floor of {task} ({train_rows or 'all'} training rows)",
                                   folder, command, [folder / "floor.json"]))
 
-    def unigram_floor_job(self, pretraining: Job) -> Job:
-        """The unigram floor of a pretraining's held-out MLM loss: its own tokenizer, documents and split (the
+    def pretraining_floor_job(self, task: str, kind: str, pretraining: Job) -> Job:
+        """The `kind` floor (unigram) of a pretraining's metric `task`: its own tokenizer, documents and split (the
         pretraining's flags, read again by repro/floors.py)."""
-        key = {"floor": "unigram", "pretraining": str(pretraining.folder)}
-        folder = self.cache / "floor" / f"heldout_mlm-{digest(key)}"
+        key = {"floor": kind, "pretraining": str(pretraining.folder)}
+        folder = self.cache / "floor" / f"{task}-{digest(key)}"
         export = pretraining.folder / "export"
-        command = [sys.executable, str(FLOORS), "unigram", "--export", str(export), "--output",
+        command = [sys.executable, str(FLOORS), kind, "--export", str(export), "--output",
                    str(folder / "floor.json"), "--", *pretraining.command[2:]]
-        return self.add_floor(Job("floor", FLOOR_ARM, f"unigram floor of {pretraining.name}", folder, command,
+        return self.add_floor(Job("floor", FLOOR_ARM, f"{kind} floor of {pretraining.name}", folder, command,
                                   [folder / "floor.json"], needs=[pretraining], inputs=[export]))
 
     def add_floor(self, job: Job) -> Job:

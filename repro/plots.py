@@ -6,7 +6,7 @@ import itertools
 import textwrap
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import METRICS, display_scale
+from encoder_zoo.repro.tasks import display_scale, task_facts
 
 
 def plot(results: dict, sweep, path: Path) -> None:
@@ -37,8 +37,8 @@ def plot(results: dict, sweep, path: Path) -> None:
         ax.set_xlim(-0.5, len(names) - 0.5)
         if floor_lines(ax, results, task):
             ax.legend(fontsize=7, loc="best")
-        ax.set_title(METRICS[task].label, fontsize=9)
-        ax.set_ylabel(METRICS[task].unit, fontsize=8)
+        ax.set_title(task_facts(task).description, fontsize=9)
+        ax.set_ylabel(task_facts(task).unit, fontsize=8)
     title = (f"{sweep.experiment.name}, {sweep.budget.name} budget: every unit (dots), mean over units and its 95% t "
              "interval (black), fine-tuning runs (gray), floors (chance red, trivial models orange)")
     figure.suptitle(textwrap.fill(title, width=int(figure.get_figwidth() * 14)), fontsize=9)  # one panel is narrow
@@ -81,8 +81,8 @@ def plot_zoo(results: dict, sweep, path: Path) -> None:
                 ax.scatter(*zip(*points), color=color, marker=marker, s=26, label=name, alpha=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("pretraining FLOPs", fontsize=8)
-        ax.set_ylabel(METRICS[task].unit, fontsize=8)
-        ax.set_title(METRICS[task].label, fontsize=9)
+        ax.set_ylabel(task_facts(task).unit, fontsize=8)
+        ax.set_title(task_facts(task).description, fontsize=9)
         floor_lines(ax, results, task)
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5) or 1, fontsize=7)

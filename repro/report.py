@@ -12,7 +12,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import METRICS, display_scale
 from encoder_zoo.repro.provenance import CODE_HASH_MEANING, REPO, git_commit, machine
 from encoder_zoo.repro.results import (
     FLOOR_NAMES,
@@ -23,6 +22,7 @@ from encoder_zoo.repro.results import (
     score_key,
     wall_seconds,
 )
+from encoder_zoo.repro.tasks import display_scale, task_facts
 
 # Shell variables the report's commands use for paths that differ between machines (defined above its commands).
 MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'
@@ -219,7 +219,7 @@ def scores_section(results: dict, sweep) -> list[str]:
             "the t interval of the mean over unit means. * marks an arm whose interval does not lie wholly above its "
             "floor (the higher of chance and the task's trivial model, fitted on the same training rows and scored "
             f"on the same evaluation rows; repro/floors.py). {SCALE_KEY}.", "",
-            *table(["arm", *(METRICS[t].label for t in sweep.tasks)], rows), "",
+            *table(["arm", *(task_facts(t).description for t in sweep.tasks)], rows), "",
             *(f"- {line}" for line in described), *([""] if described else []), "![plot](plot.png)", ""]
 
 
@@ -263,7 +263,7 @@ def claim_row(claim: dict) -> list[str]:
         what += f"; margin {shown(claim['margin'], claim['task'])}"
     if claim.get("compares_at"):
         what += f"; at {claim['compares_at']}"
-    return [claim.get("role", "—"), what, METRICS[claim["task"]].label,
+    return [claim.get("role", "—"), what, task_facts(claim["task"]).description,
             *decision_cells(claim.get("decision"), claim["task"]),
             ratio_cell(claim), verdict_text(claim)]
 
@@ -283,8 +283,8 @@ def control_section(results: dict) -> list[str]:
                    f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
                    f"{d['units']['arm']}/{d['units']['baseline']} "
                    "units; " if d else "")
-        lines.append(f"- **pretrained > random** on {METRICS[task].label} ({entry['arm']} > {entry['baseline']}): "
-                     f"{numbers}{verdict_text(entry)}")
+        lines.append(f"- **pretrained > random** on {task_facts(task).description} ({entry['arm']} > "
+                     f"{entry['baseline']}): {numbers}{verdict_text(entry)}")
     return [*lines, ""]
 
 
@@ -293,13 +293,14 @@ def primary_line(results: dict) -> list[str]:
     if not primary:
         return []
     claim = next((c for c in results["claims"] if c.get("role") == "primary"), None)
+    task = task_facts(primary["task"]).description
     if not primary["tested"] or claim is None:
-        return [f"**Primary claim:** {primary['arm']} > {primary['baseline']} on {METRICS[primary['task']].label} "
+        return [f"**Primary claim:** {primary['arm']} > {primary['baseline']} on {task} "
                 f"({primary['source']}): not tested at this budget ({primary['why_not'] or 'no result'}).", ""]
     d = claim.get("decision") or {}
     units = f"{d['units']['arm']}/{d['units']['baseline']} units" if d else "no units"
     return [f"**Primary claim**, tested alone at 5% with {units}: {primary['arm']} > {primary['baseline']} on "
-            f"{METRICS[primary['task']].label} ({primary['source']}): {verdict_text(claim)}.", ""]
+            f"{task} ({primary['source']}): {verdict_text(claim)}.", ""]
 
 
 def verdicts_section(results: dict, sweep) -> list[str]:
@@ -375,7 +376,7 @@ def score_table(results: dict) -> list[str]:
     rows = [[name, *(score_cell(arm, task) for task in tasks), *compute_cells(list(arm["compute"].values()))]
             for name, arm in results["arms"].items()]
     rows += floor_table_rows(results, tasks, width=4)
-    return table(["method", *(METRICS[t].label for t in tasks), "pretraining FLOPs", "tokens seen", "tokens/s",
+    return table(["method", *(task_facts(t).description for t in tasks), "pretraining FLOPs", "tokens seen", "tokens/s",
                   "pretraining time (s)"], rows)
 
 
@@ -427,7 +428,7 @@ def pairs_section(results: dict, sweep) -> list[str]:
         found = [p for p in results["pairs"] if p["task"] == task and p["significant"]]
         same = [p for p in results["pairs"] if p["task"] == task and p["decision"]["verdict"] == INDISTINGUISHABLE]
         tested = sum(p["task"] == task for p in results["pairs"])
-        lines.append(f"- **{METRICS[task].label}** ({tested} pairs): " + (", ".join(map(pair_text, found))
+        lines.append(f"- **{task_facts(task).description}** ({tested} pairs): " + (", ".join(map(pair_text, found))
                                                                          or "no significant difference") + "." + (
             " Indistinguishable: " + "; ".join(f"{p['better']} and {p['worse']} ("
                                                f"{difference_text(p['decision'].get('prediction_difference'))})"

@@ -14,19 +14,19 @@ from pathlib import Path
 import numpy as np
 
 from encoder_zoo.repro.budgets import Budget
-from encoder_zoo.repro.experiments import EMBEDDED_SENTENCE_TASKS, METRICS, QA_TASKS, display_scale
 from encoder_zoo.repro.provenance import code_hash
+from encoder_zoo.repro.tasks import MAJORITY_CLASS, NO_CORRELATION, task_facts
 
 
 # ------------------------------------------------------------------------------------------------------ scores
 def values(sweep, arm: str, task: str) -> dict:
     """{(unit, finetune_seed): score} of `arm` on `task` (finetune_seed None for a pretraining metric)."""
-    metric = METRICS[task]
+    metric = task_facts(task)
     out = {}
     for key, (job, path) in sweep.sources.items():
         if key[0] != arm or key[1] != task or not path.exists():
             continue
-        if task == "heldout_mlm":
+        if metric.pretraining_metric:
             try:
                 history = json.loads(path.read_text(encoding="utf-8"))["log_history"]
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError) as error:
@@ -34,30 +34,28 @@ def values(sweep, arm: str, task: str) -> dict:
                 print(f"repro cache: {path} is not a valid trainer state ({error!r}); its held-out loss is left "
                       f"out. Move {job.folder} aside to pretrain again.", file=sys.stderr)
                 continue
-            evals = [e[metric.key] for e in history if metric.key in e]
+            evals = [e[metric.metric] for e in history if metric.metric in e]
             if evals:
                 out[key[2:]] = float(evals[-1])
         else:
-            value = json.loads(path.read_text()).get(metric.key)
+            value = json.loads(path.read_text()).get(metric.metric)
             if value is not None:
                 out[key[2:]] = float(value)
     return out
 
 
 def chance_level(task: str, budget: Budget) -> float | None:
-    """What a model that learned nothing scores on `task` at `budget`: no correlation (regression); the accuracy of
-    one constant answer, the most frequent label of the scored rows (classification scored by accuracy); None where
-    no such level is defined (QA F1)."""
-    if task not in EMBEDDED_SENTENCE_TASKS:
-        return None
-    from encoder_zoo.glue.tasks import first_samples, get_task, load_task, majority_class_accuracy
-
-    spec = get_task(task)
-    if spec.is_regression:
+    """What a model that learned nothing scores on `task` at `budget`, as its spec declares (`Scoring.chance`): no
+    correlation (0); the accuracy of one constant answer, the most frequent label of the scored rows; None where no
+    such level is defined (QA F1, a loss)."""
+    facts = task_facts(task)
+    if facts.chance == NO_CORRELATION:
         return 0.0
-    if METRICS[task].key != "accuracy":
+    if facts.chance != MAJORITY_CLASS:
         return None
-    _, raw = load_task(task)
+    from encoder_zoo.glue.tasks import first_samples, load_task, majority_class_accuracy
+
+    spec, raw = load_task(task)
     raw = first_samples(raw, spec, budget.max_train_samples, budget.max_eval_samples)
     return majority_class_accuracy(raw[spec.validation_splits[0]]["label"])
 
@@ -89,7 +87,7 @@ def arm_floors(sweep, chance: dict) -> dict:
             model = read_floor(job) if job else None
             candidates = [(chance[task], "chance")] if chance.get(task) is not None else []
             candidates += [(model["value"], model["kind"])] if model else []
-            higher = METRICS[task].higher_is_better
+            higher = task_facts(task).higher_is_better
             value, kind = (max if higher else min)(candidates, key=lambda c: c[0]) if candidates else (None, None)
             out[(arm.name, task)] = {"value": value, "kind": kind, "chance": chance.get(task), "model": model}
     return out
@@ -133,9 +131,9 @@ def describe_arms(sweep, floors: dict) -> tuple[dict, dict]:
                 continue
             units = unit_means(scores)
             mean, low, high = mean_interval(list(units.values()))
-            floor, higher = floors[(arm.name, task)], METRICS[task].higher_is_better
+            floor, higher = floors[(arm.name, task)], task_facts(task).higher_is_better
             per_task[task] = {
-                "metric": METRICS[task].key, "n_units": len(units), "mean": mean, "low": low, "high": high,
+                "metric": task_facts(task).metric, "n_units": len(units), "mean": mean, "low": low, "high": high,
                 "interval": INTERVAL, "median": float(np.median(list(units.values()))),
                 "floor": floor["value"], "floor_kind": floor["kind"],
                 "clears_floor": above_floor(low, high, floor["value"], higher),
@@ -162,7 +160,7 @@ def score_cell(arm_result: dict, task: str) -> str:
     r = arm_result["tasks"].get(task)
     if not r:
         return "failed" if failed_on(arm_result, task) else "—"
-    scale = display_scale(task)
+    scale = task_facts(task).display_scale
     if "mean" not in r:
         return f"{r['median'] * scale:.4g} [{r['low'] * scale:.4g}, {r['high'] * scale:.4g}] ({r['n_units']})"
     interval = f" [{r['low'] * scale:.4g}, {r['high'] * scale:.4g}]" if r["low"] is not None else ""
@@ -245,7 +243,7 @@ def prediction_difference(sweep, arm: str, baseline: str, task: str) -> dict:
             continue
         try:
             a, b = (json.loads(Path(p).read_text(encoding="utf-8")) for p in (path, other[1]))
-            if task in QA_TASKS:  # question id -> answer text
+            if task_facts(task).finetuned_by == "qa":  # question id -> answer text
                 keys = sorted(set(a) | set(b))
                 changed, scored = sum(a.get(k) != b.get(k) for k in keys), len(keys)
             else:  # repro/predict.py's rows, in order
@@ -277,10 +275,10 @@ def control_arguments(sweep, runs: dict, floors: dict) -> tuple[dict | None, dic
         return None, {}
     source, arguments, entries = control.random_init_of, {}, {}
     for task in sweep.tasks:
-        if task == "heldout_mlm":
+        metric = task_facts(task)
+        if metric.pretraining_metric:  # the random copy has no pretraining
             continue
-        metric = METRICS[task]
-        entries[task] = {"arm": source, "baseline": control.name, "task": task, "metric": metric.key}
+        entries[task] = {"arm": source, "baseline": control.name, "task": task, "metric": metric.metric}
         a, b = runs.get((source, task)), runs.get((control.name, task))
         if not a or not b:
             entries[task]["verdict"] = f"unavailable ({source if not a else control.name} has no results)"
@@ -330,10 +328,10 @@ def analyse(sweep, seed: int = 0) -> dict:
     tested = experiment.claims_at(sweep.budget.name)
     for claim in tested:
         for task in sweep.tasks:
-            if task == "heldout_mlm":
+            metric = task_facts(task)
+            if metric.pretraining_metric:
                 continue  # no paper claims a pretraining-loss difference
-            metric = METRICS[task]
-            entry = {**asdict(claim), "task": task, "metric": metric.key, "margin": metric.margin(claim),
+            entry = {**asdict(claim), "task": task, "metric": metric.metric, "margin": claim.margin(task),
                      "role": "primary" if experiment.is_primary(claim, task) else "secondary",
                      "flops_ratio": ratio(arms[claim.arm]["compute"], arms[claim.baseline]["compute"], "flops"),
                      "tokens_ratio": ratio(arms[claim.arm]["compute"], arms[claim.baseline]["compute"], "tokens")}

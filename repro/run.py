@@ -29,11 +29,12 @@ import sys
 from pathlib import Path
 
 from encoder_zoo.repro.budgets import BUDGETS
-from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
+from encoder_zoo.repro.experiments import EXPERIMENTS
 from encoder_zoo.repro.jobs import Sweep
 from encoder_zoo.repro.provenance import REPO
 from encoder_zoo.repro.report import write_report, write_zoo_report
 from encoder_zoo.repro.results import analyse
+from encoder_zoo.repro.tasks import scored_tasks
 
 
 def parse_args(argv):
@@ -63,9 +64,10 @@ def parse_args(argv):
                         "this checkout's, or did not record theirs (the report names them as stale); by default they "
                         "are reused and the report says so.")
     args = parser.parse_args(argv)
-    unknown = set(args.tasks or []) - set(METRICS)
+    known = scored_tasks()
+    unknown = set(args.tasks or []) - set(known)
     if unknown:
-        parser.error(f"unknown task(s) {sorted(unknown)}: choose from {sorted(METRICS)}")
+        parser.error(f"unknown task(s) {sorted(unknown)}: choose from {sorted(known)}")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more sweeps to run side by side")
     return args

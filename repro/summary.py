@@ -16,7 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS, display_scale
+from encoder_zoo.repro.experiments import EXPERIMENTS
+from encoder_zoo.repro.tasks import display_scale, task_facts
 
 REPORTS = Path(__file__).resolve().parent / "reports"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -60,7 +61,7 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
             relation = ">" if claim.get("direction", "better") == "better" else "≤"
             paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is rows[0] else ""
-            task, verdict = ((METRICS[claim["task"]].label, claim["verdict"]) if "task" in claim else
+            task, verdict = ((task_facts(claim["task"]).description, claim["verdict"]) if "task" in claim else
                              ("—", f"not tested at `{budget}` (its arm is not trained there)"))
             role = {"primary": " (primary)", "control": " (positive control)"}.get(claim.get("role"), "")
             on = claim.get("task")
@@ -86,12 +87,12 @@ def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     if not path.exists():
         return f"Not yet run at `{budget}`: `python repro/run.py zoo --budget {budget}`."
     results = json.loads(path.read_text(encoding="utf-8"))
-    significant = [f"{p['better']} > {p['worse']} on {METRICS[p['task']].label}" for p in results["pairs"]
+    significant = [f"{p['better']} > {p['worse']} on {task_facts(p['task']).description}" for p in results["pairs"]
                    if p["significant"]]
     rule = results.get("significance_rule") or (
         "two-sided 5%, Holm across the pairs of each task, a pair counting only where one of its methods is above "
         "chance (the rule this report was made under)")
-    control = [f"{c['arm']} > {c['baseline']} on {METRICS[task].label}: {c['verdict']}"
+    control = [f"{c['arm']} > {c['baseline']} on {task_facts(task).description}: {c['verdict']}"
                for task, c in (results.get("control") or {}).items()]
     return "\n".join([
         *score_table(results), "",

@@ -22,8 +22,9 @@ import math
 import statistics
 from dataclasses import asdict
 
-from encoder_zoo.repro.experiments import CNN_GAN, EMBEDDED_SENTENCE_TASKS, METRICS, Arm, Experiment
+from encoder_zoo.repro.experiments import CNN_GAN, ZOO_TASKS, Arm, Experiment
 from encoder_zoo.repro.results import chance_level, values
+from encoder_zoo.repro.tasks import task_facts
 
 ENCODERS = {
     "bert": "BERT-1seq: subword MLM, single sequence",
@@ -33,11 +34,10 @@ ENCODERS = {
     "teams": "TEAMS: RTD + multi-word selection",
     "cloze": "two-tower cloze LM",
 }
-# Held-out MLM loss is comparable only between models predicting the same masked words with their own encoder:
-# ELECTRA's and TEAMS's is their generator's, the cloze model has no masks.
+# A pretraining metric (held-out MLM loss) is comparable only between models predicting the same masked words with
+# their own encoder: ELECTRA's and TEAMS's is their generator's, the cloze model has no masks.
 HELDOUT_COMPARABLE = ("bert", "bert_2seq_nsp", "spanbert")
 PROTOCOL = "teams_small"  # ELECTRA/TEAMS-Small fine-tuning: the one preset made for small encoders trained from scratch
-TASKS = ("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "heldout_mlm")
 
 
 def zoo_experiment(best: str | None = None) -> Experiment:
@@ -51,18 +51,19 @@ def zoo_experiment(best: str | None = None) -> Experiment:
                      backbone_from=best)]
     return Experiment(
         name="zoo", paper="every method of the zoo on one budget", arms=tuple(arms), baseline="bert", claims=(),
-        tasks=TASKS, glue_preset=PROTOCOL, paper_table="", shared_warmup=False,
+        tasks=ZOO_TASKS, glue_preset=PROTOCOL, paper_table="", shared_warmup=False,
         notes=f"Encoders and the fusions over one fine-tune with one protocol (`--preset {PROTOCOL}`); the fusions "
               "over MiniLM with their papers' presets (`hire`, `bertac`), so that the papers' runs are reused.")
 
 
 def best_encoder(sweep) -> str:
-    """The encoder with the highest mean, over the GLUE-style tasks it has results on, of its median over units."""
+    """The encoder with the highest mean, over the GLUE-style tasks (fine-tuned by run_glue.py) it has results on, of
+    its median over units."""
     from encoder_zoo.repro.stats import unit_means
 
     def score(name):
         medians = []
-        for task in (t for t in sweep.tasks if t in EMBEDDED_SENTENCE_TASKS):
+        for task in (t for t in sweep.tasks if task_facts(t).finetuned_by == "glue"):
             scores = values(sweep, name, task)
             if scores:
                 medians.append(statistics.median(unit_means(scores).values()))
@@ -99,13 +100,14 @@ def analyse_zoo(sweep, best: str, seed: int = 0) -> dict:
     floors = arm_floors(sweep, chance)
     arms, runs = describe_arms(sweep, floors)
     for arm in sweep.arms:
-        if "heldout_mlm" in arms[arm.name]["tasks"] and arm.name not in HELDOUT_COMPARABLE:
-            del arms[arm.name]["tasks"]["heldout_mlm"]  # not comparable (HELDOUT_COMPARABLE)
+        for task in [t for t in arms[arm.name]["tasks"] if task_facts(t).pretraining_metric]:
+            if arm.name not in HELDOUT_COMPARABLE:
+                del arms[arm.name]["tasks"][task]  # not comparable (HELDOUT_COMPARABLE)
         arms[arm.name]["compute"] = {str(u): unit_compute(sweep, arm, u) for u in sweep.units}
     methods = [a.name for a in sweep.arms if not a.random_init_of]
     pairs = []
     for task in sweep.tasks:
-        metric = METRICS[task]
+        metric = task_facts(task)
         names = [n for n in methods if task in arms[n]["tasks"]]
         family = []
         for a, b in itertools.combinations(names, 2):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from encoder_zoo.repro.budgets import BUDGETS
-from encoder_zoo.repro.experiments import EXPERIMENTS, METRICS
+from encoder_zoo.repro.experiments import EXPERIMENTS
 from encoder_zoo.repro.stats import (
     INDISTINGUISHABLE,
     INSUFFICIENT,
@@ -28,6 +28,7 @@ from encoder_zoo.repro.stats import (
     above_floor,
     decide_experiment,
 )
+from encoder_zoo.repro.tasks import task_facts
 
 REPO = Path(__file__).resolve().parent.parent
 VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, INSUFFICIENT, NO_SIGNAL, NO_CONTROL, INDISTINGUISHABLE}
@@ -567,7 +568,7 @@ def check_report(out, name):
             r = entry["tasks"][task]
             assert r["n_units"] == len(budget.unit_seeds) and r["low"] <= r["mean"] <= r["high"]
             assert r["floor"] is not None and r["clears_floor"] == above_floor(
-                r["low"], r["high"], r["floor"], METRICS[task].higher_is_better)
+                r["low"], r["high"], r["floor"], task_facts(task).higher_is_better)
             assert sorted(run["unit"] for run in r["runs"]) == sorted(
                 u for u in budget.unit_seeds for _ in ([None] if task == "heldout_mlm" else budget.finetune_seeds))
             assert all(np.isfinite(run["value"]) for run in r["runs"])
@@ -582,16 +583,17 @@ def check_report(out, name):
     # the verdicts are decide_experiment's on the runs results.json keeps: control, primary alone, secondary Holm
     source = control.random_init_of
     controls = {task: {"arm": runs[(source, task)], "baseline": runs[(control.name, task)], "direction": "better",
-                       "higher_is_better": METRICS[task].higher_is_better,
+                       "higher_is_better": task_facts(task).higher_is_better,
                        "learned": results["control"][task]["decision"]["learned"]}
                 for task in tasks if task != "heldout_mlm"}
     control_again, again = decide_experiment([
         {"task": c["task"], "primary": c["role"] == "primary", "arm": runs[(c["arm"], c["task"])],
          "baseline": runs[(c["baseline"], c["task"])], "direction": c["direction"], "margin": c["margin"],
-         "learned": c["learned"], "higher_is_better": METRICS[c["task"]].higher_is_better} for c in claims], controls)
+         "learned": c["learned"], "higher_is_better": task_facts(c["task"]).higher_is_better}
+        for c in claims], controls)
     for task, decision in control_again.items():
         assert results["control"][task]["verdict"] == decision["verdict"] in VERDICTS
-        assert "**pretrained > random** on " + METRICS[task].label in report
+        assert "**pretrained > random** on " + task_facts(task).description in report
     for claim, decision in zip(claims, again):
         assert claim["verdict"] == decision["verdict"] in VERDICTS
         assert claim["decision"]["units"] == {"arm": len(budget.unit_seeds), "baseline": len(budget.unit_seeds)}
@@ -1206,12 +1208,12 @@ def test_a_report_names_its_runs_code_and_rerun_stale_retrains_the_stale_ones(tm
 
 def test_repro_modules_import_only_downwards():
     """repro/ in layers: provenance, budgets, statistics and the small scripts of floors, random copies and
-    predictions; the experiments; the job graph, the results, the plots; the zoo and the reports; the commands. The
-    former sweep.py is gone."""
+    predictions; the task facts; the experiments; the job graph, the results, the plots; the zoo and the reports; the
+    commands. The former sweep.py is gone."""
     from test_layout import import_graph
 
-    layers = (("budgets", "stats", "provenance", "floors", "random_init", "predict"), ("experiments",),
-              ("jobs", "results", "plots"), ("zoo", "report"), ("run", "summary"))
+    layers = (("budgets", "stats", "provenance", "floors", "random_init", "predict"), ("tasks",), ("experiments",),
+              ("jobs", "results", "plots"), ("zoo", "report"), ("run", "summary", "tune"))
     level = {f"encoder_zoo.repro.{name}": i for i, names in enumerate(layers) for name in names}
     graph = import_graph()
     assert {m for m in graph if m.startswith("encoder_zoo.repro.")} == set(level)

@@ -1,0 +1,111 @@
+"""What repro knows of a task, read from the task's own declaration and from nowhere else: `task_facts(name)`.
+
+A task declares how a comparison scores it (`glue.tasks.Scoring`: its metric, direction, description, scale, chance
+level, floor and the script that fine-tunes it) in its spec: a sentence task's `TaskSpec` (glue/tasks.py), a QA
+set's `QATaskSpec` (qa/tasks.py), or a pretraining metric's `PretrainingTask` (here: what the pretraining logs on
+its held-out documents). A task whose spec declares no scoring is no task of repro's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from encoder_zoo.glue.tasks import Scoring
+from encoder_zoo.repro.floors import KINDS as FLOOR_KINDS
+
+MAJORITY_CLASS, NO_CORRELATION = "majority_class", "no_correlation"
+# The script that fine-tunes a task -> the floors that read its rows (None: a pretraining metric's, which reads the
+# pretraining's own held-out documents).
+FLOORS_OF = {"glue": ("bag_of_words",), "qa": ("trivial_answer",), None: ("unigram",)}
+
+
+@dataclass(frozen=True)
+class PretrainingTask:
+    """A score each pretrained arm's pretraining logs on its held-out documents (its trainer_state.json's last
+    evaluation), read with no fine-tuning."""
+
+    name: str
+    scoring: Scoring
+    # The recipe output (`Recipe.logged_outputs`) the score is the held-out mean of: an arm whose recipe logs no such
+    # output (the cloze model's loss is no MLM loss) gets no floor for it.
+    logged_output: str
+    num_labels = None  # no classes (a class attribute, as every task spec answers it)
+
+
+PRETRAINING_TASKS: dict[str, PretrainingTask] = {
+    "heldout_mlm": PretrainingTask("heldout_mlm", Scoring(
+        "eval_mlm_loss", "held-out MLM loss, nats (pretraining eval)", None, higher_is_better=False, point=1.0,
+        unit="nats", floor="unigram"), logged_output="mlm_loss"),
+}
+
+
+@dataclass(frozen=True)
+class TaskFacts(Scoring):
+    """A task's `Scoring` with its name, its number of labels (1: regression; None: no classes) and the spec that
+    declares them (`spec`: for what only its kind has, as a sentence task's data or a pretraining metric's
+    `logged_output`)."""
+
+    name: str = ""
+    num_labels: int | None = None
+    spec: object = None
+
+    @property
+    def display_scale(self) -> float:
+        """The factor from what results.json and the cache store to what every report, plot and README table shows:
+        percent points (0-100, as GLUE and SQuAD print them, the papers' scale) for scores, nats for a loss. Linear,
+        so differences, intervals, MDDs, floors and margins scale with the scores; the statistics are computed
+        unscaled."""
+        return 1.0 / self.point
+
+    @property
+    def pretraining_metric(self) -> bool:
+        """Logged by the pretraining itself (no fine-tuning; no random-initialisation control, no paper's claim)."""
+        return self.finetuned_by is None
+
+
+def specs() -> list:
+    """Every declared task spec, sentence tasks first, then QA sets, then pretraining metrics."""
+    from encoder_zoo.glue.tasks import TASKS
+    from encoder_zoo.qa.tasks import QA_TASKS
+
+    return [*TASKS.values(), *QA_TASKS.values(), *PRETRAINING_TASKS.values()]
+
+
+def scored_tasks() -> list[str]:
+    """The name of every task whose spec declares how it is scored: every task repro can run."""
+    return [spec.name for spec in specs() if spec.scoring is not None]
+
+
+def task_facts(name: str) -> TaskFacts:
+    """What the spec of task `name` declares (`TaskFacts`); a ValueError for a task no spec scores, or one whose
+    scoring names a chance level, floor or script repro does not know."""
+    spec = next((s for s in specs() if s.name == name and s.scoring is not None), None)
+    if spec is None:
+        raise ValueError(f"unknown task {name!r}: no task spec declares how to score it (glue/tasks.py, qa/tasks.py, "
+                         f"repro/tasks.py); choose from {', '.join(scored_tasks())}")
+    facts = TaskFacts(**asdict(spec.scoring), name=name, num_labels=spec.num_labels, spec=spec)
+    check(facts)
+    return facts
+
+
+def check(facts: TaskFacts) -> None:
+    where = f"task {facts.name}'s Scoring"
+    if facts.finetuned_by not in FLOORS_OF:
+        raise ValueError(f"{where}: finetuned_by={facts.finetuned_by!r}; use 'glue', 'qa' or None (a pretraining "
+                         "metric)")
+    if facts.floor is not None and facts.floor not in FLOORS_OF[facts.finetuned_by]:
+        why = ("does not fit" if facts.floor in FLOOR_KINDS else
+               f"is no floor of repro/floors.py ({', '.join(FLOOR_KINDS)}), nor fits")
+        raise ValueError(f"{where}: floor={facts.floor!r} {why} a task with finetuned_by={facts.finetuned_by!r}; use "
+                         f"{' or '.join(FLOORS_OF[facts.finetuned_by])}, or None")
+    if facts.chance not in (None, MAJORITY_CLASS, NO_CORRELATION):
+        raise ValueError(f"{where}: chance={facts.chance!r}; use {MAJORITY_CLASS!r}, {NO_CORRELATION!r} or None")
+    if facts.chance == MAJORITY_CLASS and not (facts.finetuned_by == "glue" and facts.metric == "accuracy"
+                                               and (facts.num_labels or 0) > 1):
+        raise ValueError(f"{where}: chance={MAJORITY_CLASS!r} is the accuracy of one constant label: it needs a "
+                         "classification task of run_glue.py scored by accuracy")
+
+
+def display_scale(task: str) -> float:
+    """`TaskFacts.display_scale` of `task`."""
+    return task_facts(task).display_scale

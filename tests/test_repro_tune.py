@@ -1,0 +1,41 @@
+"""repro/tune.py: a budget's tuning reads only the held-out loss against its unigram floor (pretraining) and the
+positive control against the floors (fine-tuning), and writes its table after every run."""
+
+import json
+
+import pytest
+
+from encoder_zoo.repro import tune
+
+
+def test_grid_entries_are_parsed_or_refused_with_the_expected_form():
+    assert tune.parse_pretraining_entry("bert:1e-3:100:2000") == {"model": "bert", "learning_rate": 1e-3,
+                                                                  "warmup_steps": 100, "steps": 2000}
+    assert tune.parse_finetuning_entry("3e-4:5") == {"learning_rate": 3e-4, "epochs": 5.0}
+    with pytest.raises(Exception, match="MODEL:LEARNING_RATE:WARMUP:STEPS"):
+        tune.parse_pretraining_entry("bert:1e-3")
+    with pytest.raises(Exception, match="LEARNING_RATE:EPOCHS"):
+        tune.parse_finetuning_entry("fast")
+
+
+def test_pretraining_sweep_reads_the_heldout_loss_against_its_own_unigram_floor(tmp_path):
+    output = tmp_path / "sweep.json"
+    rows = tune.main(["pretrain", "--budget", "smoke", "--grid", "bert:1e-3:2:6", "--jobs", "1", "--cache",
+                      str(tmp_path / "cache"), "--output", str(output)])
+    (row,) = rows
+    assert json.loads(output.read_text())["rows"] == [row]
+    assert row["loss_key"] == "eval_mlm_loss" and row["steps"] == 6 and row["learning_rate"] == 1e-3
+    state = json.loads((tmp_path / "cache" / "bert-lr0.001-wu2-s6-seed1" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    assert row["heldout_loss"] == [e["eval_mlm_loss"] for e in state["log_history"] if "eval_mlm_loss" in e][-1]
+    assert 0 < row["unigram_floor"] < 10 and row["below_floor"] == pytest.approx(row["unigram_floor"]
+                                                                                  - row["heldout_loss"], abs=1e-3)
+    assert "| bert | 0.001 | 2 | 6 | budget | 1 |" in output.with_suffix(".md").read_text()
+
+
+def test_a_pretraining_entry_may_set_the_corpus_size():
+    entry = tune.parse_pretraining_entry("spanbert:2e-3:200:4000:10000")
+    assert entry["documents"] == 10000
+    flags = tune.command(tune.BUDGETS["cpu"], entry, tune.Path("out"), seed=1)
+    assert flags[flags.index("--max_documents") + 1] == "10000" and flags.count("--max_documents") == 1
+    assert flags[flags.index("--max_steps") + 1] == "4000"
