@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 from common import RESULTS, machine
 
+from encoder_zoo.training.recipes import train_step_flops as zoo_train_step_flops
 from encoder_zoo.training.run.flops import dense, layer, sequence_lengths
-from encoder_zoo.training.run.flops import train_step_flops as zoo_train_step_flops
 
 VOCAB = 30522  # the MiniLM tokenizer the batches come from (BERT-uncased WordPiece)
 # Dense bf16 peaks (no sparsity) per device name fragment, TFLOP/s.
@@ -159,8 +159,9 @@ def build(kind: str, size: str, attn: str | None):
 # ---------------------------------------------------------------------------------------------------- FLOPs
 def train_step_flops(kind: str, model, inputs: dict) -> int:
     """Model FLOPs of one train step of `model` (of `kind`) on `inputs`: our kinds as a pretraining run counts them
-    (`encoder_zoo.training.run.flops`), the transformers references with the same formulas, their vocabulary logits
-    at every token (see the module docstring)."""
+    (each family's formula, `encoder_zoo.training.recipes.train_step_flops`), the transformers references with the
+    same formulas (`encoder_zoo.training.run.flops`), their vocabulary logits at every token (see the module
+    docstring)."""
     if kind not in ("hf_bert_mlm", "hf_bert_mlm_cloze", "hf_electra", "hf_electra_narrow"):
         return zoo_train_step_flops(kind, model, inputs)
     lengths = sequence_lengths(inputs)

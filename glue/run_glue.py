@@ -25,6 +25,7 @@ from typing import Literal
 
 from transformers import TrainingArguments
 
+from encoder_zoo.training.recipes import FineTuningPreset, glue_presets
 from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP, RunInterrupted
 
 logger = logging.getLogger("run_glue")
@@ -35,55 +36,11 @@ GLUE_DEFAULTS = [
     "--eval_strategy", "no", "--logging_steps", "50", "--report_to", "none",
 ]
 # Fine-tuning recipes from the papers' appendices, and the authors' fine-tuning code where they are silent (the
-# flags a user passes still win). Trainer's AdamW exempts biases and LayerNorm weights from weight decay, as every one
+# flags a user passes still win), each declared by its family beside its recipes (`FAMILY.glue_presets` in
+# training/recipes/<family>.py). Trainer's AdamW exempts biases and LayerNorm weights from weight decay, as every one
 # of these codebases does.
-PRESETS: dict[str, list[str]] = {
-    # SpanBERT App. B: lr grid {5e-6, 1e-5, 2e-5, 3e-5, 5e-5}, batch {16, 32}, 10 epochs (CoLA 4), max_seq_length 128.
-    # Its code/run_glue.py: BertAdam (eps 1e-6, weight decay 0.01), 10% warmup then linear decay, clipping at 1.0.
-    "spanbert": ["--learning_rate", "2e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "10",
-                 "--warmup_steps", "0.1", "--lr_scheduler_type", "linear", "--adam_epsilon", "1e-6",
-                 "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
-    # TEAMS Table 6: lr 1e-4 (small) / 3e-5 (base, large), batch 32, 5 epochs, linear decay, warmup 0.1, eps 1e-6.
-    # The authors' Model Garden config: weight decay 0.01, clipping at 1.0, sequences of 128.
-    "teams_small": ["--learning_rate", "1e-4", "--per_device_train_batch_size", "32", "--num_train_epochs", "5",
-                    "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear",
-                    "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
-    "teams_base": ["--learning_rate", "3e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "5",
-                   "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear",
-                   "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
-    # Cloze (Baevski et al.) Sec. 4: Adam, batch 16, 3 epochs, lr grid {1e-4, 5e-5, 3e-5}, warmup over the first
-    # 10% of steps then cosine annealing to 1e-6; no weight decay named (fairseq's default is 0). Dropout: see
-    # PRESET_CONFIG.
-    "cloze": ["--learning_rate", "5e-5", "--per_device_train_batch_size", "16", "--num_train_epochs", "3",
-              "--warmup_steps", "0.1", "--lr_scheduler_type", "cosine_with_min_lr",
-              "--lr_scheduler_kwargs", '{"min_lr": 1e-6}', "--weight_decay", "0.0"],
-    # HIRE App. A.2: Adam (beta2 0.98, eps 1e-6), lr {1e-5, 2e-5}, warmup 6%, "L2 weight decay" 0.1, gradient norm
-    # clipped at 1, batch {16, 32, 48}, 3 to 27 epochs with early stopping, max length 128. We take 1e-5, batch 32 and
-    # at most 10 epochs (RoBERTa-large's usual GLUE setting, the encoder HIRE extends), evaluate every epoch, stop
-    # after 3 epochs without a better development score (the paper gives no patience) and keep the best checkpoint;
-    # decay is linear, as RoBERTa's. The 0.1 is AdamW's decoupled decay, as in the Transformers GLUE example the
-    # authors built on and in RoBERTa's recipe: L2 at 0.1 through Adam (--weight_decay_type l2, the text read
-    # literally) pulls every weight towards 0 by up to lr per step (docs/models/hire.md gives the measured sizes).
-    "hire": ["--learning_rate", "1e-5", "--adam_beta1", "0.9", "--adam_beta2", "0.98", "--adam_epsilon", "1e-6",
-             "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--weight_decay", "0.1", "--max_grad_norm",
-             "1.0", "--per_device_train_batch_size", "32", "--num_train_epochs", "10", "--max_seq_length", "128",
-             "--early_stopping_patience", "3"],
-    # BERTAC Sec. 5.1.1 / Table 9: lr grid {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128,
-    # batch 16 (128 for MNLI and QQP: pass --per_device_train_batch_size), epochs 6-10 (1-5 for MNLI, QQP, QNLI). The
-    # authors' run_glue.py: AdamW, eps 1e-8, weight decay 0.01, clipping 1.0. We take 1e-5 and 8 (3) epochs.
-    "bertac": ["--learning_rate", "1e-5", "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--adam_epsilon",
-               "1e-8", "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--per_device_train_batch_size", "16",
-               "--num_train_epochs", "8", "--max_seq_length", "128"],
-}
-# Model config values a preset sets when the model is loaded (--config_overrides still wins).
-PRESET_CONFIG: dict[str, dict[str, float]] = {
-    # Cloze Sec. 4: "we disable dropout in the language model and add 0.1 dropout between language model output and
-    # the final output projection".
-    "cloze": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "activation_dropout": 0.0,
-              "classifier_dropout": 0.1},
-}
-PRESET_EPOCHS_OVERRIDE = {("spanbert", "cola"): "4",  # "10 epochs lead to severe overfitting" on CoLA
-                          **{("bertac", task): "3" for task in ("mnli", "qqp", "qnli")}}
+PRESETS: dict[str, FineTuningPreset] = glue_presets()
+NO_PRESET = FineTuningPreset(flags=[])
 METRIC_MODULE = str(Path(__file__).resolve().parent / "metrics" / "glue_zoo")
 
 
@@ -106,9 +63,8 @@ class GlueArguments:
     seeds: list[int] | None = field(default=None,
                                     metadata={"help": "Run each task once per seed; report each and the median."})
     preset: str | None = field(default=None, metadata={
-        "help": f"Paper hyperparameters: {', '.join(PRESETS)}. hire: at most 10 epochs with --early_stopping_patience "
-        "3 and the best epoch kept (the paper: 3-27 epochs with early stopping); its weight decay 0.1 is AdamW's "
-        "decoupled decay (--weight_decay_type l2 reads the paper's 'L2 weight decay' literally; docs/models/hire.md)."})
+        "help": f"Paper hyperparameters: {', '.join(PRESETS)}."
+        + "".join(f" {name}: {preset.note}" for name, preset in PRESETS.items() if preset.note)})
     config_overrides: str | None = field(
         default=None,
         metadata={"help": "Comma-separated model config fields set when the model is loaded, on top of the preset's, "
@@ -179,7 +135,8 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
         preset = argv[position]
         if preset not in PRESETS:
             raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
-    args, training_args = parse_fine_tuning_args(GlueArguments, GLUE_DEFAULTS + PRESETS.get(preset, []), argv, __doc__)
+    defaults = GLUE_DEFAULTS + PRESETS.get(preset, NO_PRESET).flags
+    args, training_args = parse_fine_tuning_args(GlueArguments, defaults, argv, __doc__)
     return args, training_args, argv
 
 
@@ -189,13 +146,13 @@ def model_config_overrides(args: GlueArguments) -> dict:
 
     from encoder_zoo.training.run import parse_overrides
 
-    overrides = {**PRESET_CONFIG.get(args.preset, {}), **parse_overrides(args.config_overrides)}
+    preset_config = PRESETS.get(args.preset, NO_PRESET).config
+    overrides = {**preset_config, **parse_overrides(args.config_overrides)}
     if overrides:
         config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
         unknown = [key for key in overrides if not hasattr(config, key)]
         if unknown:
-            source = (f"--preset {args.preset}" if set(unknown) <= set(PRESET_CONFIG.get(args.preset, {}))
-                      else "--config_overrides")
+            source = f"--preset {args.preset}" if set(unknown) <= set(preset_config) else "--config_overrides"
             raise ValueError(f"{source}: {type(config).__name__} has no field {', '.join(map(repr, unknown))}.")
     return overrides
 
@@ -260,7 +217,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     compute_metrics, fractions = task_metrics(task)
     model_kwargs = model_arguments(task, args)
     config_overrides = model_config_overrides(args)
-    selection = selection_arguments(args, training_args, user_flags, PRESETS.get(args.preset, []))
+    selection = selection_arguments(args, training_args, user_flags, PRESETS.get(args.preset, NO_PRESET).flags)
     runs = []
     for seed in args.seeds or [training_args.seed]:
         run_args = seed_arguments(task, seed, args, training_args, user_flags, selection)
@@ -339,7 +296,7 @@ def seed_arguments(task, seed: int, args: GlueArguments, training_args: Training
                    selection: dict) -> TrainingArguments:
     """One run's TrainingArguments: its seed, its folder OUTPUT_DIR/<task>/seed-N, the preset's epochs for the task
     (unless --num_train_epochs is given) and the checkpoint selection."""
-    epochs_override = PRESET_EPOCHS_OVERRIDE.get((args.preset, task.name))
+    epochs_override = PRESETS.get(args.preset, NO_PRESET).epochs_by_task.get(task.name)
     return dataclasses.replace(
         training_args, seed=seed, output_dir=str(Path(training_args.output_dir) / task.name / f"seed-{seed}"),
         **({"num_train_epochs": float(epochs_override)}

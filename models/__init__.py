@@ -6,6 +6,10 @@ that is written into every saved ``config.json``, so one export loads through ev
 ``trust_remote_code=True``. A folder that holds several model types (BERTAC: its CNN and the fused model) declares
 ``AUTO_MAPS`` instead, one such map per model type. This module reads those same maps to register the classes
 locally, so the maps are the single source of truth.
+
+A folder's ``__init__.py`` names what clients outside it need to know of its modules, per model type:
+``PEFT_TARGET_MODULES`` (LoRA's default targets) and ``FSDP_LAYER_CLASSES`` (the layer FSDP shards as one unit).
+This module collects them; the rest of what a family declares is beside its recipes (``training/recipes/``).
 """
 
 from __future__ import annotations
@@ -58,15 +62,27 @@ def get_class(family: str, auto_name: str) -> type:
     return REGISTRY[family][auto_name]
 
 
-# LoRA's default `target_modules` per model type: the attention query and value projections, as PEFT's own defaults
-# for BERT/ELECTRA/RoBERTa. PEFT keys its defaults by built-in model types, so pass these (README: "Works with").
-PEFT_TARGET_MODULES: dict[str, list[str]] = {
-    "spanbert": ["query", "value"],
-    "teams": ["query", "value"],
-    "cloze": ["q_proj", "v_proj"],
-    "bertac": ["query", "value"],  # the encoder's and the TIER layers' attention
-    "hire": ["query", "value"],  # a BERT/RoBERTa backbone; other backbones name theirs differently
-}
+# Model types of each family folder: the family's own name, or the keys of its AUTO_MAPS (BERTAC: bertac_cnn, bertac).
+MODEL_TYPES: dict[str, list[str]] = {family: list(_auto_maps(family)) for family in FAMILIES}
+
+
+def _collect(name: str) -> dict:
+    """Model type -> value, merged from the families' `models/<family>/__init__.py` constant `name`."""
+    found = {}
+    for family in FAMILIES:
+        for model_type, value in getattr(importlib.import_module(f"{__name__}.{family}"), name, {}).items():
+            if model_type not in MODEL_TYPES[family]:
+                raise ValueError(f"models/{family}/__init__.py: {name} names {model_type!r}, not a model type of "
+                                 f"the folder ({', '.join(MODEL_TYPES[family])}).")
+            found[model_type] = value
+    return found
+
+
+# LoRA's default `target_modules` per model type (each folder's `PEFT_TARGET_MODULES`). PEFT keys its defaults by
+# built-in model types, so pass these (README: "Works with").
+PEFT_TARGET_MODULES: dict[str, list[str]] = _collect("PEFT_TARGET_MODULES")
+# The transformer layer class of each pretraining model type that FSDP shards as one unit (`FSDP_LAYER_CLASSES`).
+FSDP_LAYER_CLASSES: dict[str, str] = _collect("FSDP_LAYER_CLASSES")
 
 
 def register_peft_target_modules() -> None:

@@ -170,7 +170,10 @@ def load_qa(dataset: str | None, train_file: str | None, validation_file: str | 
             splits["validation"] = load_squad_json(validation_file)
         return datasets.DatasetDict(splits)
     if dataset in EMBEDDED:
-        return build_wiki_cloze(with_unanswerable=dataset.endswith("_v2"), articles=wiki_articles, cache_dir=cache_dir)
+        from encoder_zoo.qa.tasks import get_qa_task
+
+        return build_wiki_cloze(with_unanswerable=get_qa_task(dataset).version_2, articles=wiki_articles,
+                                cache_dir=cache_dir)
     if dataset not in HUB_DATASETS:
         raise ValueError(f"Unknown --dataset {dataset!r}: use {', '.join([*HUB_DATASETS, *EMBEDDED])} or "
                          "--train_file/--validation_file.")

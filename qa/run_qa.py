@@ -158,7 +158,9 @@ def is_version_2(args: QAArguments, raw: dict) -> bool:
     if args.version_2_with_negative is not None:
         return args.version_2_with_negative
     if not local_file(args):
-        return args.dataset in ("squad_v2", "wiki_cloze_v2")
+        from encoder_zoo.qa.tasks import QA_TASKS
+
+        return args.dataset in QA_TASKS and QA_TASKS[args.dataset].version_2
     return any(not a["text"] for split in raw.values() for a in split["answers"])
 
 

@@ -1,6 +1,7 @@
 """Pretraining runs record their compute: trainer_state.json's `total_flos` is the sum, over the batches the run trained
-on, of `training/run/flops.py`'s model FLOPs (bench_gpu.py's count), or of Trainer's own estimate where that count
-does not apply; `num_input_tokens_seen` is the number of real (non-padding) tokens trained on."""
+on, of the family's model FLOPs (its `Family.flops` on `training/run/flops.py`'s formulas; bench_gpu.py's count), or
+of Trainer's own estimate where that count does not apply; `num_input_tokens_seen` is the number of real
+(non-padding) tokens trained on."""
 
 import json
 import logging
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from encoder_zoo import models
-from encoder_zoo.training.run import flops
+from encoder_zoo.training.recipes import pretraining_kind, train_step_flops
 from encoder_zoo.training.run.trainer import PretrainingTrainer
 
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60", "--tokenizer_vocab_size", "500",
@@ -70,7 +71,7 @@ def test_total_flos_is_the_model_flop_count_of_the_batches_trained_on(tmp_path, 
     state, built, card = run(tmp_path, model, *extra)
     assert len(trained_batches) == state["global_step"] == 3
     assert ("cu_seq_lens_q" in trained_batches[0]) == bool(extra)
-    expected = sum(flops.train_step_flops(kind, built, batch) for batch in trained_batches)
+    expected = sum(train_step_flops(kind, built, batch) for batch in trained_batches)
     assert state["total_flos"] == expected > 0
     assert expected != trainer_estimate(built, trained_batches)  # the hook, not Trainer's estimate, made total_flos
     assert state["num_input_tokens_seen"] == sum(real_tokens(batch) for batch in trained_batches)
@@ -82,7 +83,7 @@ def test_a_model_the_count_does_not_cover_gets_trainers_estimate(tmp_path, train
     caplog.set_level(logging.INFO, logger="encoder_zoo.training.run.trainer")
     state, built, _ = run(tmp_path, "cloze", "--config_overrides", "loss_type=bilm")
     with pytest.raises(ValueError, match="bilm"):
-        flops.train_step_flops("cloze", built, trained_batches[0])
+        train_step_flops("cloze", built, trained_batches[0])
     assert state["total_flos"] == trainer_estimate(built, trained_batches) > 0
     assert state["num_input_tokens_seen"] == sum(real_tokens(batch) for batch in trained_batches)
     assert "total_flos: Trainer's estimate" in caplog.text and "not 'bilm'" in caplog.text
@@ -107,5 +108,5 @@ def test_each_recipe_gets_its_kind(model, overrides, kind):
     inputs = {"input_ids": torch.ones(1, 4, dtype=torch.long), "labels": torch.ones(1, 4, dtype=torch.long)}
     if recipe.default_masking_scheme == "span":
         inputs.update(span_left=torch.full((1, 4), -1), span_right=torch.full((1, 4), -1))
-    assert flops.pretraining_kind(built, inputs) == kind
-    assert flops.pretraining_kind(built, {"input_ids": inputs["input_ids"]}) is None  # no labels: nothing to count
+    assert pretraining_kind(built, inputs) == kind
+    assert pretraining_kind(built, {"input_ids": inputs["input_ids"]}) is None  # no labels: nothing to count

@@ -349,7 +349,7 @@ def test_selection_settings_and_l2_through_adam(tmp_path):
     args, training_args, flags = parse_args(["--model_name_or_path", "m", "--preset", "hire",
                                              "--output_dir", str(tmp_path)])
     assert args.early_stopping_patience == 3 and args.weight_decay_type == "decoupled"
-    assert selection_arguments(args, training_args, flags, PRESETS["hire"]) == {
+    assert selection_arguments(args, training_args, flags, PRESETS["hire"].flags) == {
         "load_best_model_at_end": True, "eval_strategy": "epoch", "eval_steps": None, "save_strategy": "epoch",
         "save_steps": training_args.save_steps, "save_total_limit": 1, "metric_for_best_model": "score",
         "greater_is_better": True}
@@ -363,9 +363,9 @@ def test_selection_settings_and_l2_through_adam(tmp_path):
     # The user's --save_strategy no turns the preset's selection off; with their own --early_stopping_patience, an
     # error.
     argv = ["--model_name_or_path", "m", "--preset", "hire", "--save_strategy", "no", "--output_dir", str(tmp_path)]
-    assert selection_arguments(*parse_args(argv), PRESETS["hire"]) == {}
+    assert selection_arguments(*parse_args(argv), PRESETS["hire"].flags) == {}
     with pytest.raises(ValueError, match="--save_strategy no rules out"):
-        selection_arguments(*parse_args([*argv, "--early_stopping_patience", "2"]), PRESETS["hire"])
+        selection_arguments(*parse_args([*argv, "--early_stopping_patience", "2"]), PRESETS["hire"].flags)
     # --weight_decay_type l2: torch.optim.Adam, its weight_decay per group (0.1, biases and LayerNorm at 0) is L2.
     args, training_args, _ = parse_args(["--model_name_or_path", "m", "--preset", "hire", "--weight_decay_type", "l2",
                                          "--output_dir", str(tmp_path)])

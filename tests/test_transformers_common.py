@@ -1,8 +1,10 @@
 """transformers' own common model tests (`ModelTesterMixin`, `ConfigTester`) on every zoo family and head.
 
-The test module comes from the sdist of the installed transformers version (see `transformers_common.py`); this
-module holds only the per-family model testers (tiny configs, in the style of transformers' `BertModelTester`) and,
-per family, the common tests that do not apply, each with its reason. Every other common test must pass.
+The test module comes from the sdist of the installed transformers version (see `transformers_common.py`). Each
+family declares its test classes beside its recipes (`FAMILY.common_tests` in training/recipes/<family>.py: a tiny
+config, in the style of transformers' `BertModelTester`, the targets of its pretraining heads, and the common tests
+that do not apply, each with its reason); this module builds one `<name>ModelTest` per declaration. Every other common
+test must pass.
 
 transformers' tests find a model's task by the class names in its `MODEL_FOR_*_MAPPING_NAMES` tables (e.g. to build
 labels, or to leave bare models out of the training tests); a custom model registered with the Auto classes is not
@@ -12,21 +14,17 @@ family's `AUTO_MAP` (transformers' own tables are left untouched).
     pytest -m common tests/test_transformers_common.py
 """
 
+import contextlib
 import unittest
 import unittest.mock
 from collections import OrderedDict
 
 import pytest
 import torch
-from transformers import BertConfig
 from transformers_common import Unavailable, load
 
 from encoder_zoo import models
-from encoder_zoo.models.bertac.configuration_bertac import BertacCnnConfig, BertacConfig
-from encoder_zoo.models.cloze.configuration_cloze import TwoTowerClozeConfig
-from encoder_zoo.models.hire.configuration_hire import HireConfig
-from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
-from encoder_zoo.models.teams.configuration_teams import TeamsConfig
+from encoder_zoo.training.recipes import CommonTests, families
 
 pytestmark = pytest.mark.common
 
@@ -76,11 +74,6 @@ def skip_common_tests(reasons: dict[str, str]):
     return decorate
 
 
-def family_classes(name: str) -> tuple[type, ...]:
-    """Every model class a family (or model type) registers: the bare model first, then its heads."""
-    return tuple(cls for auto_name, cls in models.REGISTRY[name].items() if auto_name != "AutoConfig")
-
-
 class EncoderModelTester:
     """The inputs and sizes transformers' common tests read (BertModelTester's), for any zoo family."""
 
@@ -97,12 +90,14 @@ class EncoderModelTester:
     type_vocab_size = 2
     num_labels = 3
 
-    def __init__(self, parent, **config_overrides):
+    def __init__(self, parent, spec: CommonTests):
         self.parent = parent
-        self.config_overrides = config_overrides
+        self.spec = spec
+        for name, value in spec.tester.items():
+            setattr(self, name, value)
 
     def get_config(self):
-        raise NotImplementedError
+        return self.spec.config(self)
 
     def prepare_config_and_inputs_for_common(self):
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
@@ -114,15 +109,26 @@ class EncoderModelTester:
         return self.get_config(), inputs
 
 
+# The common tests that compare two calls of a model: a model whose forward samples (`CommonTests.seeded_forward`) gets
+# each call seeded alike.
+COMPARING_TWO_CALLS = ("test_model_outputs_equivalence", "test_determinism", "test_save_load")
+
+
 class ZooModelTest(ModelTesterMixin):
-    """Labels for the pretraining heads, which transformers' `_prepare_for_class` does not know."""
+    """A family's `CommonTests` declaration run as transformers' common tests; `spec` is set per subclass."""
+
+    spec: CommonTests
 
     def setUp(self):
         torch.manual_seed(0)
-
-    pretraining_classes = ()
+        self.model_tester = EncoderModelTester(self, self.spec)
+        config_class = models.REGISTRY[self.spec.model_type]["AutoConfig"]
+        self.config_tester = ConfigTester(self, config_class=config_class, **self.spec.config_tester)
 
     def pretraining_labels(self, inputs_dict, model_class):
+        """The targets of a pretraining head, which transformers' `_prepare_for_class` does not know."""
+        if self.spec.pretraining_labels is not None:
+            return self.spec.pretraining_labels(inputs_dict["input_ids"], self.model_tester)
         labels = torch.full_like(inputs_dict["input_ids"], -100)
         labels[:, 1:4] = inputs_dict["input_ids"][:, 1:4]
         return {"labels": labels}
@@ -136,300 +142,58 @@ class ZooModelTest(ModelTesterMixin):
     def test_config(self):
         self.config_tester.run_common_tests()
 
+    def seeded(self, test_name: str):
+        """Run the common test `test_name` with every forward of the `seeded_forward` classes seeded alike."""
+        test = getattr(super(), test_name)
+        with contextlib.ExitStack() as stack:
+            for auto_name in self.spec.seeded_forward:
+                cls = models.REGISTRY[self.spec.model_type][auto_name]
 
-# ============================================================================================================ SpanBERT
-class SpanBertModelTester(EncoderModelTester):
-    def get_config(self):
-        return SpanBertConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads, intermediate_size=self.intermediate_size,
-            type_vocab_size=self.type_vocab_size, max_position_embeddings=64, sbo_position_embedding_size=8,
-            max_span_targets=4, **self.config_overrides,
-        )
+                def seeded_forward(model, *args, _forward=cls.forward, **kwargs):
+                    torch.manual_seed(0)
+                    return _forward(model, *args, **kwargs)
 
-
-
-
-class SpanBertTestBase(ZooModelTest):
-    config_overrides = {}
-
-    def setUp(self):
-        super().setUp()
-        self.model_tester = SpanBertModelTester(self, **self.config_overrides)
-        self.config_tester = ConfigTester(self, config_class=SpanBertConfig, hidden_size=37)
-
-    def pretraining_labels(self, inputs_dict, model_class):
-        labels = super().pretraining_labels(inputs_dict, model_class)
-        # One span over positions 1..3 with its outside boundaries 0 and 4.
-        span_left = torch.full_like(inputs_dict["input_ids"], -1)
-        span_right = torch.full_like(inputs_dict["input_ids"], -1)
-        span_left[:, 1:4], span_right[:, 1:4] = 0, 4
-        labels.update(span_left=span_left, span_right=span_right)
-        if self.config_overrides.get("use_next_sentence_prediction"):
-            labels["next_sentence_label"] = torch.zeros(self.model_tester.batch_size, dtype=torch.long)
-        return labels
-
-
-SPANBERT_SKIPS = {}
-
-
-@skip_common_tests(SPANBERT_SKIPS)
-class SpanBertModelTest(SpanBertTestBase, unittest.TestCase):
-    all_model_classes = family_classes("spanbert")
-    pretraining_classes = (models.get_class("spanbert", "AutoModelForPreTraining"),)
-
-
-@skip_common_tests(SPANBERT_SKIPS)
-class SpanBertWithNspModelTest(SpanBertTestBase, unittest.TestCase):
-    """The two-segment baselines (bert_2seq_nsp): BERT's NSP head and pooler."""
-
-    config_overrides = {"use_next_sentence_prediction": True}
-    all_model_classes = (models.get_class("spanbert", "AutoModelForPreTraining"),
-                         models.get_class("spanbert", "AutoModelForSequenceClassification"))
-    pretraining_classes = all_model_classes[:1]
-
-
-# =============================================================================================================== TEAMS
-class TeamsModelTester(EncoderModelTester):
-    def get_config(self):
-        return TeamsConfig(
-            vocab_size=self.vocab_size, embedding_size=16, hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
-            intermediate_size=self.intermediate_size, type_vocab_size=self.type_vocab_size, max_position_embeddings=64,
-            num_negatives=3, generator_num_hidden_layers=2, **self.config_overrides,
-        )
-
-
-class TeamsTestBase(ZooModelTest):
-    config_overrides = {}
-    all_model_classes = family_classes("teams")
-    pretraining_classes = (models.get_class("teams", "AutoModelForPreTraining"),)
-
-    def setUp(self):
-        super().setUp()
-        self.model_tester = TeamsModelTester(self, **self.config_overrides)
-        self.config_tester = ConfigTester(self, config_class=TeamsConfig, hidden_size=37)
-
-    def test_model_outputs_equivalence(self):
-        SeededPretrainingForward().run(super().test_model_outputs_equivalence)
-
-    def test_determinism(self):
-        SeededPretrainingForward().run(super().test_determinism)
-
-    def test_save_load(self):
-        SeededPretrainingForward().run(super().test_save_load)
-
-
-TEAMS_SKIPS = {}
-
-
-class SeededPretrainingForward:
-    """TeamsForPreTraining samples the replacements and the MWS candidates at random (Gumbel noise); the common
-    tests that compare two calls of it compare calls seeded alike."""
-
-    def run(self, test):
-        cls = models.get_class("teams", "AutoModelForPreTraining")
-        forward = cls.forward
-
-        def seeded(model, *args, **kwargs):
-            torch.manual_seed(0)
-            return forward(model, *args, **kwargs)
-
-        with unittest.mock.patch.object(cls, "forward", seeded):
+                stack.enter_context(unittest.mock.patch.object(cls, "forward", seeded_forward))
             test()
 
-
-@skip_common_tests(TEAMS_SKIPS)
-class TeamsModelTest(TeamsTestBase, unittest.TestCase):
-    pass
-
-
-@skip_common_tests({
-    "test_hidden_states_output": "ELECTRA's generator (TeamsForMaskedLM) is narrower than the discriminator by design: "
-                                "its hidden states are generator_hidden_size wide (TeamsModelTest covers the heads at "
-                                "one width)",
-    "test_attention_outputs": "ELECTRA's generator (TeamsForMaskedLM) has fewer heads than the discriminator by design "
-                              "(generator_num_attention_heads; TeamsModelTest covers the heads at one width)",
-})
-class ElectraModelTest(TeamsTestBase, unittest.TestCase):
-    """ELECTRA on TEAMS' code path (`--model electra`): RTD only, a narrower generator, no shared layers."""
-
-    config_overrides = dict(pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none", generator_hidden_size=16,
-                            generator_intermediate_size=24, generator_num_attention_heads=2)
-
-
-# =============================================================================================================== Cloze
-class ClozeModelTester(EncoderModelTester):
-    model_width = 16
-    # Every hidden state concatenates the forward and the backward tower's states: 2d wide.
-    hidden_size = 2 * model_width
-    use_token_type_ids = False
-
-    def get_config(self):
-        return TwoTowerClozeConfig(
-            vocab_size=self.vocab_size, hidden_size=self.model_width, num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads, intermediate_size=self.intermediate_size,
-            max_position_embeddings=64, bos_token_id=1, eos_token_id=2, sep_token_id=3, **self.config_overrides,
-        )
-
-
-class ClozeTestBase(ZooModelTest):
-    config_overrides = {}
-    all_model_classes = family_classes("cloze")
-    pretraining_classes = (models.get_class("cloze", "AutoModelForPreTraining"),
-                           models.get_class("cloze", "AutoModelForMaskedLM"))
-    # By design: the towers and the combination layer attend over a prepended zero state, and the model refuses
-    # output_attentions with a clear error instead of returning maps that do not match its inputs.
-    has_attentions = False
-
-    def setUp(self):
-        super().setUp()
-        self.model_tester = ClozeModelTester(self, **self.config_overrides)
-        self.config_tester = ConfigTester(self, config_class=TwoTowerClozeConfig, hidden_size=37,
-                                          num_attention_heads=1)
-
-
-    def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
-        inputs_dict = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
-        if return_labels and "labels" in inputs_dict and model_class.__name__ in ("TwoTowerCloze",
-                                                                                  "TwoTowerClozeForMaskedLM"):
-            # Targets in every band of the adaptive softmax, which trains a band only on the targets that fall in it.
-            batch, length = inputs_dict["input_ids"].shape
-            inputs_dict["labels"] = ((torch.arange(batch * length).view(batch, length) * 7)
-                                     % self.model_tester.vocab_size)
-        return inputs_dict
-
-
-CLOZE_SKIPS = {
-    "test_retain_grad_hidden_states_attentions": "by design each hidden state concatenates the two towers' states "
-                                                 "after the fact (each tower reads its own half), so no gradient "
-                                                 "flows into that concatenation; there are no attentions",
-}
-CHARACTER_CNN_SKIPS = {
-    **CLOZE_SKIPS,
-    "test_model_get_set_embeddings": "no embedding matrix by design: a character CNN spells each word from a saved "
-                                     "word -> bytes table (set_input_embeddings refuses with a clear error)",
-    "test_resize_tokens_embeddings": "no embedding matrix to compare row by row: resize_token_embeddings grows the "
-                                     "word -> bytes table and the adaptive softmax (test_cloze_model.py checks it)",
-}
-
-
-@skip_common_tests(CLOZE_SKIPS)
-class ClozeModelTest(ClozeTestBase, unittest.TestCase):
-    pass
-
-
-@skip_common_tests(CHARACTER_CNN_SKIPS)
-class ClozeCharacterCnnModelTest(ClozeTestBase, unittest.TestCase):
-    """The paper's CNN models: a character CNN spells each word, and an adaptive softmax predicts it."""
-
-    config_overrides = dict(input_representation="char_cnn", use_adaptive_softmax=True,
-                            adaptive_softmax_cutoff=[10, 40], character_embedding_size=4,
-                            character_filters=[[1, 4], [2, 8]], max_word_characters=6)
-
-
-# ================================================================================================================ HIRE
-class HireModelTester(EncoderModelTester):
-    gru_hidden_size = 8
-
-    def backbone_config(self):
-        return BertConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                          num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
-                          intermediate_size=self.intermediate_size, type_vocab_size=self.type_vocab_size,
-                          max_position_embeddings=64)
-
-    def get_config(self):
-        return HireConfig(backbone_config=self.backbone_config().to_dict(), gru_hidden_size=self.gru_hidden_size,
-                          num_labels=self.num_labels, **self.config_overrides)
-
-
-HIRE_SKIPS = {
-    "test_retain_grad_hidden_states_attentions": "by design HIRE runs its encoder right-aligned whatever the caller's "
-                                                 "padding, and returns the encoder's hidden states and attentions "
-                                                 "reordered to the caller's layout: copies, off the loss's graph",
-}
-
-
-@skip_common_tests(HIRE_SKIPS)
-class HireModelTest(ZooModelTest, unittest.TestCase):
-    all_model_classes = family_classes("hire")
-
-    def setUp(self):
-        super().setUp()
-        self.model_tester = HireModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=HireConfig, has_text_modality=False)
-
-
-# ============================================================================================================== BERTAC
-class BertacModelTester(HireModelTester):
-    def get_config(self):
-        cnn = BertacCnnConfig(vocab_size=20, word_embedding_dim=8, filter_windows=[1, 2], num_filters=4,
-                              mask_token_id=3)
-        return BertacConfig(backbone_config=self.backbone_config().to_dict(), cnn_config=cnn.to_dict(),
-                            num_tier_layers=2, separator_token_ids=[1, 2], word_lookup_size=4,
-                            backbone_vocab_size=self.vocab_size, num_labels=self.num_labels, **self.config_overrides)
-
-
-RANDOM_WORD_TABLE = ("the frozen word table is a buffer initialised at random by design (the authors' U(-0.1, 0.1) "
-                     "for words without a fastText vector), so it cannot equal its zero __init__ value")
-BERTAC_SKIPS = {
-    "test_init_weights_can_init_buffers": RANDOM_WORD_TABLE,
-    "test_inputs_embeds": "by design: BERTAC rebuilds its CNN's words from input_ids (inputs_embeds cannot be mapped "
-                          "to words) and refuses inputs_embeds alone with a clear error",
-}
-
-
-@skip_common_tests(BERTAC_SKIPS)
-class BertacModelTest(ZooModelTest, unittest.TestCase):
-    all_model_classes = family_classes("bertac")
-
-    def setUp(self):
-        super().setUp()
-        self.model_tester = BertacModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=BertacConfig, has_text_modality=False)
-
-    def test_attention_outputs(self):
-        # BertacModel returns two kinds of hidden states (the encoder's and the TIER layers'), the heads one.
-        bare = models.get_class("bertac", "AutoModel")
+    def attention_outputs_per_head(self):
+        """`test_attention_outputs` once per class, each with its number of kinds of hidden states."""
+        classes = models.REGISTRY[self.spec.model_type]
         for model_class in type(self).all_model_classes:
+            auto_name = next(name for name, cls in classes.items() if cls is model_class)
             with self.subTest(model_class.__name__):
                 self.all_model_classes = (model_class,)
-                self.model_tester.num_hidden_states_types = 2 if model_class is bare else 1
+                self.model_tester.num_hidden_states_types = self.spec.hidden_states_types.get(auto_name, 1)
                 super().test_attention_outputs()
         del self.all_model_classes
 
 
-class BertacCnnModelTester(EncoderModelTester):
-    use_token_type_ids = False
+def seeded_test(name: str):
+    def test(self):
+        self.seeded(name)
 
-    def get_config(self):
-        return BertacCnnConfig(vocab_size=self.vocab_size, word_embedding_dim=8, filter_windows=[1, 2], num_filters=4,
-                               mask_token_id=3)
-
-
-BERTAC_CNN_SKIPS = {
-    "test_init_weights_can_init_buffers": RANDOM_WORD_TABLE,
-    "test_hidden_states_output": "no hidden states by design: a one-layer CNN pooled over time (its output is one "
-                                 "vector)",
-    "test_retain_grad_hidden_states_attentions": "no hidden states or attentions by design (a CNN pooled over time)",
-    "test_feed_forward_chunking": "no feed-forward block to chunk (a CNN)",
-    "test_model_get_set_embeddings": "the word table is a frozen buffer by design (BertacWordEmbeddings, never in an "
-                                     "optimizer), not an nn.Embedding",
-}
+    test.__name__ = test.__qualname__ = name
+    return test
 
 
-@skip_common_tests(BERTAC_CNN_SKIPS)
-class BertacCnnModelTest(ZooModelTest, unittest.TestCase):
-    all_model_classes = family_classes("bertac_cnn")
-    pretraining_classes = (models.get_class("bertac_cnn", "AutoModelForPreTraining"),)
-    has_attentions = False
+def model_test(spec: CommonTests) -> type:
+    """The `unittest.TestCase` of one declaration: its classes, its seeded comparisons, its skips."""
+    classes = models.REGISTRY[spec.model_type]
+    heads = spec.heads or tuple(name for name in classes if name != "AutoConfig")  # the bare model first
+    namespace = {
+        "spec": spec,
+        "all_model_classes": tuple(classes[name] for name in heads),
+        "pretraining_classes": tuple(classes[name] for name in spec.pretraining_heads),
+        "has_attentions": spec.has_attentions,
+        "__module__": __name__,
+        "__qualname__": f"{spec.name}ModelTest",
+    }
+    if spec.seeded_forward:
+        namespace.update({name: seeded_test(name) for name in COMPARING_TWO_CALLS})
+    if spec.hidden_states_types:
+        namespace["test_attention_outputs"] = ZooModelTest.attention_outputs_per_head
+    return skip_common_tests(spec.skips)(type(f"{spec.name}ModelTest", (ZooModelTest, unittest.TestCase), namespace))
 
-    def setUp(self):
-        super().setUp()
-        self.model_tester = BertacCnnModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=BertacCnnConfig, common_properties=[])
 
-    def pretraining_labels(self, inputs_dict, model_class):
-        # Fixed real words (no [PAD]): both calls of a comparison get the same mentions.
-        entity_ids = torch.arange(self.model_tester.batch_size * 3).view(-1, 3) % (self.model_tester.vocab_size - 4) + 4
-        return {"entity_ids": entity_ids}
+MODEL_TESTS = [model_test(spec) for family in families().values() for spec in family.common_tests]
+globals().update({cls.__name__: cls for cls in MODEL_TESTS})  # pytest collects classes by their names in the module

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from encoder_zoo.training.recipes import families
+
 HERE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- works-with:begin -->", "<!-- works-with:end -->"
 FAMILIES = ["spanbert", "teams", "electra", "cloze", "bertac", "hire"]
@@ -18,12 +20,10 @@ ORDER = ["feature-extraction", "fill-mask", "text-classification", "pretraining-
          "gradient checkpointing", "torch.compile"]
 
 
-# transformers' own common tests (tests/test_transformers_common.py): test class -> the family column it counts for.
-COMMON_TEST_FAMILIES = {
-    "SpanBertModelTest": "spanbert", "SpanBertWithNspModelTest": "spanbert", "TeamsModelTest": "teams",
-    "ElectraModelTest": "electra", "ClozeModelTest": "cloze", "ClozeCharacterCnnModelTest": "cloze",
-    "HireModelTest": "hire", "BertacModelTest": "bertac", "BertacCnnModelTest": "bertac",
-}
+# transformers' own common tests (tests/test_transformers_common.py): test class -> the family column it counts for,
+# as each family declares them (`CommonTests.works_with_column`).
+COMMON_TEST_FAMILIES = {f"{spec.name}ModelTest": spec.works_with_column
+                        for family in families().values() for spec in family.common_tests}
 COMMON_TESTS = "transformers common tests (passed / skipped)"
 
 

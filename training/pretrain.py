@@ -28,7 +28,7 @@ from transformers import HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import IntervalStrategy
 
 from encoder_zoo.training.data.tokenizer import load_tokenizer
-from encoder_zoo.training.recipes import all_recipes, get_recipe
+from encoder_zoo.training.recipes import all_recipes, family_of_model_type, get_recipe
 from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP
 from encoder_zoo.training.run.loading import parse_overrides
 
@@ -660,6 +660,7 @@ def build_trainer(recipe, args, training_args, model, tokenizer, collator, train
         training_args.eval_strategy = IntervalStrategy.STEPS
         training_args.eval_steps = training_args.eval_steps or training_args.save_steps
     training_args.push_to_hub = False  # the export, not every checkpoint, goes to the Hub (`upload`)
+    family = family_of_model_type(recipe.family)
     trainer = (recipe.trainer_class or PretrainingTrainer)(
         model=model,
         args=training_args,
@@ -673,6 +674,7 @@ def build_trainer(recipe, args, training_args, model, tokenizer, collator, train
         callbacks=[SaveOnSignal(), *([StreamEpoch()] if args.streaming else [])],
         max_nonfinite_steps=args.max_nonfinite_steps,
         default_learning_rate=recipe.training_defaults[args.model_size].learning_rate,
+        model_flops=family.flops if family else None,
     )
     check_engine(trainer)
     return trainer

@@ -11,6 +11,8 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from encoder_zoo.hub_cards.papers import BERTAC_PAPER
 from encoder_zoo.training.data.bertac_pairs import (
     ENTITY_MASK,
@@ -26,7 +28,8 @@ from encoder_zoo.training.data.bertac_pairs import (
     read_word_vectors,
     train_word_tokenizer,
 )
-from encoder_zoo.training.recipes import Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.recipes.hire import common_test_backbone
 from encoder_zoo.training.run.trainer import GanTrainer
 
 logger = logging.getLogger(__name__)
@@ -214,3 +217,77 @@ RECIPES = {
         },
     ),
 }
+
+
+# BERTAC Sec. 5.1.1 / Table 9: lr grid {8e-6, 9e-6, 1e-5, 2e-5, 3e-5}, 6% warmup then linear decay, length 128, batch
+# 16 (128 for MNLI and QQP: pass --per_device_train_batch_size), epochs 6-10 (1-5 for MNLI, QQP, QNLI). The authors'
+# run_glue.py: AdamW, eps 1e-8, weight decay 0.01, clipping 1.0. We take 1e-5 and 8 (3) epochs.
+GLUE_PRESET = FineTuningPreset(
+    flags=["--learning_rate", "1e-5", "--warmup_steps", "0.06", "--lr_scheduler_type", "linear", "--adam_epsilon",
+           "1e-8", "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--per_device_train_batch_size", "16",
+           "--num_train_epochs", "8", "--max_seq_length", "128"],
+    epochs_by_task={task: "3" for task in ("mnli", "qqp", "qnli")},
+)
+
+
+def common_test_cnn_config(tester):
+    """A tiny BERTAC CNN config for transformers' common tests."""
+    from encoder_zoo import models
+
+    return models.get_class("bertac_cnn", "AutoConfig")(vocab_size=tester.vocab_size, word_embedding_dim=8,
+                                                        filter_windows=[1, 2], num_filters=4, mask_token_id=3)
+
+
+def common_test_config(tester):
+    """A tiny BERTAC config (a BERT encoder, a 20-word CNN, two TIER layers) for transformers' common tests."""
+    from encoder_zoo import models
+
+    cnn = models.get_class("bertac_cnn", "AutoConfig")(vocab_size=20, word_embedding_dim=8, filter_windows=[1, 2],
+                                                       num_filters=4, mask_token_id=3)
+    return models.get_class("bertac", "AutoConfig")(
+        backbone_config=common_test_backbone(tester), cnn_config=cnn.to_dict(), num_tier_layers=2,
+        separator_token_ids=[1, 2], word_lookup_size=4, backbone_vocab_size=tester.vocab_size,
+        num_labels=tester.num_labels)
+
+
+def entity_targets(input_ids, tester) -> dict:
+    """Fixed real words (no [PAD]): both calls of a comparison get the same mentions."""
+    return {"entity_ids": torch.arange(tester.batch_size * 3).view(-1, 3) % (tester.vocab_size - 4) + 4}
+
+
+RANDOM_WORD_TABLE = ("the frozen word table is a buffer initialised at random by design (the authors' U(-0.1, 0.1) "
+                     "for words without a fastText vector), so it cannot equal its zero __init__ value")
+
+FAMILY = Family(
+    name="bertac",
+    flops=None,  # no formula for the CNN's GAN steps: its runs sum Trainer's estimate
+    glue_presets={"bertac": GLUE_PRESET},
+    common_tests=(
+        CommonTests(
+            name="Bertac", model_type="bertac", config=common_test_config, works_with_column="bertac",
+            config_tester={"has_text_modality": False},
+            # BertacModel returns two kinds of hidden states (the encoder's and the TIER layers'), the heads one.
+            hidden_states_types={"AutoModel": 2},
+            skips={
+                "test_init_weights_can_init_buffers": RANDOM_WORD_TABLE,
+                "test_inputs_embeds": "by design: BERTAC rebuilds its CNN's words from input_ids (inputs_embeds "
+                                      "cannot be mapped to words) and refuses inputs_embeds alone with a clear error",
+            },
+        ),
+        CommonTests(
+            name="BertacCnn", model_type="bertac_cnn", config=common_test_cnn_config, works_with_column="bertac",
+            pretraining_heads=("AutoModelForPreTraining",), pretraining_labels=entity_targets,
+            tester={"use_token_type_ids": False}, config_tester={"common_properties": []}, has_attentions=False,
+            skips={
+                "test_init_weights_can_init_buffers": RANDOM_WORD_TABLE,
+                "test_hidden_states_output": "no hidden states by design: a one-layer CNN pooled over time (its "
+                                             "output is one vector)",
+                "test_retain_grad_hidden_states_attentions": "no hidden states or attentions by design (a CNN pooled "
+                                                             "over time)",
+                "test_feed_forward_chunking": "no feed-forward block to chunk (a CNN)",
+                "test_model_get_set_embeddings": "the word table is a frozen buffer by design (BertacWordEmbeddings, "
+                                                 "never in an optimizer), not an nn.Embedding",
+            },
+        ),
+    ),
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from typing import Any
@@ -11,7 +12,8 @@ import torch
 
 from encoder_zoo.hub_cards.papers import CLOZE_PAPER
 from encoder_zoo.training.data.tokenizer import boundary_token_ids, train_word_tokenizer, train_wordpiece_tokenizer
-from encoder_zoo.training.recipes import Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.run.flops import FlopCount, attention, dense, layer, step_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +157,97 @@ RECIPES = {
         init_model=spell_word_vocabulary,
     ),
 }
+
+
+def train_step_flops(kind: str, model, inputs: dict) -> int:
+    """Model FLOPs of a train step of the two-tower cloze model with embedding inputs, the flat output layer and the
+    cloze loss; raises ValueError for the settings it does not cover (adaptive softmax, character CNN, bilm loss)."""
+    config = model.config
+    if config.use_adaptive_softmax:
+        raise ValueError("the model-FLOP count covers the flat output layer, not the adaptive softmax")
+    if config.loss_type != "cloze":
+        raise ValueError(f"the model-FLOP count covers loss_type 'cloze' only, not {config.loss_type!r}")
+    if config.input_representation != "embedding":
+        raise ValueError("the model-FLOP count covers embedding inputs, not the character CNN")
+    tokens, squared, targets = step_sizes(inputs)
+    d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    # Each tower's keys start with one zero state: a query attends over its length + 1.
+    tower = layer(tokens, squared + tokens, d, ff)
+    flops = 2 * config.num_hidden_layers * tower
+    # Combination: queries at every token, keys/values = both towers' states (2 per token) plus the zero state.
+    flops += dense(tokens, 2 * d, d) if config.query_combination == "concat" else 0
+    flops += dense(tokens, d, d) + 2 * dense(2 * tokens, d, d) + dense(tokens, d, d)
+    flops += attention(2 * squared + tokens, d) + dense(tokens, d, ff) + dense(tokens, ff, d)
+    return flops + dense(targets, d, vocab)
+
+
+# Cloze (Baevski et al.) Sec. 4: Adam, batch 16, 3 epochs, lr grid {1e-4, 5e-5, 3e-5}, warmup over the first 10% of
+# steps then cosine annealing to 1e-6; no weight decay named (fairseq's default is 0). "We disable dropout in the
+# language model and add 0.1 dropout between language model output and the final output projection" (`config`).
+GLUE_PRESET = FineTuningPreset(
+    flags=["--learning_rate", "5e-5", "--per_device_train_batch_size", "16", "--num_train_epochs", "3",
+           "--warmup_steps", "0.1", "--lr_scheduler_type", "cosine_with_min_lr",
+           "--lr_scheduler_kwargs", '{"min_lr": 1e-6}', "--weight_decay", "0.0"],
+    config={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "activation_dropout": 0.0,
+            "classifier_dropout": 0.1},
+)
+
+COMMON_TEST_WIDTH = 16
+
+
+def common_test_config(tester, **overrides):
+    """A tiny cloze config for transformers' common tests, `COMMON_TEST_WIDTH` wide (its hidden states, which
+    concatenate the two towers' states, twice that)."""
+    from encoder_zoo import models
+
+    return models.get_class("cloze", "AutoConfig")(
+        vocab_size=tester.vocab_size, hidden_size=COMMON_TEST_WIDTH, num_hidden_layers=tester.num_hidden_layers,
+        num_attention_heads=tester.num_attention_heads, intermediate_size=tester.intermediate_size,
+        max_position_embeddings=64, bos_token_id=1, eos_token_id=2, sep_token_id=3, **overrides,
+    )
+
+
+def every_band_targets(input_ids, tester) -> dict:
+    """Targets in every band of the adaptive softmax, which trains a band only on the targets that fall in it."""
+    batch, length = input_ids.shape
+    return {"labels": (torch.arange(batch * length).view(batch, length) * 7) % tester.vocab_size}
+
+
+CLOZE_SKIPS = {
+    "test_retain_grad_hidden_states_attentions": "by design each hidden state concatenates the two towers' states "
+                                                 "after the fact (each tower reads its own half), so no gradient "
+                                                 "flows into that concatenation; there are no attentions",
+}
+# By design the towers and the combination layer attend over a prepended zero state, and the model refuses
+# output_attentions with a clear error instead of returning maps that do not match its inputs (has_attentions).
+_CLOZE_COMMON_TESTS = dict(model_type="cloze", works_with_column="cloze",
+                           pretraining_heads=("AutoModelForPreTraining", "AutoModelForMaskedLM"),
+                           pretraining_labels=every_band_targets,
+                           tester={"hidden_size": 2 * COMMON_TEST_WIDTH, "use_token_type_ids": False},
+                           config_tester={"hidden_size": 37, "num_attention_heads": 1}, has_attentions=False)
+
+FAMILY = Family(
+    name="cloze",
+    flops=FlopCount(kinds=("cloze",), choose=lambda model, inputs: "cloze", count=train_step_flops),
+    glue_presets={"cloze": GLUE_PRESET},
+    common_tests=(
+        CommonTests(name="Cloze", config=common_test_config, skips=CLOZE_SKIPS, **_CLOZE_COMMON_TESTS),
+        # The paper's CNN models: a character CNN spells each word, and an adaptive softmax predicts it.
+        CommonTests(
+            name="ClozeCharacterCnn",
+            config=functools.partial(common_test_config, input_representation="char_cnn", use_adaptive_softmax=True,
+                                     adaptive_softmax_cutoff=[10, 40], character_embedding_size=4,
+                                     character_filters=[[1, 4], [2, 8]], max_word_characters=6),
+            skips={
+                **CLOZE_SKIPS,
+                "test_model_get_set_embeddings": "no embedding matrix by design: a character CNN spells each word "
+                                                 "from a saved word -> bytes table (set_input_embeddings refuses with "
+                                                 "a clear error)",
+                "test_resize_tokens_embeddings": "no embedding matrix to compare row by row: resize_token_embeddings "
+                                                 "grows the word -> bytes table and the adaptive softmax "
+                                                 "(test_cloze_model.py checks it)",
+            },
+            **_CLOZE_COMMON_TESTS,
+        ),
+    ),
+)

@@ -1,9 +1,14 @@
-"""The `--model` registry of `training/pretrain.py`: one `Recipe` per pretraining method or baseline.
+"""The `--model` registry of `training/pretrain.py` (one `Recipe` per pretraining method or baseline) and the family
+registry (one `Family` per folder under `models/`).
 
 A recipe names the model family, its size presets, how to build the collator (the pretraining objective's data side),
 which model outputs to log, the paper's optimisation recipe per size (`TrainingDefaults`) and the paper metadata the
 model card needs. A family adds its recipes in a module of this package, `training/recipes/<family>.py`, that
-defines `RECIPES: dict[str, Recipe]`: every such module is found here, none is listed.
+defines `RECIPES: dict[str, Recipe]`, and declares beside them, as `FAMILY = Family(...)`, what the rest of the
+project reads of it: its model-FLOP count, its fine-tuning presets and its transformers common-test settings (a family
+without pretraining recipes, HIRE, has a module with `FAMILY` only). Every such module is found here, none is listed.
+What names the model's own modules (LoRA's targets, the FSDP layer) stays in the model folder, which travels without
+this package (`models/<family>/__init__.py`); `Family` shows it too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 from encoder_zoo.hub_cards.papers import Paper
 from encoder_zoo.training.run.describe import describe_optimizer, describe_schedule, describe_warmup
+from encoder_zoo.training.run.flops import FlopCount
 
 logger = logging.getLogger(__name__)
 
@@ -246,12 +252,17 @@ class Recipe:
                 else "encoder_zoo.training.data.blocks.pack_blocks")
 
 
-def recipe_modules() -> list[str]:
-    """The modules of this package that define `RECIPES` (found, not listed: a new family adds a file)."""
+def _modules_defining(attribute: str) -> list[str]:
+    """The modules of this package that define `attribute` (found, not listed: a new family adds a file)."""
     package = __name__.rsplit(".", 1)[0]
     names = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__))
     return [f"{package}.{name}" for name in names if name != "registry"
-            and hasattr(importlib.import_module(f"{package}.{name}"), "RECIPES")]
+            and hasattr(importlib.import_module(f"{package}.{name}"), attribute)]
+
+
+def recipe_modules() -> list[str]:
+    """The modules of this package that define `RECIPES`."""
+    return _modules_defining("RECIPES")
 
 
 def all_recipes() -> dict[str, Recipe]:
@@ -269,3 +280,164 @@ def get_recipe(name: str) -> Recipe:
     if name not in recipes:
         raise ValueError(f"Unknown --model {name!r}. Available: {', '.join(sorted(recipes))}.")
     return recipes[name]
+
+
+@dataclass(frozen=True)
+class FineTuningPreset:
+    """A paper's fine-tuning recipe, `glue/run_glue.py --preset NAME` (the flags a user passes still win).
+
+    Attributes:
+        flags: run_glue / Trainer flags placed before the user's own.
+        config: model config values set when the model is loaded (`--config_overrides` still wins).
+        epochs_by_task: `--num_train_epochs` for some tasks, where the paper trains them longer or shorter (unless
+            the user gives `--num_train_epochs`).
+        note: what `--help` says of the preset beyond its flags (None: nothing).
+    """
+
+    flags: list[str]
+    config: dict[str, float] = field(default_factory=dict)
+    epochs_by_task: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class CommonTests:
+    """One class of transformers' own common model tests (`ModelTesterMixin`, `ConfigTester`) on models of a family,
+    built by `tests/test_transformers_common.py`; every common test not in `skips` must pass.
+
+    Attributes:
+        name: the test class is `<name>ModelTest`.
+        model_type: the registry name whose classes are tested (`models.REGISTRY`: a family or a model type).
+        config: `(tester) -> config`, a tiny config of `model_type` from the tester's sizes (BertModelTester's:
+            `vocab_size`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `intermediate_size`,
+            `type_vocab_size`, `num_labels`, and whatever `tester` adds).
+        works_with_column: the family column of docs/clients.md whose count this class adds to.
+        heads: the Auto classes tested (default: every class `model_type` registers, the bare model first).
+        pretraining_heads: Auto classes whose targets `pretraining_labels` makes (transformers does not know them).
+        pretraining_labels: `(input_ids) -> dict` of target inputs for those heads; default `labels` = the input ids
+            at positions 1..3, -100 elsewhere.
+        skips: common tests (name prefixes) that do not apply, each with its reason.
+        tester: attributes of the model tester that differ from BertModelTester's (e.g. `use_token_type_ids`).
+        config_tester: keyword arguments of `ConfigTester` besides the config class.
+        has_attentions: False where the model returns no attention maps by design.
+        seeded_forward: Auto classes whose forward samples at random: the tests that compare two calls seed each.
+        hidden_states_types: Auto class -> the number of kinds of hidden states it returns, where more than one.
+    """
+
+    name: str
+    model_type: str
+    config: Callable[[Any], Any]
+    works_with_column: str
+    heads: tuple[str, ...] | None = None
+    pretraining_heads: tuple[str, ...] = ()
+    pretraining_labels: Callable[[Any], dict] | None = None
+    skips: dict[str, str] = field(default_factory=dict)
+    tester: dict[str, Any] = field(default_factory=dict)
+    config_tester: dict[str, Any] = field(default_factory=dict)
+    has_attentions: bool = True
+    seeded_forward: tuple[str, ...] = ()
+    hidden_states_types: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one model family (a folder under `models/`) declares beside its recipes, for the rest of the project.
+
+    Attributes:
+        name: its folder under `models/`.
+        flops: how a pretraining train step of its models is counted in model FLOPs (`training/run/flops.py`);
+            None, said explicitly: not counted, its runs sum Trainer's estimate (6 x parameters x tokens).
+        glue_presets: `glue/run_glue.py --preset` name -> the paper's fine-tuning recipe.
+        common_tests: the classes of transformers' common tests its models run.
+    """
+
+    name: str
+    flops: FlopCount | None
+    glue_presets: dict[str, FineTuningPreset] = field(default_factory=dict)
+    common_tests: tuple[CommonTests, ...] = ()
+
+    @property
+    def model_types(self) -> list[str]:
+        """The model types of its folder (`config.model_type`; BERTAC's folder has two)."""
+        from encoder_zoo import models
+
+        return models.MODEL_TYPES[self.name]
+
+    @property
+    def peft_target_modules(self) -> dict[str, list[str]]:
+        """LoRA's default targets per model type, from the model folder (`models.PEFT_TARGET_MODULES`)."""
+        from encoder_zoo import models
+
+        return {t: models.PEFT_TARGET_MODULES[t] for t in self.model_types if t in models.PEFT_TARGET_MODULES}
+
+    @property
+    def fsdp_layer_classes(self) -> dict[str, str]:
+        """The layer class of each model type that FSDP shards as one unit, from the model folder."""
+        from encoder_zoo import models
+
+        return {t: models.FSDP_LAYER_CLASSES[t] for t in self.model_types if t in models.FSDP_LAYER_CLASSES}
+
+
+def family_modules() -> list[str]:
+    """The modules of this package that define `FAMILY`."""
+    return _modules_defining("FAMILY")
+
+
+def families() -> dict[str, Family]:
+    """Every declared family by folder name, checked: one declaration per folder, each of a folder under `models/`."""
+    from encoder_zoo import models
+
+    found: dict[str, Family] = {}
+    for module_name in family_modules():
+        family = importlib.import_module(module_name).FAMILY
+        if family.name in found:
+            raise ValueError(f"Family {family.name!r} is declared twice: in {module_name} and before it.")
+        if family.name not in models.MODEL_TYPES:
+            raise ValueError(f"{module_name}.FAMILY names {family.name!r}, which is no folder under models/ "
+                             f"({', '.join(models.MODEL_TYPES)}).")
+        found[family.name] = family
+    return found
+
+
+def family_of_model_type(model_type: str | None) -> Family | None:
+    """The family whose folder holds `model_type` (e.g. "bertac_cnn" -> bertac), or None."""
+    return next((family for family in families().values() if model_type in family.model_types), None)
+
+
+def flop_kinds() -> dict[str, Family]:
+    """Every model-FLOP kind of every family, with its family; a kind two families both name is refused."""
+    kinds: dict[str, Family] = {}
+    for family in families().values():
+        for kind in family.flops.kinds if family.flops else ():
+            if kind in kinds:
+                raise ValueError(f"The model-FLOP kind {kind!r} is declared by {kinds[kind].name} and {family.name}.")
+            kinds[kind] = family
+    return kinds
+
+
+def pretraining_kind(model, inputs: dict) -> str | None:
+    """The kind of `train_step_flops` that counts a train step of the zoo's pretraining `model` on `inputs`, or None
+    where there is none (a family without a count, any other model, a batch without `labels`)."""
+    family = family_of_model_type(getattr(getattr(model, "config", None), "model_type", None))
+    return family.flops.kind(model, inputs) if family is not None and family.flops is not None else None
+
+
+def train_step_flops(kind: str, model, inputs: dict) -> int:
+    """Model FLOPs of one train step of `model` (of `kind`, see `flop_kinds`) on `inputs` (`training/run/flops.py`).
+    Raises ValueError for a kind or a configuration the count does not cover."""
+    family = flop_kinds().get(kind)
+    if family is None:
+        raise ValueError(f"unknown kind {kind!r}")
+    return family.flops.count(kind, model, inputs)
+
+
+def glue_presets() -> dict[str, FineTuningPreset]:
+    """Every family's fine-tuning presets by `--preset` name; a name two families both use is refused."""
+    presets: dict[str, FineTuningPreset] = {}
+    owners: dict[str, str] = {}
+    for family in families().values():
+        for name, preset in family.glue_presets.items():
+            if name in presets:
+                raise ValueError(f"--preset {name!r} is declared by {owners[name]} and {family.name}.")
+            presets[name], owners[name] = preset, family.name
+    return presets

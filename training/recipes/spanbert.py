@@ -3,6 +3,7 @@ Tables 6 and 7 (`--model bert_2seq_nsp`, `--model bert_2seq`), on one code path.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -11,7 +12,8 @@ import torch
 from encoder_zoo.hub_cards.papers import SPANBERT_PAPER
 from encoder_zoo.training.data.blocks import pack_segment_pairs
 from encoder_zoo.training.masking.spans import INDEX_COLUMN, LINGUISTIC_SCHEMES, SpanMaskingCollator
-from encoder_zoo.training.recipes import Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
 BERT_SIZES = {
     "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
@@ -225,3 +227,81 @@ RECIPES = {
         next_sentence_prediction=False,
     ),
 }
+
+
+def flop_kind(model, inputs: dict) -> str:
+    """"spanbert" where the SBO head runs (the model has one and the batch carries span boundaries), else "bert". The
+    NSP head of the two-segment baselines (bert_2seq_nsp: pooler and a 2-way classifier on [CLS], plus [CLS]'s row of
+    the last feed-forward block) is a few rows per sequence against all the tokens: not counted."""
+    return "spanbert" if model.config.use_span_boundary_objective and "span_left" in inputs else "bert"
+
+
+def train_step_flops(kind: str, model, inputs: dict) -> int:
+    """Model FLOPs of a train step of `SpanBertForPreTraining` with SBO ("spanbert") or without ("bert")."""
+    tokens, squared, targets = step_sizes(inputs)
+    config = model.config
+    d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    read = inputs["labels"] != -100
+    flops = dense(targets, d, d) + dense(targets, d, vocab)
+    if kind == "spanbert":
+        rows, cols, left, right = model.sbo_targets(inputs["span_left"], inputs["span_right"])
+        read[rows, left] = read[rows, right] = True
+        n = rows.numel()
+        flops += dense(n, 2 * d + config.sbo_position_embedding_size, d) + dense(n, d, d) + dense(n, d, vocab)
+    flops += (config.num_hidden_layers - 1) * layer(tokens, squared, d, ff)
+    return flops + layer(tokens, squared, d, ff, feed_forward_rows=int(read.sum()))
+
+
+# SpanBERT App. B: lr grid {5e-6, 1e-5, 2e-5, 3e-5, 5e-5}, batch {16, 32}, 10 epochs (CoLA 4: "10 epochs lead to severe
+# overfitting"), max_seq_length 128. Its code/run_glue.py: BertAdam (eps 1e-6, weight decay 0.01), 10% warmup then
+# linear decay, clipping at 1.0.
+GLUE_PRESET = FineTuningPreset(
+    flags=["--learning_rate", "2e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "10",
+           "--warmup_steps", "0.1", "--lr_scheduler_type", "linear", "--adam_epsilon", "1e-6",
+           "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"],
+    epochs_by_task={"cola": "4"},
+)
+
+
+def common_test_config(tester, **overrides):
+    """A tiny SpanBERT config for transformers' common tests."""
+    from encoder_zoo import models
+
+    return models.get_class("spanbert", "AutoConfig")(
+        vocab_size=tester.vocab_size, hidden_size=tester.hidden_size, num_hidden_layers=tester.num_hidden_layers,
+        num_attention_heads=tester.num_attention_heads, intermediate_size=tester.intermediate_size,
+        type_vocab_size=tester.type_vocab_size, max_position_embeddings=64, sbo_position_embedding_size=8,
+        max_span_targets=4, **overrides,
+    )
+
+
+def span_targets(input_ids, tester) -> dict:
+    """MLM targets at positions 1..3 and one span over them, with its outside boundaries 0 and 4."""
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1:4] = input_ids[:, 1:4]
+    span_left, span_right = torch.full_like(input_ids, -1), torch.full_like(input_ids, -1)
+    span_left[:, 1:4], span_right[:, 1:4] = 0, 4
+    return {"labels": labels, "span_left": span_left, "span_right": span_right}
+
+
+def span_and_nsp_targets(input_ids, tester) -> dict:
+    return {**span_targets(input_ids, tester), "next_sentence_label": torch.zeros(len(input_ids), dtype=torch.long)}
+
+
+FAMILY = Family(
+    name="spanbert",
+    flops=FlopCount(kinds=("spanbert", "bert"), choose=flop_kind, count=train_step_flops),
+    glue_presets={"spanbert": GLUE_PRESET},
+    common_tests=(
+        CommonTests(name="SpanBert", model_type="spanbert", config=common_test_config, works_with_column="spanbert",
+                    pretraining_heads=("AutoModelForPreTraining",), pretraining_labels=span_targets,
+                    config_tester={"hidden_size": 37}),
+        # The two-segment baselines (bert_2seq_nsp): BERT's NSP head and pooler.
+        CommonTests(name="SpanBertWithNsp", model_type="spanbert",
+                    config=functools.partial(common_test_config, use_next_sentence_prediction=True),
+                    works_with_column="spanbert",
+                    heads=("AutoModelForPreTraining", "AutoModelForSequenceClassification"),
+                    pretraining_heads=("AutoModelForPreTraining",), pretraining_labels=span_and_nsp_targets,
+                    config_tester={"hidden_size": 37}),
+    ),
+)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 from encoder_zoo.hub_cards.papers import ELECTRA_PAPER, TEAMS_PAPER
-from encoder_zoo.training.recipes import Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
 from encoder_zoo.training.recipes.spanbert import build_span_collator
+from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
 # The paper's Table 5 (small = "Small/Small++"), plus tiny for tests and smoke runs.
 TEAMS_SIZES = {
@@ -121,3 +124,90 @@ RECIPES = {
         hyperparameters=ELECTRA_HYPERPARAMETERS,
     ),
 }
+
+
+def flop_kind(model, inputs: dict) -> str:
+    """One count for both recipes: the model's own heads and task layers decide what is added ("electra": RTD only)."""
+    return "electra" if model.config.pretraining_tasks == "rtd" else "teams"
+
+
+def train_step_flops(kind: str, model, inputs: dict) -> int:
+    """Model FLOPs of a train step of `TeamsForPreTraining` (TEAMS or ELECTRA): the generator at the targets' rows
+    where its feed-forward block and output layer run, the discriminator at every token, and whichever of the RTD and
+    MWS heads and task layers the model has."""
+    tokens, squared, targets = step_sizes(inputs)
+    config = model.config
+    e, d, ff, vocab = config.embedding_size, config.hidden_size, config.intermediate_size, config.vocab_size
+    dg, ffg = config.generator_hidden_size, config.generator_intermediate_size
+    flops = dense(tokens, e, dg) if e != dg else 0
+    flops += (config.generator_num_hidden_layers - 1) * layer(tokens, squared, dg, ffg)
+    flops += layer(tokens, squared, dg, ffg, feed_forward_rows=targets)
+    flops += dense(targets, dg, e) + dense(targets, e, vocab)
+    flops += dense(tokens, e, d) if e != d else 0
+    flops += config.num_hidden_layers * layer(tokens, squared, d, ff)
+    if model.teams.rtd_layer is not None:
+        flops += layer(tokens, squared, d, ff)
+    if model.rtd_head is not None:
+        flops += dense(tokens, d, d) + dense(tokens, d, 1)
+    if model.mws_head is not None:
+        if model.teams.mws_layer is not None:
+            flops += layer(tokens, squared, d, ff, feed_forward_rows=targets)
+        flops += dense(targets, d, e) + dense(targets, config.num_negatives + 1, e)
+    return flops
+
+
+# TEAMS Table 6: lr 1e-4 (small) / 3e-5 (base, large), batch 32, 5 epochs, linear decay, warmup 0.1, eps 1e-6.
+# The authors' Model Garden config: weight decay 0.01, clipping at 1.0, sequences of 128.
+GLUE_PRESETS = {
+    "teams_small": FineTuningPreset(
+        flags=["--learning_rate", "1e-4", "--per_device_train_batch_size", "32", "--num_train_epochs", "5",
+               "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear",
+               "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"]),
+    "teams_base": FineTuningPreset(
+        flags=["--learning_rate", "3e-5", "--per_device_train_batch_size", "32", "--num_train_epochs", "5",
+               "--warmup_steps", "0.1", "--adam_epsilon", "1e-6", "--lr_scheduler_type", "linear",
+               "--weight_decay", "0.01", "--max_grad_norm", "1.0", "--max_seq_length", "128"]),
+}
+
+
+def common_test_config(tester, **overrides):
+    """A tiny TEAMS config for transformers' common tests."""
+    from encoder_zoo import models
+
+    return models.get_class("teams", "AutoConfig")(
+        vocab_size=tester.vocab_size, embedding_size=16, hidden_size=tester.hidden_size,
+        num_hidden_layers=tester.num_hidden_layers, num_attention_heads=tester.num_attention_heads,
+        intermediate_size=tester.intermediate_size, type_vocab_size=tester.type_vocab_size, max_position_embeddings=64,
+        num_negatives=3, generator_num_hidden_layers=2, **overrides,
+    )
+
+
+# TeamsForPreTraining samples the replacements and the MWS candidates at random (Gumbel noise): the common tests that
+# compare two of its calls seed them alike.
+_TEAMS_COMMON_TESTS = dict(works_with_column="teams", pretraining_heads=("AutoModelForPreTraining",),
+                           config_tester={"hidden_size": 37}, seeded_forward=("AutoModelForPreTraining",))
+
+FAMILY = Family(
+    name="teams",
+    flops=FlopCount(kinds=("teams", "electra"), choose=flop_kind, count=train_step_flops),
+    glue_presets=GLUE_PRESETS,
+    common_tests=(
+        CommonTests(name="Teams", model_type="teams", config=common_test_config, **_TEAMS_COMMON_TESTS),
+        # ELECTRA on TEAMS' code path (`--model electra`): RTD only, a narrower generator, no shared layers.
+        CommonTests(
+            name="Electra", model_type="teams",
+            config=functools.partial(common_test_config, pretraining_tasks="rtd", task_head_type="ffn",
+                                     layer_tying="none", generator_hidden_size=16, generator_intermediate_size=24,
+                                     generator_num_attention_heads=2),
+            **{**_TEAMS_COMMON_TESTS, "works_with_column": "electra"},
+            skips={
+                "test_hidden_states_output": "ELECTRA's generator (TeamsForMaskedLM) is narrower than the "
+                                             "discriminator by design: its hidden states are generator_hidden_size "
+                                             "wide (TeamsModelTest covers the heads at one width)",
+                "test_attention_outputs": "ELECTRA's generator (TeamsForMaskedLM) has fewer heads than the "
+                                          "discriminator by design (generator_num_attention_heads; TeamsModelTest "
+                                          "covers the heads at one width)",
+            },
+        ),
+    ),
+)

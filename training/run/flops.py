@@ -7,15 +7,41 @@ plus 12 x width x length per token and layer for attention, for the work each mo
 (padding is waste, not model FLOPs), each sequence attending over its own length, vocabulary logits only where a model
 computes them (at the targets), feed-forward blocks only where they run. Embedding lookups, normalisations,
 activations and sampling are not counted. `tests/test_bench_gpu.py` checks the count against torch's FlopCounterMode.
+
+This module holds the shared formulas (a weight matrix, attention, a BERT layer) and `FlopCount`, the shape of a
+family's count; each family's own formula lives beside its recipes (`Family.flops` in `training/recipes/<family>.py`),
+and `training.recipes.pretraining_kind` / `train_step_flops` find the family of a model or a kind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
-# What `train_step_flops` counts, per kind: SpanBERT with SBO, the BERT baselines (SpanBERT's model without SBO),
-# TEAMS and ELECTRA (TeamsForPreTraining), the two-tower cloze model.
-KINDS = ("spanbert", "bert", "teams", "electra", "cloze")
+
+@dataclass(frozen=True)
+class FlopCount:
+    """How a family counts the model FLOPs of one pretraining train step (its `Family.flops`).
+
+    Attributes:
+        kinds: the formulas it has, named for what they count (e.g. "spanbert" with SBO, "bert" without); unique across
+            families.
+        choose: `(model, inputs) -> kind or None`, the formula for a train step of `model` on a batch with targets
+            (None: none applies).
+        count: `(kind, model, inputs) -> int`, the model FLOPs of that step; raises ValueError for a configuration the
+            formula does not cover (the run then sums Trainer's estimate instead).
+    """
+
+    kinds: tuple[str, ...]
+    choose: Callable[[Any, dict], str | None]
+    count: Callable[[str, Any, dict], int]
+
+    def kind(self, model, inputs: dict) -> str | None:
+        """The kind that counts a train step of `model` on `inputs`; None for a batch without targets (`labels`)."""
+        return self.choose(model, inputs) if "labels" in inputs else None
 
 
 def dense(rows, n_in: int, n_out: int) -> int:
@@ -44,76 +70,7 @@ def sequence_lengths(inputs: dict) -> torch.Tensor:
     return inputs["cu_seq_lens_q"].diff().long()
 
 
-def pretraining_kind(model, inputs: dict) -> str | None:
-    """The kind of `train_step_flops` that counts a train step of the zoo's pretraining `model` on `inputs`, or None
-    where there is none (BERTAC, any other model, a batch without `labels`)."""
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if "labels" not in inputs:
-        return None
-    if model_type == "spanbert":
-        # The SBO head runs when the model has one and the batch carries span boundaries. The NSP head of the
-        # two-segment baselines (bert_2seq_nsp: pooler and a 2-way classifier on [CLS], plus [CLS]'s row of the last
-        # feed-forward block) is a few rows per sequence against all the tokens: not counted.
-        return "spanbert" if config.use_span_boundary_objective and "span_left" in inputs else "bert"
-    if model_type == "teams":  # one count for both: the model's own heads and task layers decide what is added
-        return "electra" if config.pretraining_tasks == "rtd" else "teams"
-    if model_type == "cloze":  # train_step_flops raises on the settings it does not cover (adaptive softmax, ...)
-        return "cloze"
-    return None
-
-
-def train_step_flops(kind: str, model, inputs: dict) -> int:
-    """Model FLOPs of one train step of `model` (of `kind`, one of `KINDS`) on `inputs` (see the module docstring).
-    Raises ValueError for a kind or a configuration the count does not cover."""
+def step_sizes(inputs: dict) -> tuple[int, int, int]:
+    """Real tokens, the sum of squared sequence lengths, and targets (`labels` other than -100) of a training batch."""
     lengths = sequence_lengths(inputs)
-    tokens, squared = int(lengths.sum()), int((lengths * lengths).sum())
-    labels = inputs["labels"]
-    targets = int((labels != -100).sum())
-    config = model.config if hasattr(model, "config") else None
-    if kind in ("spanbert", "bert"):
-        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-        read = labels != -100
-        flops = dense(targets, d, d) + dense(targets, d, vocab)
-        if kind == "spanbert":
-            rows, cols, left, right = model.sbo_targets(inputs["span_left"], inputs["span_right"])
-            read[rows, left] = read[rows, right] = True
-            n = rows.numel()
-            flops += dense(n, 2 * d + config.sbo_position_embedding_size, d) + dense(n, d, d) + dense(n, d, vocab)
-        flops += (config.num_hidden_layers - 1) * layer(tokens, squared, d, ff)
-        return flops + layer(tokens, squared, d, ff, feed_forward_rows=int(read.sum()))
-    if kind in ("teams", "electra"):
-        e, d, ff, vocab = config.embedding_size, config.hidden_size, config.intermediate_size, config.vocab_size
-        dg, ffg = config.generator_hidden_size, config.generator_intermediate_size
-        flops = dense(tokens, e, dg) if e != dg else 0
-        flops += (config.generator_num_hidden_layers - 1) * layer(tokens, squared, dg, ffg)
-        flops += layer(tokens, squared, dg, ffg, feed_forward_rows=targets)
-        flops += dense(targets, dg, e) + dense(targets, e, vocab)
-        flops += dense(tokens, e, d) if e != d else 0
-        flops += config.num_hidden_layers * layer(tokens, squared, d, ff)
-        if model.teams.rtd_layer is not None:
-            flops += layer(tokens, squared, d, ff)
-        if model.rtd_head is not None:
-            flops += dense(tokens, d, d) + dense(tokens, d, 1)
-        if model.mws_head is not None:
-            if model.teams.mws_layer is not None:
-                flops += layer(tokens, squared, d, ff, feed_forward_rows=targets)
-            flops += dense(targets, d, e) + dense(targets, config.num_negatives + 1, e)
-        return flops
-    if kind == "cloze":
-        if config.use_adaptive_softmax:
-            raise ValueError("the model-FLOP count covers the flat output layer, not the adaptive softmax")
-        if config.loss_type != "cloze":
-            raise ValueError(f"the model-FLOP count covers loss_type 'cloze' only, not {config.loss_type!r}")
-        if config.input_representation != "embedding":
-            raise ValueError("the model-FLOP count covers embedding inputs, not the character CNN")
-        d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-        # Each tower's keys start with one zero state: a query attends over its length + 1.
-        tower = layer(tokens, squared + tokens, d, ff)
-        flops = 2 * config.num_hidden_layers * tower
-        # Combination: queries at every token, keys/values = both towers' states (2 per token) plus the zero state.
-        flops += dense(tokens, 2 * d, d) if config.query_combination == "concat" else 0
-        flops += dense(tokens, d, d) + 2 * dense(2 * tokens, d, d) + dense(tokens, d, d)
-        flops += attention(2 * squared + tokens, d) + dense(tokens, d, ff) + dense(tokens, ff, d)
-        return flops + dense(targets, d, vocab)
-    raise ValueError(f"unknown kind {kind!r}")
+    return int(lengths.sum()), int((lengths * lengths).sum()), int((inputs["labels"] != -100).sum())

@@ -6,8 +6,9 @@ embeddings into a unit of their own, which breaks models that use the word-embed
 module: torch refuses SpanBERT (its SBO decoder shares that matrix with the MLM decoder) and TEAMS would meet a
 sharded matrix in its generator's output layer and MWS candidates. So the plan is applied here, before the optimizer
 is built, and accelerate, finding the model already sharded, keeps it. The layer class comes from the accelerate
-config (`fsdp_transformer_layer_cls_to_wrap`), else from the family (`LAYER_CLASSES`). TEAMS's shared layers are
-single modules that the generator and the discriminator both call: each is one unit, one set of parameters.
+config (`fsdp_transformer_layer_cls_to_wrap`), else from the family (`LAYER_CLASSES`, which each model folder declares
+in its `__init__.py`). TEAMS's shared layers are single modules that the generator and the discriminator both call:
+each is one unit, one set of parameters.
 
 Export. Whatever the engine, `unsharded_model` gathers the full weights (every process takes part) and the main
 process writes the export from a plain model holding them.
@@ -19,8 +20,10 @@ import os
 
 import torch
 
-# The transformer layer class of each family's pretraining model: one FSDP unit each.
-LAYER_CLASSES = {"spanbert": "BertLayer", "teams": "ElectraLayer", "cloze": "TwoTowerClozeBlock"}
+from encoder_zoo import models
+
+# The transformer layer class of each pretraining model type: one FSDP unit each (declared in its model folder).
+LAYER_CLASSES = models.FSDP_LAYER_CLASSES
 
 
 def is_fsdp2(trainer) -> bool:
@@ -49,7 +52,7 @@ def shard_model(model: torch.nn.Module, accelerator) -> None:
         names = []
     elif not names:
         raise ValueError(f"{type(model).__name__} has no transformer layers to shard "
-                         f"({', '.join(LAYER_CLASSES.values())}); train it with DDP "
+                         f"({', '.join(sorted(set(LAYER_CLASSES.values())))}); train it with DDP "
                          "(training/accelerate_configs/ddp.yaml).")
     missing = [name for name in names if name not in present]
     if missing:

@@ -97,8 +97,11 @@ class PretrainingTrainer(ExactResume, Trainer):
     SpanBERT's fairseq code did."""
 
     def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False,
-                 max_nonfinite_steps: int | None = None, default_learning_rate: float | None = None, **kwargs):
+                 max_nonfinite_steps: int | None = None, default_learning_rate: float | None = None,
+                 model_flops=None, **kwargs):
         super().__init__(*args, **kwargs)
+        # The family's model-FLOP count (`training.run.flops.FlopCount`, its `Family.flops`); None: Trainer's estimate.
+        self.model_flops = model_flops
         if self.args.label_names is None:
             # A batch has targets when it has `labels`; Trainer would also demand every other forward argument named
             # "*label*" (SpanBERT's `next_sentence_label`, fed by NSP runs only) and report no held-out loss without it.
@@ -178,27 +181,26 @@ class PretrainingTrainer(ExactResume, Trainer):
 
     def floating_point_ops(self, inputs) -> int:
         """Model FLOPs of one forward + backward on a training batch, summed by Trainer into `state.total_flos`
-        (trainer_state.json): the count of `training/run/flops.py` (bench_gpu.py's MFU numerator) for the zoo's
-        pretraining models, else Trainer's estimate (6 x non-embedding parameters x input tokens). Which count this
-        run uses is decided at its first batch, logged once and kept as `flop_count`."""
-        from encoder_zoo.training.run.flops import pretraining_kind, train_step_flops
-
+        (trainer_state.json): the family's model-FLOP count (`model_flops`, on `training/run/flops.py`'s formulas;
+        bench_gpu.py's MFU numerator) where it has one, else Trainer's estimate (6 x non-embedding parameters x input
+        tokens). Which count this run uses is decided at its first batch, logged once and kept as `flop_count`."""
         model = self.accelerator.unwrap_model(self.model)
         if self.flop_count is not None:
-            return (train_step_flops(self._flop_kind, model, inputs) if self._flop_kind
+            return (self.model_flops.count(self._flop_kind, model, inputs) if self._flop_kind
                     else super().floating_point_ops(inputs))
-        kind, flops, reason = pretraining_kind(model, inputs), None, "no model-FLOP count for this model"
+        kind = self.model_flops.kind(model, inputs) if self.model_flops is not None else None
+        flops, reason = None, "no model-FLOP count for this model"
         if kind is not None:
             try:
-                flops = train_step_flops(kind, model, inputs)
+                flops = self.model_flops.count(kind, model, inputs)
             except ValueError as error:
                 kind, reason = None, str(error)
         self._flop_kind = kind
         self.flop_count = f"model FLOPs, counted as {kind!r}" if kind else "Trainer's estimate"
         if self.args.should_log:
             if kind:
-                logger.info("total_flos: model FLOPs of each train step, counted as %r by %s.train_step_flops.", kind,
-                            train_step_flops.__module__)
+                logger.info("total_flos: model FLOPs of each train step, counted as %r by %s.%s.", kind,
+                            self.model_flops.count.__module__, self.model_flops.count.__qualname__)
             else:
                 logger.info("total_flos: Trainer's estimate, 6 x non-embedding parameters x input tokens (%s).", reason)
         return flops if kind else super().floating_point_ops(inputs)
