@@ -116,8 +116,10 @@ def glue_average(per_task: dict[str, dict[str, float]], include_wnli: bool = Fal
 
 
 def metric_config(task) -> str:
-    """The glue_zoo metric configuration of a task; custom data is scored by its label kind."""
-    if task.name != "custom":
+    """The glue_zoo metric configuration of a task; custom data and a plugin's task are scored by their label kind."""
+    from encoder_zoo.glue.tasks import BUILT_IN_TASKS
+
+    if task.name in BUILT_IN_TASKS:
         return task.name
     return "regression" if task.is_regression else "binary" if task.num_labels == 2 else "accuracy"
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import bz2
 import csv
 import hashlib
+import importlib.metadata
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import datasets
 
@@ -115,7 +118,7 @@ def load_movie_sentiment_regression() -> datasets.DatasetDict:
 
 
 # ------------------------------------------------------------------------------------------------ the tasks
-TASKS: dict[str, TaskSpec] = {
+BUILT_IN_TASKS: dict[str, TaskSpec] = {
     "cola": TaskSpec("cola", ("sentence",), 2, ("matthews_correlation",), label_names=("unacceptable", "acceptable"),
                      tsv_folder="CoLA", tsv_columns={"sentence": 3, "label": 1}, tsv_has_header=False),
     "sst2": TaskSpec("sst2", ("sentence",), 2, ("accuracy",), label_names=("negative", "positive"),
@@ -154,15 +157,50 @@ TASKS: dict[str, TaskSpec] = {
 }
 # The nine tasks of the GLUE benchmark (run_glue.py's GLUE average); not the embedded tasks.
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
-EMBEDDED_TASKS = tuple(name for name, task in TASKS.items() if task.loader)
 CUSTOM = "custom"
+PLUGIN_GROUP = "encoder_zoo.tasks"
+
+
+def plugin_modules() -> Iterator[ModuleType]:
+    """The modules installed packages add tasks with (entry point group `encoder_zoo.tasks`): each exposes sentence
+    tasks as `TASKS` and/or QA sets as `QA_TASKS` (qa/tasks.py), name -> spec, as the built-in registries."""
+    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        yield entry_point.load()
+
+
+def with_plugins(built_in: dict, attribute: str, where: str) -> dict:
+    """`built_in` (declared in `where`) and every plugin module's `attribute`; a name declared twice is refused."""
+    merged, owners = dict(built_in), dict.fromkeys(built_in, where)
+    for module in plugin_modules():
+        for name, spec in getattr(module, attribute, {}).items():
+            if name in merged:
+                raise ValueError(f"The task {name!r} of {module.__name__}.{attribute} clashes with the task {name!r} "
+                                 f"of {owners[name]}; rename the plugin's task.")
+            merged[name], owners[name] = spec, f"{module.__name__}.{attribute}"
+    return merged
+
+
+def __getattr__(name: str):
+    """`TASKS` (the built-in tasks and the plugins'), read on first use: a plugin module imports this one's spec
+    classes, so it can only be loaded once this module is. `EMBEDDED_TASKS`: those with data of their own."""
+    if name == "TASKS":
+        globals()["TASKS"] = with_plugins(BUILT_IN_TASKS, "TASKS", "glue/tasks.py")
+        return globals()["TASKS"]
+    if name == "EMBEDDED_TASKS":
+        return tuple(task_name for task_name, task in _tasks().items() if task.loader)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _tasks() -> dict[str, TaskSpec]:
+    return sys.modules[__name__].TASKS
 
 
 def get_task(name: str) -> TaskSpec:
-    if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}. Choose one of: {', '.join(TASKS)} (or pass "
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"Unknown task {name!r}. Choose one of: {', '.join(tasks)} (or pass "
                          "--train_file/--validation_file).")
-    return TASKS[name]
+    return tasks[name]
 
 
 # ------------------------------------------------------------------------------------------------ TSV distribution
@@ -369,7 +407,7 @@ def _load_files(task_name, train_file, validation_file, text_columns, label_colu
     builder = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"}.get(suffix)
     if builder is None:
         raise ValueError(f"Unsupported data file type {suffix!r}: use .csv, .tsv, .json or .jsonl.")
-    known = TASKS.get(task_name) if task_name != CUSTOM else None
+    known = _tasks().get(task_name) if task_name != CUSTOM else None
     columns = list(text_columns or (known.text_columns if known else ()))
     if not columns:
         raise ValueError("Custom data needs --text_columns (one column, or two for sentence pairs).")

@@ -10,23 +10,47 @@ locally, so the maps are the single source of truth.
 A folder's ``__init__.py`` names what clients outside it need to know of its modules, per model type:
 ``PEFT_TARGET_MODULES`` (LoRA's default targets) and ``FSDP_LAYER_CLASSES`` (the layer FSDP shards as one unit).
 This module collects them; the rest of what a family declares is beside its recipes (``training/recipes/``).
+
+An installed package adds a family folder through the entry point group ``encoder_zoo.models`` (name: the family;
+value: the importable package that is its folder), registered exactly as a folder here.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 
 import transformers
 
-FAMILIES: list[str] = sorted(
-    info.name for info in pkgutil.iter_modules(__path__) if info.ispkg and not info.name.startswith("_")
-)
+PLUGIN_GROUP = "encoder_zoo.models"
+
+
+def plugin_families():
+    """(family, package) of each family folder an installed package adds (entry point group ``encoder_zoo.models``)."""
+    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        yield entry_point.name, entry_point.value
+
+
+def _family_packages() -> dict[str, str]:
+    """Family -> the package that is its folder: the folders here, then the plugins' (a name of both is refused)."""
+    packages = {info.name: f"{__name__}.{info.name}"
+                for info in pkgutil.iter_modules(__path__) if info.ispkg and not info.name.startswith("_")}
+    for family, package in plugin_families():
+        if family in packages:
+            raise ValueError(f"The {PLUGIN_GROUP} entry point {family!r} ({package}) clashes with the family "
+                             f"{family!r} of {packages[family]}; rename the plugin's family.")
+        packages[family] = package
+    return packages
+
+
+PACKAGES: dict[str, str] = _family_packages()
+FAMILIES: list[str] = sorted(PACKAGES)
 
 
 def _auto_maps(family: str) -> dict[str, dict[str, str]]:
     """Registry name -> auto_map: the family's own name for an ``AUTO_MAP``, each model type for ``AUTO_MAPS``."""
-    configuration = importlib.import_module(f"{__name__}.{family}.configuration_{family}")
+    configuration = importlib.import_module(f"{PACKAGES[family]}.configuration_{family}")
     return getattr(configuration, "AUTO_MAPS", None) or {family: configuration.AUTO_MAP}
 
 
@@ -34,7 +58,7 @@ def _register(family: str, auto_map: dict[str, str]) -> dict[str, type]:
     classes = {}
     for auto_name, target in auto_map.items():
         module_name, class_name = target.split(".")
-        classes[auto_name] = getattr(importlib.import_module(f"{__name__}.{family}.{module_name}"), class_name)
+        classes[auto_name] = getattr(importlib.import_module(f"{PACKAGES[family]}.{module_name}"), class_name)
     config_class = classes["AutoConfig"]
     transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     config_class.register_for_auto_class("AutoConfig")
@@ -66,13 +90,18 @@ def get_class(family: str, auto_name: str) -> type:
 MODEL_TYPES: dict[str, list[str]] = {family: list(_auto_maps(family)) for family in FAMILIES}
 
 
+def _folder(family: str) -> str:
+    """Where a family's folder is, as an error names it: `models/spanbert`, `my_pkg/myfamily` for a plugin's."""
+    return PACKAGES[family].removeprefix(f"{__name__.rsplit('.', 1)[0]}.").replace(".", "/")
+
+
 def _collect(name: str) -> dict:
     """Model type -> value, merged from the families' `models/<family>/__init__.py` constant `name`."""
     found = {}
     for family in FAMILIES:
-        for model_type, value in getattr(importlib.import_module(f"{__name__}.{family}"), name, {}).items():
+        for model_type, value in getattr(importlib.import_module(PACKAGES[family]), name, {}).items():
             if model_type not in MODEL_TYPES[family]:
-                raise ValueError(f"models/{family}/__init__.py: {name} names {model_type!r}, not a model type of "
+                raise ValueError(f"{_folder(family)}/__init__.py: {name} names {model_type!r}, not a model type of "
                                  f"the folder ({', '.join(MODEL_TYPES[family])}).")
             found[model_type] = value
     return found

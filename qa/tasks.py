@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
-from encoder_zoo.glue.tasks import Scoring
+from encoder_zoo.glue.tasks import Scoring, with_plugins
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class QATaskSpec:
 
 # SQuAD F1 as qa_results.json stores it (0-100: one point is 1.0), floored by the best first-k-words answer; no
 # chance level.
-QA_TASKS: dict[str, QATaskSpec] = {
+BUILT_IN_QA_TASKS: dict[str, QATaskSpec] = {
     "squad": QATaskSpec("squad", version_2=False),
     "squad_v2": QATaskSpec("squad_v2", version_2=True),
     "mrqa": QATaskSpec("mrqa", version_2=False),
@@ -30,7 +31,17 @@ QA_TASKS: dict[str, QATaskSpec] = {
 }
 
 
+def __getattr__(name: str):
+    """`QA_TASKS` (the built-in sets and the plugins', `glue.tasks.plugin_modules`), read on first use: a plugin
+    module imports this one's spec class, so it can only be loaded once this module is."""
+    if name == "QA_TASKS":
+        globals()["QA_TASKS"] = with_plugins(BUILT_IN_QA_TASKS, "QA_TASKS", "qa/tasks.py")
+        return globals()["QA_TASKS"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def get_qa_task(name: str) -> QATaskSpec:
-    if name not in QA_TASKS:
-        raise ValueError(f"Unknown QA set {name!r}: choose one of {', '.join(QA_TASKS)}.")
-    return QA_TASKS[name]
+    tasks = sys.modules[__name__].QA_TASKS
+    if name not in tasks:
+        raise ValueError(f"Unknown QA set {name!r}: choose one of {', '.join(tasks)}.")
+    return tasks[name]

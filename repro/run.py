@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from encoder_zoo.repro.budgets import BUDGETS
-from encoder_zoo.repro.experiments import EXPERIMENTS
+from encoder_zoo.repro.experiments import all_experiments
 from encoder_zoo.repro.jobs import Sweep
 from encoder_zoo.repro.provenance import REPO
 from encoder_zoo.repro.report import write_report, write_zoo_report
@@ -39,7 +39,7 @@ from encoder_zoo.repro.tasks import scored_tasks
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=[*sorted(EXPERIMENTS), "zoo"],
+    parser.add_argument("experiment", choices=[*sorted(all_experiments()), "zoo"],
                         help="A paper's comparison, or `zoo`: every method on one budget (repro/zoo.py).")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
                         help="smoke: plumbing in minutes; cpu: under 2 hours per paper on 2 cores; gpu: one H100 "
@@ -157,7 +157,7 @@ def main(argv=None) -> dict:
         if args.experiment == "zoo":
             results = run_zoo(budget, output_dir, args, argv)
         else:
-            results = run_experiment(EXPERIMENTS[args.experiment], budget, output_dir, args, argv)
+            results = run_experiment(all_experiments()[args.experiment], budget, output_dir, args, argv)
         finished = True
     finally:
         stop_helpers(helpers, finished)

@@ -14,11 +14,12 @@ this package (`models/<family>/__init__.py`); `Family` shows it too.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import logging
 import math
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,12 +253,23 @@ class Recipe:
                 else "encoder_zoo.training.data.blocks.pack_blocks")
 
 
+PLUGIN_GROUP = "encoder_zoo.recipes"
+
+
+def plugin_modules() -> Iterator[str]:
+    """The recipe and family modules installed packages add (entry point group `encoder_zoo.recipes`: a module with
+    `RECIPES` and/or `FAMILY`, as the modules of this package)."""
+    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        yield entry_point.value
+
+
 def _modules_defining(attribute: str) -> list[str]:
-    """The modules of this package that define `attribute` (found, not listed: a new family adds a file)."""
+    """The modules of this package that define `attribute` (found, not listed: a new family adds a file), then the
+    plugins' that do."""
     package = __name__.rsplit(".", 1)[0]
     names = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__))
-    return [f"{package}.{name}" for name in names if name != "registry"
-            and hasattr(importlib.import_module(f"{package}.{name}"), attribute)]
+    modules = [f"{package}.{name}" for name in names if name != "registry"] + list(plugin_modules())
+    return [module for module in modules if hasattr(importlib.import_module(module), attribute)]
 
 
 def recipe_modules() -> list[str]:
@@ -267,11 +279,13 @@ def recipe_modules() -> list[str]:
 
 def all_recipes() -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
+    owners: dict[str, str] = {}
     for module_name in recipe_modules():
         for name, recipe in importlib.import_module(module_name).RECIPES.items():
             if name in recipes:
-                raise ValueError(f"--model {name!r} is defined twice: in {module_name} and before it; rename one.")
-            recipes[name] = recipe
+                raise ValueError(f"--model {name!r} is defined twice: in {owners[name]} and in {module_name}; rename "
+                                 "one.")
+            recipes[name], owners[name] = recipe, module_name
     return recipes
 
 
@@ -388,10 +402,13 @@ def families() -> dict[str, Family]:
     from encoder_zoo import models
 
     found: dict[str, Family] = {}
+    owners: dict[str, str] = {}
     for module_name in family_modules():
         family = importlib.import_module(module_name).FAMILY
         if family.name in found:
-            raise ValueError(f"Family {family.name!r} is declared twice: in {module_name} and before it.")
+            raise ValueError(f"Family {family.name!r} is declared twice: in {owners[family.name]} and in "
+                             f"{module_name}.")
+        owners[family.name] = module_name
         if family.name not in models.MODEL_TYPES:
             raise ValueError(f"{module_name}.FAMILY names {family.name!r}, which is no folder under models/ "
                              f"({', '.join(models.MODEL_TYPES)}).")
