@@ -182,7 +182,7 @@ CATALOGUE = [
     # run_glue.py
     Case("glue-preset-without-value", "run_glue.py",
          lambda w: ["--model_name_or_path", minilm(w), "--output_dir", str(w / "o"), "--preset"],
-         "--preset needs a value: one of spanbert"),
+         "--preset needs a value: one of bertac, cloze, hire, spanbert, teams_small, teams_base."),
     Case("glue-missing-model", "run_glue.py",
          lambda w: ["--model_name_or_path", str(w / "no" / "model"), "--output_dir", str(w / "o")],
          "model: no such folder"),
