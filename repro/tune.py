@@ -5,11 +5,11 @@ outcome.
 
     python repro/tune.py pretrain --budget cpu --jobs 2 --output repro/reports/tuning/cpu_pretraining.json \
         --grid bert:1e-3:100:2000 bert:2e-3:200:2000 spanbert:1e-3:100:2000
-    python repro/tune.py finetune --budget cpu --model runs/tune/bert-.../export --preset teams_small \
+    python repro/tune.py finetune --budget cpu --export runs/tune/bert-.../export --preset teams_small \
         --grid 1e-4:5 3e-4:5 1e-3:5 --seeds 1 2 3 --output repro/reports/tuning/cpu_finetuning.json
 
 A pretraining entry is MODEL:LEARNING_RATE:WARMUP_STEPS:STEPS (the budget's other flags); a fine-tuning entry is
-LEARNING_RATE:EPOCHS (the budget's other fine-tuning flags, on rotten_tomatoes). Runs are cached in --cache (a
+LEARNING_RATE:EPOCHS (the budget's other fine-tuning flags, on --task). Runs are cached in --cache (a
 finished run is read again, not retrained); the table is written after every run, so a stopped sweep keeps what it
 measured.
 """
@@ -26,11 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from encoder_zoo.repro.budgets import BUDGETS
+from encoder_zoo.repro.tasks import task_facts
 from encoder_zoo.training.run.entry import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = REPO / "training" / "pretrain.py"
 RUN_GLUE = REPO / "glue" / "run_glue.py"
+RUN_QA = REPO / "qa" / "run_qa.py"
 RANDOM_INIT = REPO / "repro" / "random_init.py"
 FLOORS = REPO / "repro" / "floors.py"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -123,20 +125,36 @@ def parse_finetuning_entry(text: str) -> dict:
                                          "3e-4:5") from None
 
 
-def finetune_scores(budget, model: str, preset: str, entry: dict, seeds: list[int], folder: Path) -> list[float]:
-    """rotten_tomatoes accuracy of `model` fine-tuned at `entry`'s rate and epochs, one per seed."""
-    flags = budget.finetune_flags()
+def finetune_scores(budget, model: str, task: str, preset: str, entry: dict, seeds: list[int],
+                    folder: Path) -> list[float]:
+    """`task`'s score of `model` fine-tuned at `entry`'s rate and epochs, one per seed, as repro runs it (the
+    budget's flags; run_glue.py with --preset for a sentence task, run_qa.py at repro's lengths for a QA set)."""
+    facts = task_facts(task)
+    common = ["--learning_rate", str(entry["learning_rate"]), "--num_train_epochs", str(entry["epochs"]),
+              "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--trust_remote_code"]
+    flags = [*budget.finetune_flags(), *common]
+    if facts.finetuned_by == "glue":
+        commands = {None: [sys.executable, str(RUN_GLUE), "--model_name_or_path", model, "--preset", preset,
+                           "--task_name", task, *flags, "--seeds", *map(str, seeds), "--output_dir", str(folder)]}
+    else:
+        length = max(budget.finetune_max_seq_length, 96)
+        flags = [*flags, "--dataset", task, "--max_seq_length", str(length), "--doc_stride", str(length // 4),
+                 "--max_question_length", str(length // 3)]
+        commands = {seed: [sys.executable, str(RUN_QA), "--model_name_or_path", model, *flags, "--seed", str(seed),
+                           "--output_dir", str(folder / f"seed-{seed}")] for seed in seeds}
     if not (folder / "done").exists():
-        command = [sys.executable, str(RUN_GLUE), "--model_name_or_path", model, "--trust_remote_code", "--preset",
-                   preset, "--task_name", "rotten_tomatoes", *flags, "--learning_rate", str(entry["learning_rate"]),
-                   "--num_train_epochs", str(entry["epochs"]), "--seeds", *map(str, seeds), "--report_to", "none",
-                   "--save_strategy", "no", "--disable_tqdm", "true", "--output_dir", str(folder)]
+        folder.mkdir(parents=True, exist_ok=True)
         with (folder.parent / f"{folder.name}.log").open("w") as log:
-            subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD},
-                           check=True)
+            for command in commands.values():
+                subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD},
+                               check=True)
         (folder / "done").write_text("")
-    runs = json.loads((folder / "glue_results.json").read_text())["tasks"]["rotten_tomatoes"]["runs"]
-    by_seed = {run["seed"]: float(run["metrics"]["accuracy"]) for run in runs}
+    if facts.finetuned_by == "glue":
+        runs = json.loads((folder / "glue_results.json").read_text())["tasks"][task]["runs"]
+        by_seed = {run["seed"]: float(run["metrics"][facts.metric]) for run in runs}
+    else:
+        by_seed = {seed: float(json.loads((folder / f"seed-{seed}" / "qa_results.json").read_text())["eval"]
+                               [facts.metric]) for seed in seeds}
     return [by_seed[seed] for seed in seeds]
 
 
@@ -144,38 +162,41 @@ def run_finetuning(budget, options) -> list[dict]:
     options.cache.mkdir(parents=True, exist_ok=True)
     random_model = options.cache / "random-init"
     if not (random_model / "random_init.json").exists():
-        subprocess.run([sys.executable, str(RANDOM_INIT), "--model", str(options.model), "--seed", "1",
+        subprocess.run([sys.executable, str(RANDOM_INIT), "--model", str(options.export), "--seed", "1",
                         "--output_dir", str(random_model)], env={**os.environ, **ONE_THREAD}, check=True)
-    floor_file = options.cache / "bag_of_words.json"
+    facts = task_facts(options.task)
+    floor_file = options.cache / f"{facts.floor}-{options.task}.json"
     if not floor_file.exists():
-        subprocess.run([sys.executable, str(FLOORS), "bag_of_words", "--task", "rotten_tomatoes",
+        subprocess.run([sys.executable, str(FLOORS), facts.floor, "--task", options.task,
                         "--max_train_samples", str(budget.max_train_samples), "--max_eval_samples",
                         str(budget.max_eval_samples), "--seed", "0", "--output", str(floor_file)], check=True,
                        capture_output=True)
     floor = json.loads(floor_file.read_text())["value"]
 
     def one(entry: dict) -> dict:
-        name = f"lr{entry['learning_rate']:g}-ep{entry['epochs']:g}"
-        pretrained = finetune_scores(budget, str(options.model), options.preset, entry, options.seeds,
+        name = f"{options.task}-lr{entry['learning_rate']:g}-ep{entry['epochs']:g}"
+        pretrained = finetune_scores(budget, str(options.export), options.task, options.preset, entry, options.seeds,
                                      options.cache / f"pretrained-{name}")
-        random = finetune_scores(budget, str(random_model), options.preset, entry, options.seeds,
+        random = finetune_scores(budget, str(random_model), options.task, options.preset, entry, options.seeds,
                                  options.cache / f"random-{name}")
         mean = lambda values: sum(values) / len(values)  # noqa: E731
         return {**entry, "seeds": options.seeds, "pretrained": pretrained, "random_init": random,
                 "pretrained_mean": round(mean(pretrained), 4), "random_init_mean": round(mean(random), 4),
-                "difference": round(mean(pretrained) - mean(random), 4), "bag_of_words_floor": floor}
+                "difference": round(mean(pretrained) - mean(random), 4), "task": options.task,
+                "floor": facts.floor, "floor_value": floor, "scale": facts.display_scale}
 
     return sweep(options, budget, one, options.grid, finetuning_markdown)
 
 
 def finetuning_markdown(rows: list[dict]) -> str:
-    lines = ["| lr | epochs | pretrained (per seed) | random init (per seed) | difference | bag-of-words floor |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| task | lr | epochs | pretrained (per seed) | random init (per seed) | difference | floor |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
-        per_seed = lambda values: " / ".join(f"{100 * v:.1f}" for v in values)  # noqa: E731
-        lines.append(f"| {row['learning_rate']:g} | {row['epochs']:g} | {per_seed(row['pretrained'])} | "
-                     f"{per_seed(row['random_init'])} | {100 * row['difference']:+.1f} | "
-                     f"{100 * row['bag_of_words_floor']:.1f} |")
+        scale = row["scale"]
+        per_seed = lambda values: " / ".join(f"{scale * v:.1f}" for v in values)  # noqa: E731
+        lines.append(f"| {row['task']} | {row['learning_rate']:g} | {row['epochs']:g} | {per_seed(row['pretrained'])} "
+                     f"| {per_seed(row['random_init'])} | {scale * row['difference']:+.1f} | "
+                     f"{scale * row['floor_value']:.1f} ({row['floor']}) |")
     return "\n".join(lines)
 
 
@@ -199,7 +220,8 @@ def main(argv=None) -> list[dict]:
     pretraining.add_argument("--grid", type=parse_pretraining_entry, nargs="+", required=True)
     finetuning = modes.add_parser("finetune", help="the positive control on rotten_tomatoes")
     finetuning.add_argument("--grid", type=parse_finetuning_entry, nargs="+", required=True)
-    finetuning.add_argument("--model", type=Path, required=True, help="A pretraining's export.")
+    finetuning.add_argument("--export", type=Path, required=True, help="A pretraining's export folder.")
+    finetuning.add_argument("--task", default="rotten_tomatoes", help="A sentence task or a QA set repro scores.")
     finetuning.add_argument("--preset", default="teams_small", help="run_glue.py's --preset under the grid's flags.")
     for mode in (pretraining, finetuning):
         mode.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")

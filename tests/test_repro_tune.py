@@ -39,3 +39,20 @@ def test_a_pretraining_entry_may_set_the_corpus_size():
     flags = tune.command(tune.BUDGETS["cpu"], entry, tune.Path("out"), seed=1)
     assert flags[flags.index("--max_documents") + 1] == "10000" and flags.count("--max_documents") == 1
     assert flags[flags.index("--max_steps") + 1] == "4000"
+
+
+@pytest.mark.slow
+def test_finetuning_sweep_reads_the_control_against_the_floor(tmp_path):
+    tune.main(["pretrain", "--budget", "smoke", "--grid", "bert:1e-3:2:4", "--jobs", "1", "--cache",
+               str(tmp_path / "cache"), "--output", str(tmp_path / "pretraining.json")])
+    export = tmp_path / "cache" / "bert-lr0.001-wu2-s4-seed1" / "export"
+    output = tmp_path / "finetuning.json"
+    (row,) = tune.main(["finetune", "--budget", "smoke", "--export", str(export), "--grid", "1e-3:1", "--seeds", "1",
+                        "2", "--jobs", "1", "--cache", str(tmp_path / "ft"), "--output", str(output)])
+    random_init = json.loads((tmp_path / "ft" / "random-init" / "random_init.json").read_text())
+    assert random_init["source"] == str(export) and random_init["seed"] == 1
+    results = json.loads((tmp_path / "ft" / "pretrained-rotten_tomatoes-lr0.001-ep1" / "glue_results.json").read_text())
+    assert row["pretrained"] == [run["metrics"]["accuracy"] for run in results["tasks"]["rotten_tomatoes"]["runs"]]
+    assert len(row["random_init"]) == 2 and row["floor"] == "bag_of_words" and 0 < row["floor_value"] < 1
+    assert row["difference"] == pytest.approx(row["pretrained_mean"] - row["random_init_mean"], abs=1e-3)
+    assert "| rotten_tomatoes | 0.001 | 1 |" in output.with_suffix(".md").read_text()
