@@ -10,17 +10,15 @@ from __future__ import annotations
 import bz2
 import csv
 import hashlib
-import importlib.metadata
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import datasets
 
-from encoder_zoo.training.run import resource_path
+from encoder_zoo.training.run import merged_with_plugins, resource_path
 
 GLUE_HUB_ID = "nyu-mll/glue"
 logger = logging.getLogger(__name__)
@@ -161,23 +159,11 @@ CUSTOM = "custom"
 PLUGIN_GROUP = "encoder_zoo.tasks"
 
 
-def plugin_modules() -> Iterator[ModuleType]:
-    """The modules installed packages add tasks with (entry point group `encoder_zoo.tasks`): each exposes sentence
-    tasks as `TASKS` and/or QA sets as `QA_TASKS` (qa/tasks.py), name -> spec, as the built-in registries."""
-    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-        yield entry_point.load()
-
-
 def with_plugins(built_in: dict, attribute: str, where: str) -> dict:
-    """`built_in` (declared in `where`) and every plugin module's `attribute`; a name declared twice is refused."""
-    merged, owners = dict(built_in), dict.fromkeys(built_in, where)
-    for module in plugin_modules():
-        for name, spec in getattr(module, attribute, {}).items():
-            if name in merged:
-                raise ValueError(f"The task {name!r} of {module.__name__}.{attribute} clashes with the task {name!r} "
-                                 f"of {owners[name]}; rename the plugin's task.")
-            merged[name], owners[name] = spec, f"{module.__name__}.{attribute}"
-    return merged
+    """`built_in` (declared in `where`) and every task plugin module's `attribute` (entry point group
+    `encoder_zoo.tasks`: sentence tasks as `TASKS`, QA sets as `QA_TASKS`, name -> spec); a name declared twice is
+    refused."""
+    return merged_with_plugins(built_in, PLUGIN_GROUP, attribute, where, "task")
 
 
 def __getattr__(name: str):

@@ -32,7 +32,7 @@ BUILT_IN_QA_TASKS: dict[str, QATaskSpec] = {
 
 
 def __getattr__(name: str):
-    """`QA_TASKS` (the built-in sets and the plugins', `glue.tasks.plugin_modules`), read on first use: a plugin
+    """`QA_TASKS` (the built-in sets and the plugins', `glue.tasks.with_plugins`), read on first use: a plugin
     module imports this one's spec class, so it can only be loaded once this module is."""
     if name == "QA_TASKS":
         globals()["QA_TASKS"] = with_plugins(BUILT_IN_QA_TASKS, "QA_TASKS", "qa/tasks.py")

@@ -3,12 +3,10 @@ what an experiment runs at a budget (`Experiment.at`: the `Setting` that `repro.
 
 from __future__ import annotations
 
-import importlib.metadata
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
 
 from encoder_zoo.repro.budgets import Budget
+from encoder_zoo.training.run import merged_with_plugins
 
 
 @dataclass(frozen=True)
@@ -386,21 +384,7 @@ cloze + bilm 52.6 93.2 88.9 87.9 87.2 82.1 86.1 65.5 80.4""",
 PLUGIN_GROUP = "encoder_zoo.experiments"
 
 
-def plugin_modules() -> Iterator[ModuleType]:
-    """The modules installed packages add comparisons with (entry point group `encoder_zoo.experiments`), each
-    exposing `EXPERIMENTS`, a list of `Experiment`s."""
-    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-        yield entry_point.load()
-
-
 def all_experiments() -> dict[str, Experiment]:
-    """`EXPERIMENTS` and the plugins' experiments (what repro/run.py runs); a name declared twice is refused."""
-    found, owners = dict(EXPERIMENTS), dict.fromkeys(EXPERIMENTS, "repro/experiments.py")
-    for module in plugin_modules():
-        for experiment in module.EXPERIMENTS:
-            if experiment.name in found:
-                raise ValueError(f"The experiment {experiment.name!r} of {module.__name__}.EXPERIMENTS clashes with "
-                                 f"the experiment {experiment.name!r} of {owners[experiment.name]}; rename the "
-                                 "plugin's experiment.")
-            found[experiment.name], owners[experiment.name] = experiment, f"{module.__name__}.EXPERIMENTS"
-    return found
+    """`EXPERIMENTS` and those of the modules installed packages add (entry point group `encoder_zoo.experiments`,
+    each exposing `EXPERIMENTS`, a list of `Experiment`s): what repro/run.py runs; a name declared twice is refused."""
+    return merged_with_plugins(EXPERIMENTS, PLUGIN_GROUP, "EXPERIMENTS", "repro/experiments.py", "experiment")

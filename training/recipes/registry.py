@@ -19,11 +19,12 @@ import json
 import logging
 import math
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from encoder_zoo.hub_cards.papers import Paper
+from encoder_zoo.training.run import plugins
 from encoder_zoo.training.run.describe import describe_optimizer, describe_schedule, describe_warmup
 from encoder_zoo.training.run.flops import FlopCount
 
@@ -256,19 +257,14 @@ class Recipe:
 PLUGIN_GROUP = "encoder_zoo.recipes"
 
 
-def plugin_modules() -> Iterator[str]:
-    """The recipe and family modules installed packages add (entry point group `encoder_zoo.recipes`: a module with
-    `RECIPES` and/or `FAMILY`, as the modules of this package)."""
-    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-        yield entry_point.value
-
-
 def _modules_defining(attribute: str) -> list[str]:
-    """The modules of this package that define `attribute` (found, not listed: a new family adds a file), then the
-    plugins' that do."""
+    """The modules of this package that define `attribute` (found, not listed: a new family adds a file), then those
+    installed packages add that do (entry point group `encoder_zoo.recipes`: a module with `RECIPES` and/or
+    `FAMILY`, as the modules of this package)."""
     package = __name__.rsplit(".", 1)[0]
     names = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__))
-    modules = [f"{package}.{name}" for name in names if name != "registry"] + list(plugin_modules())
+    modules = [f"{package}.{name}" for name in names if name != "registry"] + [
+        module.__name__ for module in plugins.plugin_modules(PLUGIN_GROUP)]
     return [module for module in modules if hasattr(importlib.import_module(module), attribute)]
 
 

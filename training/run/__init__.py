@@ -1,8 +1,8 @@
 """Run plumbing shared by every entry point: the Trainer subclasses, stop signals and the divergence guard
 (`trainer`), run folders and checkpoints (`folders`), one run per folder (`locks`), loading a model with clear errors
 (`loading`), model FLOPs of a train step (`flops`), FSDP2 (`sharding`), the export and its card (`export`), inputs
-a model needs beyond its tokenizer's (`task_inputs`), and what every script's command line shares (`entry`: `run_cli`,
-the one `cli()` wrapper).
+a model needs beyond its tokenizer's (`task_inputs`), what installed packages add to the registries (`plugins`),
+and what every script's command line shares (`entry`: `run_cli`, the one `cli()` wrapper).
 
 This package is also the one public face of `training/` for the fine-tuning scripts in `glue/` and `qa/`: they import
 only the names below, never a module inside `training/` directly.
@@ -37,6 +37,7 @@ _PUBLIC = {
     "RunInterrupted": "encoder_zoo.training.run.entry",
     "parse_fine_tuning_args": "encoder_zoo.training.run.entry",
     "run_cli": "encoder_zoo.training.run.entry",
+    "merged_with_plugins": "encoder_zoo.training.run.plugins",
     "FineTuningTrainer": "encoder_zoo.training.run.trainer",
     "DivergenceGuard": "encoder_zoo.training.run.trainer",  # FineTuningTrainer adds one; the class, for other Trainers
     "TrainingDiverged": "encoder_zoo.training.run.trainer",
