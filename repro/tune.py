@@ -24,6 +24,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from statistics import mean
 
 from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.tasks import task_facts
@@ -179,7 +180,6 @@ def run_finetuning(budget, options) -> list[dict]:
                                      options.cache / f"pretrained-{name}")
         random = finetune_scores(budget, str(random_model), options.task, options.preset, entry, options.seeds,
                                  options.cache / f"random-{name}")
-        mean = lambda values: sum(values) / len(values)  # noqa: E731
         return {**entry, "seeds": options.seeds, "pretrained": pretrained, "random_init": random,
                 "pretrained_mean": round(mean(pretrained), 4), "random_init_mean": round(mean(random), 4),
                 "difference": round(mean(pretrained) - mean(random), 4), "task": options.task,
