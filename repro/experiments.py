@@ -252,9 +252,11 @@ EXPERIMENTS = {e.name: e for e in (
               "Masking (2seq) + NSP' row. The paper makes no claim about held-out MLM loss; it is reported without "
               "a claim. All arms see the same documents, steps, batch and warmup. At the `cpu` budget the claims are "
               "tested on extractive QA only (wiki_cloze), where the paper's differences lie (Tables 6, 7: SQuAD 2.0; "
-              "their GLUE averages differ by 0.2-0.6): 5 arms x 3 units with rotten_tomatoes' 10 epochs too would "
-              "exceed 2 hours on 2 cores.",
-        budget_tasks={"cpu": ("wiki_cloze", "heldout_mlm")}),
+              "their GLUE averages differ by 0.2-0.6), with the three single-sequence arms (Table 1 and Table 7's "
+              "SBO row): 5 units of 5 arms (a 4,000-step pretraining takes about 8 minutes on a core) would exceed "
+              "2 hours on 2 cores.",
+        budget_tasks={"cpu": ("wiki_cloze", "heldout_mlm")},
+        budget_arms={"cpu": ("spanbert", "span_1seq", "bert")}),
     Experiment(
         name="teams", paper="TEAMS (Shen et al., 2021), Tables 1 and 2",
         arms=(Arm("teams", "TEAMS: RTD + multi-word selection", pretrain=("--model", "teams")),
@@ -277,8 +279,9 @@ EXPERIMENTS = {e.name: e for e in (
         notes="Each recipe keeps its own generator (TEAMS: shared bottom layers; ELECTRA: narrow full-depth), as the "
               "papers do; steps, batch, data and warmup are equal. Both warm up as TEAMS does (Table 5: 10,000 of "
               "500,000 steps for small), scaled to the run: the paper's ELECTRA is its own reimplementation, trained "
-              "with 'mostly the same hyper-parameters' (Appendix).",
-        schedule_from="teams"),
+              "with 'mostly the same hyper-parameters' (Appendix). At the `cpu` budget 3 units: a TEAMS pretraining "
+              "of 4,000 steps takes over 10 minutes on a core.",
+        schedule_from="teams", budget_units={"cpu": (1, 2, 3)}),
     Experiment(
         name="cloze", paper="Cloze-driven pretraining (Baevski et al., 2019), Table 5",
         arms=(Arm("cloze", "cloze loss", pretrain=("--model", "cloze")),
@@ -305,9 +308,10 @@ cloze + bilm 52.6 93.2 88.9 87.9 87.2 82.1 86.1 65.5 80.4""",
               "paper itself reports for cloze over bilm. At the `cpu` budget only cloze > bilm is tested, on the "
               "GLUE-style tasks, as Table 5 measures it (GLUE dev): the third arm's pretrainings would take the run "
               "well over 2 hours (docs/reproduction.md gives the measured times). An earlier `cpu` run with all "
-              "three arms and wiki_cloze showed neither claim (repro/reports/cloze/cpu at commit 5d20ed0).",
+              "three arms and wiki_cloze showed neither claim (repro/reports/cloze/cpu at commit 5d20ed0). 3 "
+              "units: a two-tower pretraining of 4,000 steps takes over 10 minutes on a core.",
         budget_tasks={"cpu": ("rotten_tomatoes", "movie_sentiment_regression")},
-        budget_arms={"cpu": ("cloze", "bilm")}),
+        budget_arms={"cpu": ("cloze", "bilm")}, budget_units={"cpu": (1, 2, 3)}),
     Experiment(
         name="hire", paper="HIRE (ICLR 2021 submission), Tables 1, 4 and 5",
         arms=(Arm("hire", "HIRE + fusion over MiniLM", init="hire"),
@@ -338,7 +342,7 @@ cloze + bilm 52.6 93.2 88.9 87.9 87.2 82.1 86.1 65.5 80.4""",
               "budget only sets fine-tuning. A unit is one seed of HIRE's new layers (init_hire --seed) with its own "
               "fine-tuning seed; the plain backbone's units differ by fine-tuning seed. At the `cpu` budget the claims "
               "are tested on rotten_tomatoes only, over 1,000 training examples: a HIRE step costs 3.8x a MiniLM "
-              "step on a CPU (bench/results/hire.json), and 4 HIRE arms x 3 units x 2 tasks would take about 5 hours. "
+              "step on a CPU (bench/results/hire.json), and 4 HIRE arms x 5 units x 2 tasks would take about 8 hours. "
               "There every arm fine-tunes at lr 1e-4 rather than the paper's 1e-5, which over these 63 steps leaves "
               "even the plain MiniLM at the majority class (repro/budgets.py).",
         budget_tasks={"cpu": ("rotten_tomatoes",)}),

@@ -119,11 +119,14 @@ def markdown(rows: list[dict]) -> str:
 
 def parse_finetuning_entry(text: str) -> dict:
     try:
-        learning_rate, epochs = text.split(":")
-        return {"learning_rate": float(learning_rate), "epochs": float(epochs)}
+        learning_rate, epochs, *rows = text.split(":")
+        if len(rows) > 1:
+            raise ValueError
+        entry = {"learning_rate": float(learning_rate), "epochs": float(epochs)}
+        return {**entry, "rows": int(rows[0])} if rows else entry
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected LEARNING_RATE:EPOCHS, for example "
-                                         "3e-4:5") from None
+        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected LEARNING_RATE:EPOCHS[:ROWS], for example "
+                                         "3e-4:5 or 3e-4:5:8000") from None
 
 
 def finetune_scores(budget, model: str, task: str, preset: str, entry: dict, seeds: list[int],
@@ -132,7 +135,8 @@ def finetune_scores(budget, model: str, task: str, preset: str, entry: dict, see
     budget's flags; run_glue.py with --preset for a sentence task, run_qa.py at repro's lengths for a QA set)."""
     facts = task_facts(task)
     common = ["--learning_rate", str(entry["learning_rate"]), "--num_train_epochs", str(entry["epochs"]),
-              "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--trust_remote_code"]
+              "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--trust_remote_code",
+              *(["--max_train_samples", str(entry["rows"])] if "rows" in entry else [])]  # the last flag wins
     flags = [*budget.finetune_flags(), *common]
     if facts.finetuned_by == "glue":
         commands = {None: [sys.executable, str(RUN_GLUE), "--model_name_or_path", model, "--preset", preset,
@@ -166,16 +170,22 @@ def run_finetuning(budget, options) -> list[dict]:
         subprocess.run([sys.executable, str(RANDOM_INIT), "--model", str(options.export), "--seed", "1",
                         "--output_dir", str(random_model)], env={**os.environ, **ONE_THREAD}, check=True)
     facts = task_facts(options.task)
-    floor_file = options.cache / f"{facts.floor}-{options.task}.json"
-    if not floor_file.exists():
-        subprocess.run([sys.executable, str(FLOORS), facts.floor, "--task", options.task,
-                        "--max_train_samples", str(budget.max_train_samples), "--max_eval_samples",
-                        str(budget.max_eval_samples), "--seed", "0", "--output", str(floor_file)], check=True,
-                       capture_output=True)
-    floor = json.loads(floor_file.read_text())["value"]
+
+    def floor_of(rows: int) -> float:
+        """The task's floor fitted on the same `rows` training rows as the fine-tunings."""
+        suffix = "" if rows == budget.max_train_samples else rows
+        floor_file = options.cache / f"{facts.floor}-{options.task}{suffix}.json"
+        if not floor_file.exists():
+            subprocess.run([sys.executable, str(FLOORS), facts.floor, "--task", options.task,
+                            "--max_train_samples", str(rows), "--max_eval_samples",
+                            str(budget.max_eval_samples), "--seed", "0", "--output", str(floor_file)], check=True,
+                           capture_output=True)
+        return json.loads(floor_file.read_text())["value"]
 
     def one(entry: dict) -> dict:
-        name = f"{options.task}-lr{entry['learning_rate']:g}-ep{entry['epochs']:g}"
+        rows = entry.get("rows", budget.max_train_samples)
+        name = (f"{options.task}-lr{entry['learning_rate']:g}-ep{entry['epochs']:g}"
+                f"{'' if rows == budget.max_train_samples else f'-rows{rows}'}")
         pretrained = finetune_scores(budget, str(options.export), options.task, options.preset, entry, options.seeds,
                                      options.cache / f"pretrained-{name}")
         random = finetune_scores(budget, str(random_model), options.task, options.preset, entry, options.seeds,
@@ -183,18 +193,19 @@ def run_finetuning(budget, options) -> list[dict]:
         return {**entry, "seeds": options.seeds, "pretrained": pretrained, "random_init": random,
                 "pretrained_mean": round(mean(pretrained), 4), "random_init_mean": round(mean(random), 4),
                 "difference": round(mean(pretrained) - mean(random), 4), "task": options.task,
-                "floor": facts.floor, "floor_value": floor, "scale": facts.display_scale}
+                "floor": facts.floor, "floor_value": floor_of(rows), "scale": facts.display_scale, "rows": rows}
 
     return sweep(options, budget, one, options.grid, finetuning_markdown)
 
 
 def finetuning_markdown(rows: list[dict]) -> str:
-    lines = ["| task | lr | epochs | pretrained (per seed) | random init (per seed) | difference | floor |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| task | lr | epochs | rows | pretrained (per seed) | random init (per seed) | difference | floor |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         scale = row["scale"]
         per_seed = lambda values: " / ".join(f"{scale * v:.1f}" for v in values)  # noqa: E731
-        lines.append(f"| {row['task']} | {row['learning_rate']:g} | {row['epochs']:g} | {per_seed(row['pretrained'])} "
+        lines.append(f"| {row['task']} | {row['learning_rate']:g} | {row['epochs']:g} | {row.get('rows', '')} | "
+                     f"{per_seed(row['pretrained'])} "
                      f"| {per_seed(row['random_init'])} | {scale * row['difference']:+.1f} | "
                      f"{scale * row['floor_value']:.1f} ({row['floor']}) |")
     return "\n".join(lines)

@@ -132,7 +132,7 @@ def test_nesterov_sgd_step_is_the_papers_update(tmp_path):
 
 
 def test_short_runs_warm_up_over_the_papers_fraction(tmp_path):
-    _, short, trainer = built(tmp_path, "--model", "spanbert", "--model_size", "tiny", "--max_steps", "1200")
+    _, short, trainer = built(tmp_path, "--model", "spanbert", "--model_size", "small", "--max_steps", "1200")
     assert short.get_warmup_steps(1200) == 5  # ceil(1200 x 10k / 2.4M)
     assert lr_at(trainer, 5) == pytest.approx(1e-4) and lr_at(trainer, 2) == pytest.approx(0.4e-4)
     _, epochs = parse_args(["--output_dir", str(tmp_path), "--model", "teams", "--model_size", "small"])
@@ -140,6 +140,21 @@ def test_short_runs_warm_up_over_the_papers_fraction(tmp_path):
     _, long = parse_args(["--output_dir", str(tmp_path), "--model", "teams", "--model_size", "small",
                           "--max_steps", "900000"])
     assert long.warmup_steps == 10_000
+
+
+def test_tiny_takes_the_papers_optimiser_at_its_own_rate_and_warmup(tmp_path):
+    """No paper trains `tiny`: it keeps each recipe's optimiser (AdamW, decay, clipping) at 1e-3 warmed up over 5%."""
+    args, tiny, trainer = built(tmp_path, "--model", "spanbert", "--model_size", "tiny", "--max_steps", "1200")
+    assert tiny.get_warmup_steps(1200) == 60 and args.max_seq_length == 128
+    assert lr_at(trainer, 60) == pytest.approx(1e-3) and lr_at(trainer, 30) == pytest.approx(0.5e-3)
+    assert (tiny.weight_decay, tiny.adam_epsilon) == (0.01, 1e-8)  # SpanBERT's, as base
+    for recipe in ("teams", "electra"):
+        defaults = get_recipe(recipe).training_defaults["tiny"]
+        small = get_recipe(recipe).training_defaults["small"]
+        assert (defaults.learning_rate, defaults.warmup_for(4_000), defaults.batch_size) == (1e-3, 200, None)
+        assert (defaults.adam_epsilon, defaults.weight_decay, defaults.optim) == (small.adam_epsilon,
+                                                                                  small.weight_decay, small.optim)
+    assert get_recipe("cloze").training_defaults["tiny"] is get_recipe("cloze").training_defaults["base"]  # SGD
 
 
 def test_global_batch_follows_per_device_batch_and_processes(tmp_path):
@@ -182,11 +197,13 @@ def test_unknown_size_is_named(tmp_path):
 
 def test_help_lists_each_recipes_paper_defaults():
     text = recipe_defaults_help()
-    assert ("teams tiny/small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 updates "
+    assert ("teams small: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.0005, warmup 10000 of 500000 updates "
             "(2.00%)" in text)
+    assert ("teams tiny: AdamW (betas 0.9, 0.999; eps 1e-06), lr 0.001, warmup 200 of 4000 updates (5.00%)" in text
+            and "[ours for the tiny size" in text)
     assert ("cloze tiny/small/base/cnn_tiny/cnn_base: SGD (Nesterov momentum 0.99), lr 1, warmup 16000 of 600000 "
             "updates (2.67%), from 1e-07 x lr, cosine decay to 0.0001, weight decay 0, clip 0.1" in text)
-    assert "spanbert tiny/small/base/large: AdamW (betas 0.9, 0.999; eps 1e-08), lr 0.0001" in text
+    assert "spanbert small/base/large: AdamW (betas 0.9, 0.999; eps 1e-08), lr 0.0001" in text
     assert "weight decay 0.01 on every parameter" in text and "electra large:" in text and "masking 25%" in text
 
 
@@ -278,8 +295,8 @@ def test_help_and_log_give_the_warmup_steps_of_a_short_run(tmp_path, caplog):
                                        "--max_steps", "10000"])
         assert training_args.get_warmup_steps(10_000) == steps
     with caplog.at_level("INFO", logger="encoder_zoo.training.run.trainer"):
-        built(tmp_path, "--model", "teams", "--model_size", "tiny", "--max_steps", "10000")
-    assert "Learning-rate warmup: 200 of 10000 updates (--warmup_steps 0.02)" in caplog.text
+        built(tmp_path, "--model", "teams", "--model_size", "tiny", "--max_steps", "2000")
+    assert "Learning-rate warmup: 100 of 2000 updates (--warmup_steps 0.05)" in caplog.text
 
 
 def test_a_recipe_module_is_found_not_listed(tmp_path, monkeypatch):

@@ -178,7 +178,8 @@ DATA_SHAPING_FLAGS = (
 def recipe_defaults_help() -> str:
     """Per `--model`, the paper's training defaults of each size (sizes sharing one recipe on one line)."""
     lines = ["Paper training defaults per --model and --model_size (applied before your flags: any flag overrides "
-             "them; sizes the paper lacks keep its optimiser and schedule, not its batch):"]
+             "them; sizes the paper lacks keep its optimiser and schedule, not its batch; tiny, which no paper trains, "
+             "runs the optimiser at its own rate and warmup, except cloze's SGD):"]
     for name, recipe in sorted(all_recipes().items()):
         groups: dict[str, list[str]] = {}
         for size in recipe.sizes:

@@ -26,8 +26,9 @@ BERT_SIZES = {
 # Section 4 (lr, warmup, linear decay, betas, eps 1e-8, batch 256 x 512, 2.4M steps), with the authors' pretraining
 # command (pretraining/README.md) where it differs or the paper is silent: weight decay 0.01 on every parameter
 # (the paper's "0.1" contradicts its own "we retain BERT's" and the released models' command), clipping at 1.0.
-# The same recipe trained the paper's BERT baseline. base and large share it; tiny and small (not in the paper) get
-# its optimiser and schedule without the 256-sequence batch.
+# The same recipe trained the paper's BERT baseline. base and large share it; small (not in the paper) gets its
+# optimiser and schedule without the 256-sequence batch, tiny the same optimiser at a rate for a model trained for
+# minutes (`TrainingDefaults.for_tiny`).
 SPANBERT_TRAINING = TrainingDefaults(
     size="base",
     source="SpanBERT Sec. 4; weight decay and clipping from the authors' pretraining command",
@@ -42,7 +43,7 @@ SPANBERT_TRAINING = TrainingDefaults(
     max_seq_length=512,
 )
 SPANBERT_TRAINING_BY_SIZE = {
-    "tiny": SPANBERT_TRAINING,
+    "tiny": SPANBERT_TRAINING.for_tiny(),
     "small": SPANBERT_TRAINING,
     "base": SPANBERT_TRAINING,
     "large": replace(SPANBERT_TRAINING, size="large"),

@@ -38,7 +38,7 @@ ELECTRA_SIZES = {
 # Table 5, with the authors' TF Model Garden config where it is silent (official/projects/teams: AdamW with weight
 # decay 0.01 except LayerNorm and biases, eps 1e-6, gradient norm clipped at 1.0, polynomial decay of power 1 =
 # linear). Base uses 2e-4 (Table 5's "2e-4/3e-4" is Base/Base++). tiny (not in the paper) gets small's optimiser
-# and schedule without its batch.
+# at a rate for a model trained for minutes (`TrainingDefaults.for_tiny`).
 _TEAMS = dict(source="TEAMS Table 5; clipping and weight-decay exclusions from the authors' TF Model Garden config",
               warmup_steps=10_000, adam_epsilon=1e-6, weight_decay=0.01, max_grad_norm=1.0, max_seq_length=512)
 TEAMS_TRAINING = {
@@ -46,7 +46,7 @@ TEAMS_TRAINING = {
     "base": TrainingDefaults(size="base", learning_rate=2e-4, total_steps=1_000_000, batch_size=256, **_TEAMS),
     "large": TrainingDefaults(size="large", learning_rate=2e-4, total_steps=1_760_000, batch_size=2048, **_TEAMS),
 }
-TEAMS_TRAINING["tiny"] = TEAMS_TRAINING["small"]
+TEAMS_TRAINING["tiny"] = TEAMS_TRAINING["small"].for_tiny()
 
 # ELECTRA Table 6 and the authors' code (google-research/electra: AdamW eps 1e-6, weight decay 0.01 except
 # LayerNorm and biases, gradient norm clipped at 1.0, linear decay): ELECTRA-Small trains on 128-token sequences,
@@ -61,7 +61,7 @@ ELECTRA_TRAINING = {
     "large": TrainingDefaults(size="large", learning_rate=2e-4, total_steps=400_000, batch_size=2048,
                               max_seq_length=512, mlm_probability=0.25, **_ELECTRA),
 }
-ELECTRA_TRAINING["tiny"] = ELECTRA_TRAINING["small"]
+ELECTRA_TRAINING["tiny"] = ELECTRA_TRAINING["small"].for_tiny()
 
 TEAMS_HYPERPARAMETERS = {
     "masking": "15% of word pieces",
