@@ -28,7 +28,7 @@ from encoder_zoo.repro.tasks import display_scale, task_facts
 MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'
 # The one scale of every score, difference, interval, MDD and floor the reports and README show (`display_scale`).
 SCALE_KEY = ("Scores and floors in percent points (0-100: accuracy, F1 and Pearson x 100, as GLUE and SQuAD print "
-             "them), held-out MLM loss in nats")
+             "them), held-out token-prediction losses (MLM, cloze, bilm) in nats")
 COMPUTE_KEY = ("Compute: median over units of the pretraining behind the model (for a fusion: its encoder's and its "
                "CNN's); the MiniLM's own pretraining is not ours and not counted (—)")
 

@@ -27,7 +27,7 @@ ZOO_BEGIN, ZOO_END = "<!-- zoo-table: begin (python repro/summary.py) -->", "<!-
 
 # The papers' table's one scale (`display_scale`); no paper claims a difference in held-out loss, which is in nats.
 DIFFERENCE_KEY = ("Differences, intervals and MDDs are in percent points (accuracy, F1 and Pearson x 100), the papers' "
-                  "scale; a held-out MLM loss, where shown, is in nats.")
+                  "scale; a held-out loss, where shown, is in nats.")
 
 
 def fmt(x) -> str:

@@ -152,7 +152,7 @@ def test_a_budget_may_train_fewer_arms_and_the_report_lists_the_claims_left_unte
     assert [a.name for a in experiment.arms_at("smoke")] == [*(a.name for a in experiment.arms), "bilm_random"]
     sweep = Sweep(experiment.at(BUDGETS["cpu"]), tmp_path)
     assert {j.arm for j in sweep.jobs} == {"cloze", "bilm", "bilm_random", "floors"}
-    assert sweep.tasks == ["rotten_tomatoes", "movie_sentiment_regression"]
+    assert sweep.tasks == ["rotten_tomatoes", "movie_sentiment_regression", "heldout_cloze", "heldout_bilm"]
 
     def execute(job):
         for output in job.outputs:
@@ -344,7 +344,8 @@ def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_n
            "arms": {"spanbert": {**results["arms"]["spanbert"], "compute": {}}}}
     cells = rows["spanbert"][:-2].split(" | ")  # README's zoo table: the report's cells, task by task
     assert score_table(zoo)[2] == "| spanbert | " + " | ".join(cells[i] for i in (2, 1, 3)) + " | — | — | — | — |"
-    assert "held-out MLM loss in nats" in table_key(zoo) and "percent points" in table_key(zoo)
+    assert "held-out token-prediction losses (MLM, cloze, bilm) in nats" in table_key(zoo)
+    assert "percent points" in table_key(zoo)
 
 
 @pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
@@ -1038,7 +1039,10 @@ def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
                        for u in units)
         if name.endswith(f"+{best}"):  # a fusion's compute includes its encoder's pretraining
             assert all(compute[u]["flops"] >= arms[best]["compute"][u]["flops"] for u in units)
-    assert ("heldout_mlm" in arms["bert"]["tasks"]) and ("heldout_mlm" not in arms["teams"]["tasks"])
+    # every held-out loss is shown (TEAMS's is its generator's, cloze's its cloze loss), only comparable ones paired
+    assert {"heldout_mlm"} <= set(arms["bert"]["tasks"]) & set(arms["teams"]["tasks"])
+    assert "heldout_cloze" in arms["cloze"]["tasks"] and "heldout_mlm" not in arms["cloze"]["tasks"]
+    assert not any("teams" in (p["better"], p["worse"]) for p in results["pairs"] if p["task"] == "heldout_mlm")
     rotten = [p for p in results["pairs"] if p["task"] == "rotten_tomatoes"]
     methods = len(arms) - 1  # the positive control is in no pair
     assert len(rotten) == methods * (methods - 1) // 2 and not any("bert_random" in (p["better"], p["worse"])
@@ -1233,3 +1237,22 @@ def test_run_help_offers_rerun_stale(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["--help"])
     assert exit_info.value.code == 0 and "--rerun_stale" in capsys.readouterr().out
+
+
+def test_every_pretrained_arm_reports_its_own_held_out_token_loss_against_a_unigram_floor(tmp_path):
+    """Issue 37: each pretrained arm's held-out token-prediction loss is read from its pretraining, with a unigram
+    floor: the MLM loss (TEAMS's and ELECTRA's generator's), and the two-tower model's own, cloze or bilm."""
+    from encoder_zoo.repro.jobs import Sweep
+
+    for name, expected in (("spanbert", {"heldout_mlm"}), ("teams", {"heldout_mlm"}),
+                           ("cloze", {"heldout_cloze", "heldout_bilm"})):
+        sweep = Sweep(EXPERIMENTS[name].at(BUDGETS["cpu"]), tmp_path / name)
+        held_out = {t for t in sweep.tasks if task_facts(t).pretraining_metric}
+        assert held_out == expected, name
+        for arm in (a for a in sweep.arms if a.pretrain):
+            for task in held_out:
+                assert (arm.name, task) in sweep.floors and sweep.floors[(arm.name, task)].command[2] == "unigram"
+                job, path = sweep.sources[(arm.name, task, 1, None)]
+                assert job.kind == "pretrain" and path.name == "trainer_state.json"
+    assert task_facts("heldout_cloze").metric == "eval_cloze_loss" and task_facts("heldout_bilm").metric == (
+        "eval_bilm_loss")
