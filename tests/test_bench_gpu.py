@@ -79,3 +79,32 @@ def test_profile_shares_add_up_and_a_time_limit_keeps_what_ran(tmp_path):
     assert bench_gpu.kernel_kind("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "matmul"
     assert bench_gpu.kernel_kind("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") == "attention"
     assert bench_gpu.kernel_kind("triton_per_fused_add_native_dropout_native_layer_norm_9") == "fused (triton)"
+
+
+def test_regional_compilation_compiles_each_encoder_layer_and_leaves_the_heads_eager():
+    """--compile_scope layers: every block of a stack of identical blocks is compiled in place (generator and
+    discriminator alike), nothing else, so compiling costs about one block's time."""
+    for kind in ("bert", "teams"):
+        model = bench_gpu.build(kind, "tiny", "sdpa")
+        assert bench_gpu.compile_layers(model) is model
+        compiled = {name for name, module in model.named_modules() if module._compiled_call_impl is not None}
+        layers = {name for name, module in model.named_modules()
+                  if name.rsplit(".", 1)[-1].isdigit() and ".layer." in f".{name}"}
+        assert compiled and compiled == layers, (kind, compiled ^ layers)
+
+
+@pytest.mark.slow
+def test_regional_compilation_gives_the_eager_loss_and_gradients():
+    torch.manual_seed(0)
+    batch = bench_gpu.step_inputs("bert", bench_gpu.batches(32, 4, 1, "subword", documents=200)[0], False)
+    eager = bench_gpu.build("bert", "tiny", "sdpa").eval()
+    regional = bench_gpu.build("bert", "tiny", "sdpa").eval()
+    regional.load_state_dict(eager.state_dict())
+    bench_gpu.compile_layers(regional)
+    losses = [model(**batch).loss for model in (eager, regional)]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(eager.named_parameters(), regional.parameters()):
+        if a.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
