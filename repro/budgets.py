@@ -106,7 +106,8 @@ BUDGETS = {
         tasks=("rotten_tomatoes", *HELDOUT)),
     "cpu": Budget(
         name="cpu", description="tiny models, 4,000 pretraining steps of 16 x 128 tokens on 3,000 Wikipedia "
-        "documents at the tiny size's rate (1e-3, 5% warmup; cloze its paper's SGD), chosen on held-out loss against "
+        "documents (cloze 2,000: Experiment.budget_steps) at the tiny size's rate (1e-3, 5% warmup; cloze its paper's "
+        "SGD), chosen on held-out loss against "
         "the unigram floor (docs/reproduction.md); 5 units (independently trained models) per arm where a "
         "pretraining takes under 10 minutes, else 3 (Experiment.budget_units), one fine-tuning run each, 3 epochs at "
         "3e-4; about 1.5 hours per paper on 2 CPU cores, each report giving its measured time",

@@ -1256,3 +1256,14 @@ def test_every_pretrained_arm_reports_its_own_held_out_token_loss_against_a_unig
                 assert job.kind == "pretrain" and path.name == "trainer_state.json"
     assert task_facts("heldout_cloze").metric == "eval_cloze_loss" and task_facts("heldout_bilm").metric == (
         "eval_bilm_loss")
+
+
+def test_an_experiment_may_pretrain_for_fewer_steps_at_a_budget():
+    """cloze at `cpu`: 2,000 steps (a two-tower run takes 19-25 minutes at 2,000), warmed up over its recipe's
+    fraction of those; every other experiment the budget's 4,000."""
+    cloze = [j for j in sweep_jobs("cloze") if j.kind == "pretrain"]
+    assert {flag(j.command, "--max_steps") for j in cloze} == {"2000"}
+    assert {flag(j.command, "--warmup_steps") for j in cloze} == {"54"}  # ceil(2,000 x 16k / 600k)
+    assert EXPERIMENTS["cloze"].at(BUDGETS["cpu"]).budget.pretrain_steps == 2000
+    teams = [j for j in sweep_jobs("teams") if j.kind == "pretrain"]
+    assert {flag(j.command, "--max_steps") for j in teams} == {"4000"}
