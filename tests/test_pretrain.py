@@ -14,6 +14,8 @@ import yaml
 from helpers import PRETRAIN, call_cli, local_paths_in, pretrain, run_isolated, two_process_launcher
 from helpers import pretrain_env as env
 
+from encoder_zoo.training.recipes import get_recipe
+
 TINY = ["--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "300", "--tokenizer_vocab_size", "2000",
         "--per_device_train_batch_size", "8", "--validation_documents", "20", "--dataloader_num_workers", "0"]
 
@@ -57,12 +59,14 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     # Nothing local goes to the Hub: the snippet loads a placeholder id (no --hub_model_id), no file names this machine.
     assert 'AutoModel.from_pretrained("<your-username>/spanbert-' in card and local_paths_in(export, tmp_path) == []
     assert "| training loss, mean over the run |" in card and "| training loss, last logged (step 12) |" in card
-    # The run's optimisation, read from its trainer, next to the paper's (SpanBERT base: 2.4M updates of 256 x 512).
+    # The run's optimisation, read from its trainer, next to its recipe's for the size (tiny: SpanBERT's optimiser at
+    # the tiny size's own rate and warmup, 200 of 4,000 updates of 128 tokens).
     for row in ("| optimizer | AdamW (betas 0.9, 0.999; eps 1e-08) | AdamW (betas 0.9, 0.999; eps 1e-08) |",
                 "| weight decay | 0.01, every parameter | 0.01, every parameter |",
-                "| warmup | 1 of 12 updates (8.33%) | 10000 of 2400000 updates (0.42%) |",
-                "| batch (sequences per update) | 8 | 256 |", "| sequence length | 64 | 512 |"):
+                "| warmup | 1 of 12 updates (8.33%) | 200 of 4000 updates (5.00%) |",
+                "| peak learning rate | 0.001 | 0.001 |", "| sequence length | 64 | 128 |"):
         assert row in card, row
+    assert "ours for the tiny size (no paper trains one)" in card
 
     # Reference outputs from the repository's own classes, then the same from a process that cannot import it.
     from transformers import AutoModel, AutoTokenizer
@@ -124,11 +128,12 @@ def test_interrupted_run_resumes_from_its_checkpoint_with_optimizer_and_schedule
     assert {int(v["step"]) for v in optimizer["state"].values()} == {150}  # Adam moments carried over
     scheduler = torch.load(final / "scheduler.pt", weights_only=False)
     assert scheduler["last_epoch"] == 150  # schedule continued, not restarted
-    # Learning rates logged after the resume follow the same linear schedule (peak 1e-4, 20 warmup, 150 steps);
-    # the rate logged at step s is the one step s used, i.e. the schedule at s - 1.
+    # Learning rates logged after the resume follow the same linear schedule (the tiny size's peak, 20 warmup, 150
+    # steps); the rate logged at step s is the one step s used, i.e. the schedule at s - 1.
+    peak = get_recipe("spanbert").training_defaults["tiny"].learning_rate
     for entry in train_logs(final / "trainer_state.json"):
         taken = entry["step"] - 1
-        expected = 1e-4 * (taken / 20 if taken < 20 else (150 - taken) / 130)
+        expected = peak * (taken / 20 if taken < 20 else (150 - taken) / 130)
         assert entry["learning_rate"] == pytest.approx(expected, rel=0.05, abs=1e-7)
     assert (out / "export" / "model.safetensors").exists()
     assert ("Resuming" in resumed.stderr or "Continuing training from checkpoint" in resumed.stderr
