@@ -1,6 +1,7 @@
 """README's reproduction tables, generated from the committed reports (`repro/reports/<name>/<budget>/results.json`):
-- the papers': one row per claim and task with the difference [interval], units, minimum detectable difference and
-  verdict;
+- the papers': per paper, the positive control on the primary claim's task and the primary claim, each with the
+  difference [interval], units, minimum detectable difference and verdict, then the secondary claims counted by
+  verdict (a report made before primary claims: every claim);
 - the zoo's: one row per method with its scores and compute (`repro.report.score_table`), its plot and its significant
   pairs.
 
@@ -54,8 +55,7 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             continue
         if "control" not in results:
             before_controls.append(name)
-        controls = [{**c, "role": "control"} for c in (results.get("control") or {}).values()]
-        rows = controls + results["claims"] + results.get("untested_claims", [])
+        rows, secondary = paper_rows(results)
         for claim in rows:
             d = claim.get("decision") or {}
             units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
@@ -70,6 +70,8 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             lines.append(f"| {paper} | {claim['arm']} {relation} {claim['baseline']}{role} | {task} | "
                          f"{shown(d.get('estimate'), on)} [{shown(d.get('low'), on)}, {shown(d.get('high'), on)}] | "
                          f"{units} | {mdd} | {verdict} |")
+        if secondary:
+            lines.append(f"|  | {secondary} | | | | | |")
     lines += ["", DIFFERENCE_KEY]
     if before_controls:
         lines += ["", "Run before floors, positive controls and primary claims (issue 37): "
@@ -78,6 +80,26 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     if missing:
         lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
     return "\n".join(lines)
+
+
+def paper_rows(results: dict) -> tuple[list[dict], str]:
+    """A report's rows in README: with a primary claim, the positive control on its task and the primary itself,
+    the secondary claims counted by verdict in one line (each report lists them); a report made before primaries,
+    every claim."""
+    from collections import Counter
+
+    controls = {task: {**c, "role": "control"} for task, c in (results.get("control") or {}).items()}
+    primary = [c for c in results["claims"] if c.get("role") == "primary"]
+    if not primary:
+        return [*controls.values(), *results["claims"], *results.get("untested_claims", [])], ""
+    task = primary[0]["task"]
+    secondary = [c for c in results["claims"] if c.get("role") != "primary"]
+    untested = len(results.get("untested_claims", []))
+    verdicts = Counter(c["verdict"].split(":")[0].split(" (")[0] for c in secondary)
+    counted = "; ".join(f"{n} {verdict}" for verdict, n in verdicts.items())
+    line = (f"secondary claims (Holm): {len(secondary)} tested{f' ({counted})' if counted else ''}"
+            f"{f', {untested} not tested here' if untested else ''}; in the report")
+    return [*([controls[task]] if task in controls else []), *primary], line
 
 
 def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:

@@ -335,10 +335,13 @@ def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_n
     (tmp_path / "reports" / "spanbert" / "smoke" / "results.json").write_text(json.dumps(results))
     readme = table("smoke", tmp_path / "reports")
     assert readme.startswith("| paper | claim | task | difference, points [90% CI] | units | MDD | verdict |")
-    [row] = [r for r in readme.splitlines() if "| spanbert > bert |" in r and "rotten_tomatoes" in r]
-    assert f" | 3 [{d['low'] * 100:.3g}, {d['high'] * 100:.3g}] | 3/3 | {d['mdd'] * 100:.3g} (α " in row
+    # README: per paper the control on the primary's task, the primary, and the secondary claims counted
     [row] = [r for r in readme.splitlines() if "| spanbert > bert (primary) |" in r]
-    assert f" | {qa['estimate']:.3g} [" in row  # F1 not multiplied
+    assert f" | {qa['estimate']:.3g} [" in row and "wiki_cloze" in row  # F1 not multiplied
+    assert [r for r in readme.splitlines() if "| bert > bert_random (positive control) | wiki_cloze" in r]
+    secondary = [c for c in results["claims"] if c["role"] == "secondary"]
+    assert f"| secondary claims (Holm): {len(secondary)} tested (" in readme and "rotten_tomatoes" not in readme
+    assert "in the report |" in readme
     assert DIFFERENCE_KEY in readme and "nats" in DIFFERENCE_KEY
     zoo = {"tasks": tasks, "chance": results["chance"], "floors": results["floors"],
            "arms": {"spanbert": {**results["arms"]["spanbert"], "compute": {}}}}
