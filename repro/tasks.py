@@ -32,18 +32,19 @@ class PretrainingTask:
     num_labels = None  # no classes (a class attribute, as every task spec answers it)
 
 
+def heldout_loss(name: str, output: str, what: str) -> PretrainingTask:
+    """The held-out mean of the recipe output `output`, a token-prediction loss in nats, against the unigram floor."""
+    return PretrainingTask(name, Scoring(
+        f"eval_{output}", f"held-out {what} loss, nats (pretraining eval)", None, higher_is_better=False, point=1.0,
+        unit="nats", floor="unigram"), logged_output=output)
+
+
 PRETRAINING_TASKS: dict[str, PretrainingTask] = {
-    "heldout_mlm": PretrainingTask("heldout_mlm", Scoring(
-        "eval_mlm_loss", "held-out MLM loss, nats (pretraining eval)", None, higher_is_better=False, point=1.0,
-        unit="nats", floor="unigram"), logged_output="mlm_loss"),
+    "heldout_mlm": heldout_loss("heldout_mlm", "mlm_loss", "MLM"),
     # The two-tower model's token-prediction losses: the cloze loss (every token from both sides) of a cloze arm,
     # the bilm loss (each tower's next token, averaged) of a bilm arm; an arm logs the one its loss_type trains.
-    "heldout_cloze": PretrainingTask("heldout_cloze", Scoring(
-        "eval_cloze_loss", "held-out cloze loss, nats (pretraining eval)", None, higher_is_better=False, point=1.0,
-        unit="nats", floor="unigram"), logged_output="cloze_loss"),
-    "heldout_bilm": PretrainingTask("heldout_bilm", Scoring(
-        "eval_bilm_loss", "held-out bilm loss, nats (pretraining eval)", None, higher_is_better=False, point=1.0,
-        unit="nats", floor="unigram"), logged_output="bilm_loss"),
+    "heldout_cloze": heldout_loss("heldout_cloze", "cloze_loss", "cloze"),
+    "heldout_bilm": heldout_loss("heldout_bilm", "bilm_loss", "bilm"),
 }
 
 

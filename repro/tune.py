@@ -171,10 +171,13 @@ def run_finetuning(budget, options) -> list[dict]:
                         "--output_dir", str(random_model)], env={**os.environ, **ONE_THREAD}, check=True)
     facts = task_facts(options.task)
 
+    def rows_suffix(rows: int) -> str:
+        """Names of runs and floors over other rows than the budget's carry their count (the budget's keep theirs)."""
+        return "" if rows == budget.max_train_samples else f"-rows{rows}"
+
     def floor_of(rows: int) -> float:
         """The task's floor fitted on the same `rows` training rows as the fine-tunings."""
-        suffix = "" if rows == budget.max_train_samples else rows
-        floor_file = options.cache / f"{facts.floor}-{options.task}{suffix}.json"
+        floor_file = options.cache / f"{facts.floor}-{options.task}{rows_suffix(rows)}.json"
         if not floor_file.exists():
             subprocess.run([sys.executable, str(FLOORS), facts.floor, "--task", options.task,
                             "--max_train_samples", str(rows), "--max_eval_samples",
@@ -184,8 +187,7 @@ def run_finetuning(budget, options) -> list[dict]:
 
     def one(entry: dict) -> dict:
         rows = entry.get("rows", budget.max_train_samples)
-        name = (f"{options.task}-lr{entry['learning_rate']:g}-ep{entry['epochs']:g}"
-                f"{'' if rows == budget.max_train_samples else f'-rows{rows}'}")
+        name = f"{options.task}-lr{entry['learning_rate']:g}-ep{entry['epochs']:g}{rows_suffix(rows)}"
         pretrained = finetune_scores(budget, str(options.export), options.task, options.preset, entry, options.seeds,
                                      options.cache / f"pretrained-{name}")
         random = finetune_scores(budget, str(random_model), options.task, options.preset, entry, options.seeds,
