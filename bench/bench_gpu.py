@@ -190,6 +190,11 @@ def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
     inputs = [step_inputs(kind, batch, packing) for batch in data]
     flops = [train_step_flops(kind, model, batch) for batch in inputs]
     compiled = options.compile == "both" or (options.compile == "ours" and ours)
+    if compiled:
+        # Fresh dynamo caches per cell: every model's layers share one code object (transformers'
+        # GradientCheckpointingLayer.__call__), so without a reset the 9th cell hit dynamo's recompile limit and ran
+        # its layers eager (electra@128 on the H200, 2026-11-28).
+        torch._dynamo.reset()
     run = (compile_layers(model) if options.compile_scope == "layers" else torch.compile(model)) if compiled else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=options.optim == "fused")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[options.dtype]

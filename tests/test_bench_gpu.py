@@ -93,6 +93,20 @@ def test_regional_compilation_compiles_each_encoder_layer_and_leaves_the_heads_e
         assert compiled and compiled == layers, (kind, compiled ^ layers)
 
 
+def test_each_compiled_cell_starts_from_fresh_dynamo_caches(monkeypatch):
+    """Every model's layers share one code object, so cells compiled in one process would pile their graphs on it
+    until dynamo's recompile limit sends the later cells' layers to eager: each compiled cell resets dynamo first."""
+    events = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
+    monkeypatch.setattr(bench_gpu, "compile_layers", lambda model: events.append("compile") or model)
+    options = bench_gpu.parse(["--smoke", "--compile", "ours", "--compile_scope", "layers", "--steps", "1",
+                                    "--warmup", "0"])
+    data = bench_gpu.batches(32, 2, 1, "subword", documents=50)
+    for kind in ("bert", "hf_bert_mlm", "teams"):
+        bench_gpu.measure(kind, options, data, torch.device("cpu"))
+    assert events == ["reset", "compile", "reset", "compile"], events  # the reference (not compiled) untouched
+
+
 @pytest.mark.slow
 def test_regional_compilation_gives_the_eager_loss_and_gradients():
     torch.manual_seed(0)
