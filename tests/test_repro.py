@@ -550,6 +550,18 @@ def run_log(out):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def heldout_losses_of(arm):
+    """The held-out loss tasks an arm's pretraining logs: a masked LM its MLM loss, the two-tower model the loss its
+    loss_type trains (cloze, bilm or both); an arm without pretraining none."""
+    if not arm.pretrain:
+        return set()
+    args = list(arm.pretrain)
+    if args[args.index("--model") + 1] != "cloze":
+        return {"heldout_mlm"}
+    loss_type = next((a.split("=", 1)[1] for a in args if a.startswith("loss_type=")), "cloze")
+    return {f"heldout_{kind}" for kind in loss_type.split("+")}
+
+
 def check_report(out, name):
     experiment, budget = EXPERIMENTS[name], BUDGETS["smoke"]
     folder = Path(out) / name / "smoke"
@@ -565,7 +577,8 @@ def check_report(out, name):
     assert "| floor: chance (one constant answer) |" in report
     assert str(out) not in report and str(REPO) not in report and sys.executable not in report  # no machine path
     assert all(c["command"].startswith("python ") and str(out) not in c["command"] for c in results["commands"])
-    tasks = [t for t in experiment.tasks if t in budget.tasks]
+    tasks = [t for t in experiment.tasks if t not in results["untested_tasks"]]  # or those --tasks named
+    assert tasks and set(tasks) <= set(budget.tasks)
     control = experiment.control_arm()
     assert set(results["arms"]) == {arm.name for arm in experiment.arms} | {control.name}
     runs = {}
@@ -573,14 +586,16 @@ def check_report(out, name):
         entry = results["arms"][arm.name]
         assert entry["failed"] == [], entry["failed"]
         for task in tasks:
-            if task == "heldout_mlm" and not arm.pretrain:
+            if task_facts(task).pretraining_metric and task not in heldout_losses_of(arm):
+                assert task not in entry["tasks"], (arm.name, task)
                 continue
             r = entry["tasks"][task]
             assert r["n_units"] == len(budget.unit_seeds) and r["low"] <= r["mean"] <= r["high"]
             assert r["floor"] is not None and r["clears_floor"] == above_floor(
                 r["low"], r["high"], r["floor"], task_facts(task).higher_is_better)
             assert sorted(run["unit"] for run in r["runs"]) == sorted(
-                u for u in budget.unit_seeds for _ in ([None] if task == "heldout_mlm" else budget.finetune_seeds))
+                u for u in budget.unit_seeds
+                for _ in ([None] if task_facts(task).pretraining_metric else budget.finetune_seeds))
             assert all(np.isfinite(run["value"]) for run in r["runs"])
             runs[(arm.name, task)] = {(run["unit"], run["finetune_seed"]): run["value"] for run in r["runs"]}
     # every floor ran: the bag-of-words model on the fine-tunings' rows, the unigram loss of each pretraining
@@ -595,7 +610,7 @@ def check_report(out, name):
     controls = {task: {"arm": runs[(source, task)], "baseline": runs[(control.name, task)], "direction": "better",
                        "higher_is_better": task_facts(task).higher_is_better,
                        "learned": results["control"][task]["decision"]["learned"]}
-                for task in tasks if task != "heldout_mlm"}
+                for task in tasks if not task_facts(task).pretraining_metric}
     control_again, again = decide_experiment([
         {"task": c["task"], "primary": c["role"] == "primary", "arm": runs[(c["arm"], c["task"])],
          "baseline": runs[(c["baseline"], c["task"])], "direction": c["direction"], "margin": c["margin"],
