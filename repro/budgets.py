@@ -118,15 +118,23 @@ BUDGETS = {
         finetune_batch_size=32,
         finetune_max_seq_length=128, max_train_samples=2000, max_eval_samples=500,
         tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", *HELDOUT)),
+    # One lent GPU session (15 device minutes, start-up included) holds one experiment: HIRE's primary claim and its
+    # control (Experiment.budget_arms), 15 fine-tunings over the full rows. An estimate, not yet run: a fine-tuning
+    # process on the H200 took 46 s for 63 steps at `small` (bench/results/gpu_check_nvidia-h200.json: start-up
+    # dominates), so 15 runs of about 800 steps, 6 at a time, should take 4-6 minutes (docs/reproduction.md).
+    # The pretrained experiments' 10,000 steps at `small` take at least 860 s a pretraining there: hours, not one
+    # session.
     "gpu": Budget(
-        name="gpu", description="about 1 hour per experiment on one H100 in bf16 (an estimate, not yet measured): "
-        "small models, 10,000 pretraining steps of 128 x 128 tokens on the 10k embedded Wikipedia documents, 3 "
-        "units (independently trained models) per arm, 3 fine-tuning seeds each", model_size="small",
+        name="gpu", description="one H100/H200 in bf16, not yet run: small models, 10,000 pretraining steps of "
+        "128 x 128 tokens on the 10k embedded Wikipedia documents (hours per pretrained experiment); the MiniLM "
+        "arms over every training row, 3 epochs at 1e-4; 5 units (independently trained models) per arm, one "
+        "fine-tuning run each; HIRE's primary claim and its control are estimated at 4-6 minutes with --jobs 6",
+        model_size="small",
         pretrain_steps=10_000, pretrain_batch_size=128, max_seq_length=128, max_documents=None,
         validation_documents=200, tokenizer_vocab_size=16000,
-        cnn_size="w123-f100", cnn_steps=2000, cnn_documents=None, cnn_batch_size=4000, unit_seeds=(1, 2, 3),
-        finetune_seeds=(1, 2, 3), finetune_epochs=3, finetune_learning_rate=None, minilm_finetune_epochs=3,
+        cnn_size="w123-f100", cnn_steps=2000, cnn_documents=None, cnn_batch_size=4000, unit_seeds=(1, 2, 3, 4, 5),
+        finetune_seeds=(1,), finetune_epochs=3, finetune_learning_rate=None, minilm_finetune_epochs=3,
         minilm_max_train_samples=None,
-        minilm_learning_rate=None, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
+        minilm_learning_rate=1e-4, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
         max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
 }

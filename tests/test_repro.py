@@ -530,6 +530,22 @@ def test_spanbert_tests_table_6_and_7_in_the_papers_ablation_settings(tmp_path):
     assert flag(commands["span_1seq"], "--config_overrides") == "use_span_boundary_objective=False"
 
 
+def test_the_gpu_budget_runs_hires_primary_and_its_control_in_one_session(tmp_path):
+    """`--budget gpu` fits one lent GPU session with HIRE: its primary pair and the control, 5 units each, one
+    fine-tuning per unit over every training row: 5 inits and 15 fine-tunings, nothing pretrained."""
+    experiment = EXPERIMENTS["hire"]
+    assert {a.name for a in experiment.arms_at("gpu")} == {"hire", "backbone", "backbone_random"}
+    assert {(c.arm, c.baseline) for c in experiment.claims_at("gpu")} == {("hire", "backbone")}
+    assert experiment.primary.task in experiment.tasks_at("gpu")
+    jobs = sweep_jobs("hire", "gpu", tmp_path)
+    kinds = {kind: [j for j in jobs if j.kind == kind] for kind in {j.kind for j in jobs}}
+    assert "pretrain" not in kinds and len(kinds["init"]) == 5 and len(kinds["finetune"]) == 15
+    for job in kinds["finetune"]:
+        assert flag(job.command, "--max_train_samples") is None and flag(job.command, "--learning_rate") == "0.0001"
+        assert flag(job.command, "--bf16") == "true"
+    assert len(experiment.units_at(BUDGETS["gpu"])) >= 5
+
+
 def test_init_scripts_get_each_units_seed(tmp_path):
     for name in ("hire", "bertac"):
         inits = [j for j in sweep_jobs(name, tmp_path=tmp_path) if j.kind == "init"]
