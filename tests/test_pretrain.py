@@ -148,7 +148,7 @@ def test_two_process_cpu_run(tmp_path):
     pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "6", "--logging_steps", "3",
              "--save_steps", "6", launcher=two_process_launcher())
     card = (out / "export" / "README.md").read_text()
-    assert "| batch (sequences per update) | 16 | not stated |" in card  # 8 per process x 2 processes; no paper trains tiny
+    assert "| batch (sequences per update) | 16 | not stated |" in card  # 8 per process x 2; tiny has no paper
     state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6 and state["train_batch_size"] == 8
 
