@@ -118,12 +118,8 @@ BUDGETS = {
         finetune_batch_size=32,
         finetune_max_seq_length=128, max_train_samples=2000, max_eval_samples=500,
         tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", *HELDOUT)),
-    # One lent GPU session (15 device minutes, start-up included) holds one experiment: HIRE's primary claim and its
-    # control (Experiment.budget_arms), 15 fine-tunings over the full rows. An estimate, not yet run: a fine-tuning
-    # process on the H200 took 46 s for 63 steps at `small` (bench/results/gpu_check_nvidia-h200.json: start-up
-    # dominates), so 15 runs of about 800 steps, 6 at a time, should take 4-6 minutes (docs/reproduction.md).
-    # The pretrained experiments' 10,000 steps at `small` take at least 860 s a pretraining there: hours, not one
-    # session.
+    # What fits one lent GPU session (HIRE's primary and control, via Experiment.budget_arms), and how its time was
+    # estimated: docs/reproduction.md, "Budgets".
     "gpu": Budget(
         name="gpu", description="one H100/H200 in bf16, not yet run: small models, 10,000 pretraining steps of "
         "128 x 128 tokens on the 10k embedded Wikipedia documents (hours per pretrained experiment); the MiniLM "

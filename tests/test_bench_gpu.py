@@ -100,7 +100,7 @@ def test_each_compiled_cell_starts_from_fresh_dynamo_caches(monkeypatch):
     monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
     monkeypatch.setattr(bench_gpu, "compile_layers", lambda model: events.append("compile") or model)
     options = bench_gpu.parse(["--smoke", "--compile", "ours", "--compile_scope", "layers", "--steps", "1",
-                                    "--warmup", "0"])
+                               "--warmup", "0"])
     data = bench_gpu.batches(32, 2, 1, "subword", documents=50)
     for kind in ("bert", "hf_bert_mlm", "teams"):
         bench_gpu.measure(kind, options, data, torch.device("cpu"))
