@@ -291,9 +291,10 @@ EXPERIMENTS = {e.name: e for e in (
         schedule_from="teams", budget_units={"cpu": (1, 2, 3)}),
     Experiment(
         name="cloze", paper="Cloze-driven pretraining (Baevski et al., 2019), Table 5",
-        arms=(Arm("cloze", "cloze loss", pretrain=("--model", "cloze")),
-              Arm("bilm", "bilm loss", pretrain=("--model", "cloze", "--config_overrides", "loss_type=bilm")),
-              Arm("cloze_bilm", "cloze + bilm loss", pretrain=(
+        arms=(Arm("cloze", "two-tower model, cloze loss", pretrain=("--model", "cloze")),
+              Arm("bilm", "two-tower model, bilm loss", pretrain=(
+                  "--model", "cloze", "--config_overrides", "loss_type=bilm")),
+              Arm("cloze_bilm", "two-tower model, cloze + bilm loss", pretrain=(
                   "--model", "cloze", "--config_overrides", "loss_type=cloze+bilm"))),
         baseline="bilm",
         claims=(Claim("cloze", "bilm", "better", "Table 5: cloze > bilm (GLUE avg 80.9 vs 79.3)", compares_at=SAME_RUN),

@@ -4,9 +4,10 @@ with its compute next to every score.
     python repro/run.py zoo --budget smoke|cpu|gpu [--output_dir runs/repro]
 
 Two stages of one sweep (`repro.jobs.Sweep`, same cache as the papers' experiments; `repro.run.run_zoo`):
-1. the pretrained encoders (bert, bert_2seq_nsp, spanbert, electra, teams, cloze), each with its own recipe and warmup
-   (the paper's run), and the two fusions over the embedded MiniLM (HIRE, BERTAC with the GAN CNN) as their papers'
-   experiments train them; runs of the same flags and data that a paper's experiment already made are reused;
+1. the pretrained encoders (`zoo_encoders`: every method a paper's experiment pretrains under its plain recipe; today
+   bert, spanbert, bert_2seq_nsp, teams, electra, cloze), each with its own recipe and warmup (the paper's run), and
+   the two fusions over the embedded MiniLM (HIRE, BERTAC with the GAN CNN) as their papers' experiments train them;
+   runs of the same flags and data that a paper's experiment already made are reused;
 2. HIRE and BERTAC over the best encoder of stage 1 (highest mean over the GLUE-style tasks of the median over
    units): models no paper trained.
 Every encoder, and every fusion over one, fine-tunes with one protocol (`PROTOCOL`); the fusions over MiniLM keep
@@ -22,18 +23,26 @@ import math
 import statistics
 from dataclasses import asdict
 
-from encoder_zoo.repro.experiments import CNN_GAN, ZOO_TASKS, Arm, Experiment
+from encoder_zoo.repro.experiments import CNN_GAN, ZOO_TASKS, Arm, Experiment, all_experiments
 from encoder_zoo.repro.results import chance_level, values
 from encoder_zoo.repro.tasks import task_facts
 
-ENCODERS = {
-    "bert": "BERT-1seq: subword MLM, single sequence",
-    "bert_2seq_nsp": "BERT: subword MLM, two segments + NSP",
-    "spanbert": "SpanBERT: span masking + SBO",
-    "electra": "ELECTRA: replaced-token detection",
-    "teams": "TEAMS: RTD + multi-word selection",
-    "cloze": "two-tower cloze LM",
-}
+BASELINE = "bert"
+
+
+def zoo_encoders() -> dict[str, str]:
+    """Every method that a registered experiment (`all_experiments`, plugins included) pretrains under its plain recipe
+    (an arm whose pretraining is `--model NAME` and nothing else), by `--model` name with its arm's description, in
+    the experiments' order and the baseline first: found, not listed, so an experiment that pretrains a new method
+    brings it into the zoo."""
+    found: dict[str, str] = {}
+    for experiment in all_experiments().values():
+        for arm in experiment.arms:
+            if arm.pretrain is not None and len(arm.pretrain) == 2 and arm.pretrain[0] == "--model":
+                found.setdefault(arm.pretrain[1], arm.description)
+    return {BASELINE: found.pop(BASELINE), **found}
+
+
 # A pretraining metric (held-out MLM loss) is comparable only between models predicting the same masked words with
 # their own encoder: ELECTRA's and TEAMS's is their generator's, the cloze model has no masks (its own is the cloze
 # loss). The others are shown against their unigram floor, in no pair.
@@ -42,7 +51,7 @@ PROTOCOL = "teams_small"  # ELECTRA/TEAMS-Small fine-tuning: the one preset made
 
 
 def zoo_experiment(best: str | None = None) -> Experiment:
-    arms = [Arm(name, description, pretrain=("--model", name)) for name, description in ENCODERS.items()]
+    arms = [Arm(name, description, pretrain=("--model", name)) for name, description in zoo_encoders().items()]
     arms += [Arm("hire+minilm", "HIRE + fusion over the embedded MiniLM", init="hire", glue_preset="hire"),
              Arm("bertac+minilm", "BERTAC (GAN-style CNN + TIER) over the embedded MiniLM", init="bertac", cnn=CNN_GAN,
                  glue_preset="bertac")]
@@ -51,7 +60,7 @@ def zoo_experiment(best: str | None = None) -> Experiment:
                  Arm(f"bertac+{best}", f"BERTAC over {best} (same unit)", init="bertac", cnn=CNN_GAN,
                      backbone_from=best)]
     return Experiment(
-        name="zoo", paper="every method of the zoo on one budget", arms=tuple(arms), baseline="bert", claims=(),
+        name="zoo", paper="every method of the zoo on one budget", arms=tuple(arms), baseline=BASELINE, claims=(),
         tasks=ZOO_TASKS, glue_preset=PROTOCOL, paper_table="", shared_warmup=False,
         # 3 units at cpu: six encoders' pretrainings (the papers' units 1-3 reused) would not fit 5 units in a day
         budget_units={"cpu": (1, 2, 3)},
@@ -72,7 +81,7 @@ def best_encoder(sweep) -> str:
                 medians.append(statistics.median(unit_means(scores).values()))
         return sum(medians) / len(medians) if medians else -math.inf
 
-    return max(ENCODERS, key=score)  # ties: the first in ENCODERS
+    return max(zoo_encoders(), key=score)  # ties: the first in zoo_encoders()
 
 
 # ----------------------------------------------------------------------------------------------------- analysis

@@ -1056,8 +1056,9 @@ def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
     """`repro/run.py zoo --budget smoke`: every encoder and both fusions over MiniLM and over the best encoder, with
     each unit's pretraining FLOPs (Trainer's total_flos, the bench's count) next to its scores, and every pair of
     methods tested per task."""
-    from encoder_zoo.repro.zoo import ENCODERS
+    from encoder_zoo.repro.zoo import zoo_encoders
 
+    ENCODERS = zoo_encoders()
     sweep("zoo", tmp_path)
     folder = tmp_path / "zoo" / "smoke"
     results = json.loads((folder / "results.json").read_text())
@@ -1092,6 +1093,27 @@ def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
     assert (folder / "plot.png").read_bytes()[:4] == b"\x89PNG"
     reused = {c["folder"] for c in results["commands"]}
     assert len(reused) == len(results["commands"])  # one job per folder: a run shared by two methods runs once
+
+
+def test_the_zoo_finds_its_encoders_in_the_experiments_and_an_experiment_adds_one(monkeypatch):
+    """The zoo's encoders are the methods the experiments pretrain under their plain recipe, baseline first, each once;
+    an arm with more flags (an ablation) is not one. A new experiment that pretrains a method brings it into the zoo
+    and its stage-one sweep, with no edit of repro/zoo.py."""
+    from encoder_zoo.repro import zoo
+    from encoder_zoo.repro.experiments import EXPERIMENTS, Arm, Experiment
+
+    assert list(zoo.zoo_encoders()) == ["bert", "spanbert", "bert_2seq_nsp", "teams", "electra", "cloze"]
+    toy = Experiment(name="toy", paper="a toy paper", arms=(
+        Arm("toy", "toy objective", pretrain=("--model", "toy")),
+        Arm("toy_ablation", "toy without its trick", pretrain=("--model", "toy", "--config_overrides", "trick=False")),
+        Arm("bert", "BERT again", pretrain=("--model", "bert"))),
+        baseline="bert", claims=(), tasks=("rotten_tomatoes",), glue_preset=None, paper_table="")
+    monkeypatch.setattr(zoo, "all_experiments", lambda: {**EXPERIMENTS, "toy": toy})
+    encoders = zoo.zoo_encoders()
+    assert list(encoders) == ["bert", "spanbert", "bert_2seq_nsp", "teams", "electra", "cloze", "toy"]
+    assert encoders["toy"] == "toy objective" and encoders["bert"] == EXPERIMENTS["spanbert"].arm("bert").description
+    stage_one = {arm.name: arm.pretrain for arm in zoo.zoo_experiment().arms}
+    assert stage_one["toy"] == ("--model", "toy") and "toy_ablation" not in stage_one
 
 
 def test_a_task_reads_failed_only_where_its_own_run_or_a_run_it_needs_failed(tmp_path, monkeypatch):
