@@ -74,9 +74,11 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             lines.append(f"|  | {secondary} | | | | | |")
     lines += ["", DIFFERENCE_KEY]
     if before_controls:
+        its = "their" if len(before_controls) > 1 else "its"
         lines += ["", "Run before floors, positive controls and primary claims (issue 37): "
-                  f"{', '.join(before_controls)}; their verdicts were not gated by a control, their MDD is at the "
-                  "unadjusted 5%, and their reports show accuracy and Pearson as 0-1 (here in points)."]
+                  f"{', '.join(before_controls)}; {its} verdicts were not gated by a control, {its} MDD is at the "
+                  f"unadjusted 5%, and {its} report{'s' if len(before_controls) > 1 else ''} show"
+                  f"{'' if len(before_controls) > 1 else 's'} accuracy and Pearson as 0-1 (here in points)."]
     if missing:
         lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
     return "\n".join(lines)
