@@ -74,11 +74,10 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             lines.append(f"|  | {secondary} | | | | | |")
     lines += ["", DIFFERENCE_KEY]
     if before_controls:
-        its = "their" if len(before_controls) > 1 else "its"
+        its, reports_show = ("their", "reports show") if len(before_controls) > 1 else ("its", "report shows")
         lines += ["", "Run before floors, positive controls and primary claims (issue 37): "
                   f"{', '.join(before_controls)}; {its} verdicts were not gated by a control, {its} MDD is at the "
-                  f"unadjusted 5%, and {its} report{'s' if len(before_controls) > 1 else ''} show"
-                  f"{'' if len(before_controls) > 1 else 's'} accuracy and Pearson as 0-1 (here in points)."]
+                  f"unadjusted 5%, and {its} {reports_show} accuracy and Pearson as 0-1 (here in points)."]
     if missing:
         lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
     return "\n".join(lines)
