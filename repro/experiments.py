@@ -29,6 +29,16 @@ class Arm:
     # re-created from its config at random initialisation (seed: the unit), then fine-tuned exactly as that arm.
     random_init_of: str | None = None
 
+    @property
+    def recipe(self) -> str | None:
+        """The `--model` its pretraining runs (None: no pretraining)."""
+        return self.pretrain[self.pretrain.index("--model") + 1] if self.pretrain else None
+
+    @property
+    def plain_recipe(self) -> bool:
+        """Whether it pretrains its recipe as the recipe stands: `--model NAME` and no other flag."""
+        return self.pretrain is not None and self.pretrain == ("--model", self.recipe)
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -156,7 +166,7 @@ class Experiment:
             budget = dataclasses.replace(budget, pretrain_steps=self.budget_steps[budget.name])
 
         def defaults(arm: Arm):
-            return get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).training_defaults[budget.model_size]
+            return get_recipe(arm.recipe).training_defaults[budget.model_size]
 
         own = {a.name: defaults(a).warmup_steps_of_run(budget.pretrain_steps) for a in self.arms if a.pretrain}
         # One warmup for every pretrained arm: the schedule arm's recipe at this run length (each recipe's own rule

@@ -199,7 +199,7 @@ class Sweep:
     # --------------------------------------------------------------------------------------------- building jobs
     def pretrain_job(self, arm: Arm, flags: list[str], seed: int, label: str) -> Job:
         key = {"flags": flags, "seed": seed, "data": dataset_fingerprint(self.dataset) if label == "pretrain" else None}
-        model = flags[flags.index("--model") + 1]
+        model = flag_value(flags, "--model")
         folder = self.cache / "pretrain" / f"{model}-{digest(key)}"
         for job in self.jobs:  # the same recipe and data in another arm: one run
             if job.folder == folder:
@@ -428,7 +428,7 @@ class Sweep:
         """Whether `arm`'s recipe logs `output` (`Recipe.logged_outputs`)."""
         from encoder_zoo.training.recipes import get_recipe
 
-        return output in get_recipe(arm.pretrain[arm.pretrain.index("--model") + 1]).logged_outputs
+        return output in get_recipe(arm.recipe).logged_outputs
 
     def floor_job(self, task: str, kind: str, train_rows: int | None) -> Job:
         key = {"floor": kind, "task": task, "train_rows": train_rows, "eval_rows": self.budget.max_eval_samples,

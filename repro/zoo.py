@@ -38,8 +38,8 @@ def zoo_encoders() -> dict[str, str]:
     found: dict[str, str] = {}
     for experiment in all_experiments().values():
         for arm in experiment.arms:
-            if arm.pretrain is not None and len(arm.pretrain) == 2 and arm.pretrain[0] == "--model":
-                found.setdefault(arm.pretrain[1], arm.description)
+            if arm.plain_recipe:
+                found.setdefault(arm.recipe, arm.description)
     return {BASELINE: found.pop(BASELINE), **found}
 
 
