@@ -37,7 +37,7 @@ class Arm:
     @property
     def plain_recipe(self) -> bool:
         """Whether it pretrains its recipe as the recipe stands: `--model NAME` and no other flag."""
-        return self.pretrain is not None and self.pretrain == ("--model", self.recipe)
+        return self.pretrain == ("--model", self.recipe)
 
 
 @dataclass(frozen=True)
