@@ -82,9 +82,10 @@ This card's `license` covers this model's own code; the encoder's files and weig
 | {{ key }} | {{ value }} |
 {% endfor %}
 {% if meta.optimisation -%}
-Optimisation: the values this run used (read from its trainer), next to the paper's ({{ meta.optimisation_source }}).
+Optimisation: the values this run used (read from its trainer),
+next to the {{ meta.optimisation_reference }}'s ({{ meta.optimisation_source }}).
 
-| setting | this run | paper |
+| setting | this run | {{ meta.optimisation_reference }} |
 | --- | --- | --- |
 {% for key, pair in meta.optimisation.items() -%}
 | {{ key }} | {{ pair[0] }} | {{ pair[1] }} |

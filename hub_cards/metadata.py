@@ -12,8 +12,9 @@ class CardMetadata:
     """Everything a card says, as data.
 
     `paper` is any object with `title`, `authors`, `year`, `url`, `bibtex` (e.g. `training.recipes.Paper`).
-    `optimisation` maps a setting to (the value this run used, the paper's), shown side by side;
-    `optimisation_source` names where the paper's values come from.
+    `optimisation` maps a setting to (the value this run used, the recipe's), shown side by side;
+    `optimisation_reference` heads the recipe's column ("paper", or "tiny recipe" for the size no paper trains) and
+    `optimisation_source` names where its values come from.
     `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
     `carried_code` lists the code of other models the folder carries (HIRE's or BERTAC's remote-code encoder), each
     as `provenance.carried_backbone_code` describes it: files, classes, source, its `auto_map` and licence.
@@ -35,6 +36,7 @@ class CardMetadata:
     training_data: str = ""
     training: dict[str, Any] = field(default_factory=dict)
     optimisation: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    optimisation_reference: str = "paper"
     optimisation_source: str = ""
     paper_hyperparameters: dict[str, Any] = field(default_factory=dict)
     loss_curve: str | None = None

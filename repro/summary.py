@@ -117,11 +117,14 @@ def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         "chance (the rule this report was made under)")
     control = [f"{c['arm']} > {c['baseline']} on {task_facts(task).description}: {c['verdict']}"
                for task, c in (results.get("control") or {}).items()]
+    former = ("" if "floors" in results else " Made before floors, controls and one scale (issue 37): its report "
+              "shows accuracy and Pearson as 0-1.")
     return "\n".join([
         *score_table(results), "",
         f"{table_key(results)} Fusions are built over the best encoder, **{results['best_encoder']}**. "
         + (f"Positive control (pretrained > random): {'; '.join(control)}. " if control else "")
-        + f"Significant pairs: {'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md).",
+        + f"Significant pairs: {'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md)."
+        + former,
         "", f"Significance rule: {rule}", "",
         f"![zoo at the {budget} budget: every unit's score against its pretraining FLOPs]"
         f"(repro/reports/zoo/{budget}/plot.png)"])

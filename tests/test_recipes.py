@@ -226,6 +226,18 @@ def test_card_shows_what_the_run_used_next_to_the_paper(tmp_path):
     assert "(the source)" in text
 
 
+def test_card_names_our_tiny_recipe_as_ours_not_the_papers(tmp_path):
+    teams = get_recipe("teams").training_defaults
+    assert teams["tiny"].reference == "tiny recipe" and teams["small"].reference == "paper"
+    # cloze's tiny size trains with the paper's own recipe, and its card says so
+    assert get_recipe("cloze").training_defaults["tiny"].reference == "paper"
+    meta = CardMetadata(model_name="teams-tiny", summary="s", auto_map={}, optimisation={"peak learning rate": (
+        "0.001", "0.001")}, optimisation_reference=teams["tiny"].reference, optimisation_source=teams["tiny"].source)
+    text = write_card(meta, tmp_path).read_text()
+    assert "| setting | this run | tiny recipe |" in text and "| setting | this run | paper |" not in text
+    assert "next to the tiny recipe's (ours for the tiny size" in text
+
+
 def test_card_weight_decay_row_reads_the_decay_groups(tmp_path):
     _, _, trainer = built(tmp_path, "--model", "teams", "--model_size", "small", "--max_steps", "1000")
     rows = optimisation_comparison(trainer, get_recipe("teams").training_defaults["small"], 512, 0.15)

@@ -1020,7 +1020,7 @@ def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and
     assert text.count(SIGNIFICANCE_RULE) == 1
     assert "hire+minilm > teams on rotten_tomatoes accuracy" in text and "teams > bert" not in text
     assert "**teams**" in text and "(repro/reports/zoo/cpu/plot.png)" in text
-    assert zoo_table("gpu", tmp_path).startswith("Not yet run at `gpu`")
+    assert zoo_table("gpu", tmp_path).startswith("Not yet run at `gpu`") and "Made before" not in text
     old = {**results, "arms": {"teams": {"tasks": {"rotten_tomatoes": {"median": 0.6, "low": 0.58, "high": 0.64,
                                                                        "n_units": 3}},
                                          "failed": [], "compute": {"1": unit}}}}
@@ -1030,6 +1030,7 @@ def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and
     text = zoo_table("cpu", tmp_path)
     assert "| teams | 60 [58, 64] (3) |" in text and "median over units [range: lowest and highest unit]" in text
     assert "| chance (a model that learned nothing) | 57.2 | — |" in text and "Positive control" not in text
+    assert "Made before floors, controls and one scale (issue 37): its report shows accuracy and Pearson as 0-1" in text
 
 
 def test_summary_write_replaces_only_the_table(tmp_path):

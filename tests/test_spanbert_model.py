@@ -7,7 +7,7 @@ import torch
 from helpers import run_isolated
 from transformers import AutoModel, AutoModelForPreTraining
 
-from encoder_zoo import models  # noqa: F401  (registers the families)
+from encoder_zoo import models  # (registers the families)
 from encoder_zoo.models.spanbert.configuration_spanbert import AUTO_MAP, SpanBertConfig
 from encoder_zoo.models.spanbert.modeling_spanbert import (
     SpanBertForMaskedLM,
@@ -252,6 +252,34 @@ def test_task_heads_shapes_and_losses(head, kwargs, field, shape):
     assert getattr(out, field).shape == shape
     assert out.loss is not None and torch.isfinite(out.loss)
     out.loss.backward()
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("ForSequenceClassification", dict(labels=torch.tensor([0, 2, 1]))),
+    ("ForTokenClassification", dict(labels=torch.randint(0, 3, (3, 24), generator=torch.Generator().manual_seed(1)))),
+    ("ForQuestionAnswering", dict(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([2, 3, 30]))),
+])
+def test_task_heads_are_transformers_bert_heads_over_the_same_weights(name, kwargs):
+    """The fine-tuning heads repeat transformers' BERT heads (their prologue is the same in each, by design): with
+    BERT's weights they give BERT's logits and loss. Sequence classification reads BERT's pooler where NSP trained
+    one (here); without NSP there is none, and it reads `[CLS]` itself."""
+    import transformers
+
+    labels = 2 if name == "ForQuestionAnswering" else 3  # BERT's QA layer has num_labels outputs, ours 2
+    config = tester.config(num_labels=labels, use_next_sentence_prediction=True, attn_implementation="eager")
+    torch.manual_seed(0)
+    ours = getattr(models.spanbert.modeling_spanbert, f"SpanBert{name}")(config).eval()
+    bert = transformers.BertConfig(**{k: v for k, v in config.to_dict().items()
+                                      if k in transformers.BertConfig.__annotations__}, num_labels=labels)
+    bert._attn_implementation = "eager"
+    theirs = getattr(transformers, f"Bert{name}")(bert).eval()
+    theirs.load_state_dict({k.replace("spanbert.", "bert.", 1): v for k, v in ours.state_dict().items()})
+    inputs = tester.inputs()
+    ours_out, theirs_out = (model(inputs["input_ids"], attention_mask=inputs["attention_mask"], **kwargs)
+                            for model in (ours, theirs))
+    for field in ("loss", "logits", "start_logits", "end_logits"):
+        if field in theirs_out:
+            torch.testing.assert_close(ours_out[field], theirs_out[field], rtol=1e-5, atol=1e-6)
 
 
 def test_regression_head_uses_mse():

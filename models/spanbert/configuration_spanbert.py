@@ -66,6 +66,7 @@ class SpanBertConfig(PreTrainedConfig):
 
     model_type = "spanbert"
 
+    # The encoder's fields under transformers' BertConfig names and types (tests/test_copies.py checks them)
     vocab_size: int = 28996
     hidden_size: int = 1024
     num_hidden_layers: int = 24

@@ -456,6 +456,8 @@ class SpanBertForMaskedLM(SpanBertPreTrainedModel):
                               attentions=outputs.attentions)
 
 
+# The fine-tuning heads are transformers' BERT heads over SpanBertModel, each written out as transformers writes
+# them (the same prologue in each); tests/test_spanbert_model.py checks they give BERT's logits and loss.
 class SpanBertForSequenceClassification(SpanBertPreTrainedModel):
     """A linear classifier on the first token ([CLS]), as in the paper's GLUE setup. MSE when `num_labels == 1`.
 

@@ -89,6 +89,7 @@ class TeamsConfig(PreTrainedConfig):
 
     model_type = "teams"
 
+    # The encoder's fields under transformers' ElectraConfig names and types (tests/test_copies.py checks them)
     vocab_size: int = 30522
     embedding_size: int = 768
     hidden_size: int = 768

@@ -140,6 +140,11 @@ class TrainingDefaults:
                        learning_rate=learning_rate, warmup_steps=200, total_steps=4_000, batch_size=None,
                        batch_without_accumulation=False, max_seq_length=128, mlm_probability=None)
 
+    @property
+    def reference(self) -> str:
+        """Whose values these are, as a model card's column names them: the paper's, or ours for `tiny`."""
+        return "tiny recipe" if self.source.startswith(TINY_SOURCE) else "paper"
+
     def warmup_steps_of_run(self, run_steps: int) -> int:
         """The warmup steps Trainer takes for a run of `run_steps` updates under `warmup_for` (its own rounding:
         `ceil(run_steps x fraction)` for a shorter run)."""

@@ -31,8 +31,8 @@ def export_pretrained(
     optimisation: dict[str, tuple[str, str]] | None = None,
     repo_id: str | None = None,
 ) -> Path:
-    """Save model, tokenizer, log, loss curve and card. `optimisation`: setting -> (this run, the paper), from
-    `optimisation_comparison`."""
+    """Save model, tokenizer, log, loss curve and card. `optimisation`: setting -> (this run, the recipe: the paper's,
+    or this project's for `tiny`), from `optimisation_comparison`."""
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(export_dir)
@@ -70,6 +70,7 @@ def export_pretrained(
         training_data=training_data,
         training=training,
         optimisation=optimisation or {},
+        optimisation_reference=recipe.training_defaults[model_size].reference,
         optimisation_source=_paper_recipe_title(recipe.training_defaults[model_size]),
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name if curve else None,
