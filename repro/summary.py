@@ -31,6 +31,11 @@ DIFFERENCE_KEY = ("Differences, intervals and MDDs are in percent points (accura
                   "scale; a held-out loss, where shown, is in nats.")
 
 
+def made_before_controls(results: dict) -> bool:
+    """A report written before floors, positive controls and one scale (issue 37): its results hold no control."""
+    return "control" not in results
+
+
 def fmt(x) -> str:
     return "—" if x is None else f"{x:.3g}"
 
@@ -53,7 +58,7 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
             missing.append(f"{name} (a report of the former statistics)")
             continue
-        if "control" not in results:
+        if made_before_controls(results):
             before_controls.append(name)
         rows, secondary = paper_rows(results)
         for claim in rows:
@@ -117,8 +122,8 @@ def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         "chance (the rule this report was made under)")
     control = [f"{c['arm']} > {c['baseline']} on {task_facts(task).description}: {c['verdict']}"
                for task, c in (results.get("control") or {}).items()]
-    former = ("" if "floors" in results else " Made before floors, controls and one scale (issue 37): its report "
-              "shows accuracy and Pearson as 0-1.")
+    former = (" Made before floors, controls and one scale (issue 37): its report shows accuracy and Pearson as 0-1."
+              if made_before_controls(results) else "")
     return "\n".join([
         *score_table(results), "",
         f"{table_key(results)} Fusions are built over the best encoder, **{results['best_encoder']}**. "

@@ -54,6 +54,7 @@ def export_pretrained(
     architecture = {key: getattr(config, key) for key in ARCHITECTURE_KEYS if hasattr(config, key)}
     architecture["parameters"] = parameter_count(sum(p.numel() for p in model.parameters()))
     architecture.update({key: value for key, value in recipe.config_overrides.items()})
+    defaults = recipe.training_defaults[model_size]  # the recipe the card's optimisation table stands beside
     meta = CardMetadata(
         model_name=repo_id.split("/")[-1] if repo_id else f"{recipe.name}-{model_size}",
         repo_id=repo_id,  # None: a placeholder in the card, never the local path
@@ -70,8 +71,8 @@ def export_pretrained(
         training_data=training_data,
         training=training,
         optimisation=optimisation or {},
-        optimisation_reference=recipe.training_defaults[model_size].reference,
-        optimisation_source=_paper_recipe_title(recipe.training_defaults[model_size]),
+        optimisation_reference=defaults.reference,
+        optimisation_source=f"{defaults.source}; {defaults.size} model",
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name if curve else None,
         figures=figures,
@@ -120,10 +121,6 @@ def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | Non
     if mean_loss is not None:
         rows["training loss, mean over the run"] = round(mean_loss, 4)
     return rows
-
-
-def _paper_recipe_title(paper) -> str:
-    return f"{paper.source}; {paper.size} model"
 
 
 def optimisation_comparison(trainer, paper, max_seq_length: int,
