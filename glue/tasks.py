@@ -77,6 +77,18 @@ def _fixed_split(keys: list[str], validation_fraction: float) -> list[bool]:
     return [int(hashlib.md5(key.encode("utf-8")).hexdigest(), 16) % 1000 < validation_fraction * 1000 for key in keys]
 
 
+# The one fixed order of an embedded set's rows (`shuffled_once`).
+EMBEDDED_ORDER_SEED = 0
+
+
+def shuffled_once(splits: datasets.DatasetDict) -> datasets.DatasetDict:
+    """Each split's rows in one fixed random order (no row changes split): then the first N rows, what
+    --max_train_samples/--max_eval_samples keep, are a random sample, whatever order the source file has (the
+    movie scores' file runs from positive to negative; the Wikipedia articles are alphabetical)."""
+    return datasets.DatasetDict({name: split.shuffle(seed=EMBEDDED_ORDER_SEED)
+                                 for name, split in splits.items()})
+
+
 def _as_splits(columns: dict[str, list], validation_fraction: float = 0.1) -> datasets.DatasetDict:
     is_validation = _fixed_split(columns["sentence"], validation_fraction)
     data = datasets.Dataset.from_dict(columns)
@@ -348,8 +360,8 @@ def load_task(
     if train_file or validation_file:
         return _load_files(task_name, train_file, validation_file, text_columns, label_column)
     task = get_task(task_name)
-    if task.loader is not None:
-        return task, task.loader()
+    if task.loader is not None:  # an embedded set, built-in or a plugin's
+        return task, shuffled_once(task.loader())
     if data_dir:
         folder = Path(data_dir)
         folder = folder / task.tsv_folder if (folder / task.tsv_folder).is_dir() else folder

@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 from datasets.utils import tqdm  # honours datasets.disable_progress_bars()
 
+from encoder_zoo.glue.tasks import shuffled_once
 from encoder_zoo.training.run import EMBEDDED_CORPUS, load_corpus, split_sentences
 
 HUB_DATASETS = {"squad": ("rajpurkar/squad", None), "squad_v2": ("rajpurkar/squad_v2", None),
@@ -219,7 +220,8 @@ def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed
     sentence with that span replaced by a wh-placeholder by entity type (e.g. "[when]"); the context is the article
     without the question sentence, and the answer is located there (first occurrence, offset checked). With
     `with_unanswerable`, about a third of the questions instead get a context from the same article with every
-    sentence containing the answer removed (no gold answer). Articles are split 90/10 train/validation by title hash.
+    sentence containing the answer removed (no gold answer). Articles are split 90/10 train/validation by title hash,
+    each split in one fixed random order (`glue.tasks.shuffled_once`: the articles are alphabetical).
     """
     cache = Path(cache_dir or default_cache_dir()) / (f"wiki_cloze{'_v2' if with_unanswerable else ''}"
                                                       f"_v{WIKI_CLOZE_VERSION}_{articles}_{seed}.json")
@@ -233,10 +235,10 @@ def build_wiki_cloze(with_unanswerable: bool = False, articles: int = 4000, seed
         os.replace(partial, cache)
     data = datasets.Dataset.from_list(rows)
     in_validation = [int(hashlib.md5(t.encode()).hexdigest(), 16) % 10 == 0 for t in data["title"]]
-    return datasets.DatasetDict({
+    return shuffled_once(datasets.DatasetDict({
         "train": data.select([i for i, v in enumerate(in_validation) if not v]),
         "validation": data.select([i for i, v in enumerate(in_validation) if v]),
-    })
+    }))
 
 
 def read_cache(cache: Path) -> list[dict]:

@@ -61,6 +61,26 @@ def test_embedded_tasks_are_real_and_fixed():
     assert len(reg["train"]) > 9000 and scores.min() < -3 and scores.max() > 3
 
 
+@pytest.mark.parametrize("task_name", [name for name, task in TASKS.items() if task.loader])
+def test_the_first_rows_of_an_embedded_task_are_a_random_sample_of_its_split(task_name):
+    """What --max_train_samples 2000 / --max_eval_samples 500 keep has the labels of the whole split (the movie
+    scores' file order once gave 93% positive rows): the same law as the rest of the split, at the 1% level."""
+    from scipy import stats
+
+    task, data = load_task(task_name)
+    for split, first in (("train", 2000), ("validation", 500)):
+        labels = np.array(data[split]["label"])
+        head, rest = labels[:first], labels[first:]
+        if task.is_regression:
+            p_value = stats.ks_2samp(head, rest).pvalue
+        else:
+            classes = np.unique(labels)
+            counts = np.array([[np.sum(part == c) for c in classes] for part in (head, rest)])
+            p_value = stats.chi2_contingency(counts).pvalue
+        assert p_value > 0.01, f"{task_name} {split}: the first {first} rows differ from the rest (p={p_value:.2g})"
+    assert load_task(task_name)[1]["train"]["sentence"][:50] == data["train"]["sentence"][:50]  # one fixed order
+
+
 def test_preprocessing_single_sentence_and_pairs(tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     write_glue_tsv(tmp_path)

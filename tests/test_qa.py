@@ -56,6 +56,10 @@ def test_wiki_cloze_is_real_extractive_qa(wiki):
         sentence = re.sub(r"\[[^\]]+\]", answers["text"][0], record["question"], count=1)
         assert sentence not in record["context"]
     assert 0.2 < unanswerable / len(train) < 0.45
+    # The articles come in alphabetical order: a split's first rows (--max_train_samples) are a random sample of it.
+    ranks = {title: rank for rank, title in enumerate(sorted(train["title"]))}
+    head = [ranks[title] / len(train) for title in train["title"][:100]]
+    assert 0.4 < np.mean(head) < 0.6 and max(head) > 0.9
 
 
 def test_wiki_cloze_build_shows_progress_and_caches_where_datasets_does(tmp_path, monkeypatch, capsys):
