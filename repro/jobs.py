@@ -98,6 +98,12 @@ class Job:
     status: str = "pending"
     inputs: list[Path] = field(default_factory=list)  # model folders it reads: their content is recorded and checked
 
+    @property
+    def failed(self) -> bool:
+        """Whether it failed, or was skipped for a failure upstream: its outputs in the cache, if any, are not this
+        sweep's (they were made before, on other inputs), and nothing reads them."""
+        return self.status == "failed" or self.status.startswith("skipped")
+
     def done(self) -> bool:
         """Whether its outputs are in the cache: every one checked, and set aside if corrupted (`cached_output`)."""
         return all([cached_output(p, self.folder) for p in self.outputs])
@@ -168,6 +174,19 @@ def set_aside(job: Job, why: str) -> Path:
             entry.rename(aside / entry.name)
     print(f"repro cache: {job.folder}: {why}; moved its files aside to {aside} and running it again.", file=sys.stderr)
     return aside
+
+
+def set_aside_damaged_export(export: Path) -> None:
+    """An export folder without its completeness marker was damaged after it was written (an export is published
+    whole): moved aside to a sibling `export.damaged-TIME` (nothing is deleted), so the pretraining can export
+    again; pretrain.py itself refuses to write over files that are not an export."""
+    from encoder_zoo.training.run.folders import EXPORT_MARKER, is_export
+
+    if export.is_dir() and any(export.iterdir()) and not is_export(export):
+        aside = export.with_name(f"{export.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        export.rename(aside)
+        print(f"repro cache: {export} is not a complete export (no {EXPORT_MARKER}); moved it aside to {aside} "
+              "and exporting again.", file=sys.stderr)
 
 
 class Sweep:
@@ -475,7 +494,7 @@ class Sweep:
         pending = [job for job in self.jobs if job.status != "cached"]  # in order: a job's needs come before it
         while pending:
             job = pending[0]
-            failed = [n for n in job.needs if n.status == "failed" or n.status.startswith("skipped")]
+            failed = [n for n in job.needs if n.failed]
             if failed:
                 job.status = f"skipped: {failed[0].name} failed (log: {failed[0].log})"
                 pending.remove(job)
@@ -511,6 +530,23 @@ class Sweep:
             bar.update(1)
         bar.close()
 
+    def failed_jobs(self) -> list[Job]:
+        return [job for job in self.jobs if job.status == "failed"]
+
+    def failure_advice(self) -> str:
+        """What a user can do about this sweep's failed jobs: each named with its log and its folder."""
+        failed = self.failed_jobs()
+        skipped = sum(job.status.startswith("skipped") for job in self.jobs)
+        lines = [f"{len(failed)} run(s) failed" + (f" and {skipped} were skipped for it" if skipped else "")
+                 + ": the report shows no score for them."]
+        for job in failed:
+            lines.append(f"  - {job.name}: log {job.log}; its folder {job.folder}")
+        lines.append("Fix what the log names and run the same command again: failed runs run again, finished ones "
+                     "are reused. A run that fails on its own cached files (a damaged export) starts over once its "
+                     "folder, named above, is deleted; one that fails reading a model cached by other code runs "
+                     "again after `--rerun_stale` retrains that model.")
+        return "\n".join(lines)
+
     @staticmethod
     def cached_now(job: Job, rerun_stale: bool = False) -> bool:
         """Whether `job` is reusable from the cache; False while another sweep holds its entry (it is waited for
@@ -527,6 +563,8 @@ class Sweep:
     def execute(self, job: Job) -> str:
         job.folder.mkdir(parents=True, exist_ok=True)
         command = list(job.command)
+        if job.kind == "pretrain":
+            set_aside_damaged_export(job.folder / "export")
         if job.kind == "pretrain" and any(job.folder.glob("checkpoint-*")):
             command += ["--resume_from_checkpoint", "true"]  # the entry point's own exact resume
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),

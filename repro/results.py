@@ -24,8 +24,8 @@ def values(sweep, arm: str, task: str) -> dict:
     metric = task_facts(task)
     out = {}
     for key, (job, path) in sweep.sources.items():
-        if key[0] != arm or key[1] != task or not path.exists():
-            continue
+        if key[0] != arm or key[1] != task or job.failed or not path.exists():
+            continue  # a failed or skipped job's cached file is from an earlier run, on other inputs
         if metric.pretraining_metric:
             try:
                 history = json.loads(path.read_text(encoding="utf-8"))["log_history"]
@@ -68,6 +68,8 @@ FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answ
 
 def read_floor(job) -> dict | None:
     """A floor job's result (repro/floors.py), or None where it has none (not run, failed, unreadable)."""
+    if job.failed:
+        return None
     try:
         floor = json.loads((job.folder / "floor.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -183,6 +185,8 @@ def pretraining_compute(job, budget) -> dict | None:
     or steps x batch x length when the run did not count them) and wall time of one pretraining `job`, from its
     trainer_state.json. The time is `training_seconds`, which a run resumed after a kill keeps whole; where the
     intervals carry no token rate (the BERTAC CNN counts words), train_runtime, and no time for a resumed run."""
+    if job.failed:
+        return None
     try:
         state = json.loads((job.folder / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -237,9 +241,9 @@ def prediction_difference(sweep, arm: str, baseline: str, task: str) -> dict:
     fine-tuning seed) (`Sweep.predictions`: run_qa.py's predictions.json, repro/predict.py's for run_glue.py's saved
     models). `fraction` None with the reason where no pair has both."""
     differ = rows = pairs = 0
-    for (name, t, unit, seed), (_, path) in sweep.predictions.items():
+    for (name, t, unit, seed), (job, path) in sweep.predictions.items():
         other = sweep.predictions.get((baseline, task, unit, seed))
-        if name != arm or t != task or other is None:
+        if name != arm or t != task or other is None or job.failed or other[0].failed:
             continue
         try:
             a, b = (json.loads(Path(p).read_text(encoding="utf-8")) for p in (path, other[1]))
@@ -382,8 +386,8 @@ def failures(sweep, arm: str) -> list[dict]:
     gives: dict[int, set] = {}
     for (_, task, _, _), (job, _) in sweep.sources.items():
         gives.setdefault(id(job), set()).add(task)
-    return [{"run": j.name, "status": j.status, "log": str(j.log), "tasks": sorted(gives.get(id(j), ()))}
-            for j in sweep.jobs if j.arm == arm and (j.status == "failed" or j.status.startswith("skipped"))]
+    return [{"run": j.name, "status": j.status, "log": str(j.log), "folder": str(j.folder),
+             "tasks": sorted(gives.get(id(j), ()))} for j in sweep.jobs if j.arm == arm and j.failed]
 
 
 def code_of_runs(sweep) -> dict:

@@ -13,9 +13,9 @@ subprocesses with their logs in OUTPUT_DIR/cache/. Work is cached: a pretraining
 flags and data and reused across seeds, experiments and reruns; each fine-tuning result is a JSON. A killed sweep
 continues where it stopped (a killed pretraining resumes from its last checkpoint). Each run records the code it ran
 and the content of the models it read: a run over a model that has changed since runs again, and runs from other code
-are named stale in the report (`--rerun_stale` retrains them). A failed run is reported as failed with its log, and
-the other arms still finish. Reports: OUTPUT_DIR/<experiment>/<budget>/report.md,
-results.json, plot.png.
+are named stale in the report (`--rerun_stale` retrains them). A failed run is reported as failed with its log and
+no score (not an earlier run's), the other arms still finish, and the command exits 1 naming what to do. Reports:
+OUTPUT_DIR/<experiment>/<budget>/report.md, results.json, plot.png.
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def stop_helpers(helpers: list[subprocess.Popen], finished: bool) -> None:
             print(f"Helper sweep {i} exited with {helper.returncode}: see its log, cache/helper-{i}.log")
 
 
-def run_experiment(experiment, budget, output_dir: Path, args, argv: list[str]) -> dict:
+def run_experiment(experiment, budget, output_dir: Path, args, argv: list[str]) -> tuple[dict, list[Sweep]]:
     sweep = Sweep(experiment.at(budget, args.dataset, args.tasks, args.units), output_dir)
     sweep.run(output_dir / "cache" / "runs.jsonl", rerun_stale=args.rerun_stale)
     if args.sweep_only:
-        return {}
+        return {}, [sweep]
     results = analyse(sweep, args.bootstrap_seed)
     folder = output_dir / args.experiment / budget.name
     write_report(results, sweep, folder, argv)
@@ -118,10 +118,10 @@ def run_experiment(experiment, budget, output_dir: Path, args, argv: list[str]) 
         print(f"  control {control['arm']} vs {control['baseline']} on {control['task']}: {control['verdict']}")
     for claim in results["claims"]:
         print(f"  {claim['role']}: {claim['arm']} vs {claim['baseline']} on {claim['task']}: {claim['verdict']}")
-    return results
+    return results, [sweep]
 
 
-def run_zoo(budget, output_dir: Path, args, argv: list[str]) -> dict:
+def run_zoo(budget, output_dir: Path, args, argv: list[str]) -> tuple[dict, list[Sweep]]:
     """The zoo's two stages (repro/zoo.py): every method, then the fusions over the best encoder of the first."""
     from encoder_zoo.repro.zoo import analyse_zoo, best_encoder, zoo_experiment
 
@@ -132,17 +132,19 @@ def run_zoo(budget, output_dir: Path, args, argv: list[str]) -> dict:
     sweep = Sweep(zoo_experiment(best).at(budget, args.dataset, args.tasks, args.units), output_dir)
     sweep.run(log, rerun_stale=args.rerun_stale)  # stage one's jobs are cached: only the fusions over `best` train
     if args.sweep_only:
-        return {}
+        return {}, [stage_one, sweep]
     results = analyse_zoo(sweep, best, args.bootstrap_seed)
     folder = output_dir / "zoo" / budget.name
     write_zoo_report(results, sweep, folder, argv)
     print(f"Report: {folder / 'report.md'} (best encoder: {best})")
     print(shlex.join(["significant:", *(f"{p['better']}>{p['worse']}@{p['task']}" for p in results["pairs"]
                                          if p["significant"])]))
-    return results
+    return results, [stage_one, sweep]
 
 
 def main(argv=None) -> dict:
+    """Run the sweep and write its report; exits 1 (report written) when a run failed, naming each with its log and
+    folder and what to do."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     budget = BUDGETS[args.budget]
@@ -155,12 +157,16 @@ def main(argv=None) -> dict:
     finished = False
     try:  # this sweep's run returns once every job is done or failed (it waits for those a helper holds)
         if args.experiment == "zoo":
-            results = run_zoo(budget, output_dir, args, argv)
+            results, sweeps = run_zoo(budget, output_dir, args, argv)
         else:
-            results = run_experiment(all_experiments()[args.experiment], budget, output_dir, args, argv)
+            results, sweeps = run_experiment(all_experiments()[args.experiment], budget, output_dir, args, argv)
         finished = True
     finally:
         stop_helpers(helpers, finished)
+    failed = next((sweep for sweep in reversed(sweeps) if sweep.failed_jobs()), None)
+    if failed is not None:  # the zoo's second sweep holds every job of the first
+        print(failed.failure_advice(), file=sys.stderr)
+        sys.exit(1)
     return results
 
 

@@ -690,8 +690,13 @@ def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
 
 def test_a_failed_arm_is_reported_with_its_log(tmp_path):
     """A pretraining that fails (a missing corpus) marks its arm failed, its fine-tuning skipped, and the report names
-    the log; the sweep still exits 0 and writes its report."""
-    result = sweep("teams", tmp_path, "--dataset", str(tmp_path / "missing.txt"), "--tasks", "rotten_tomatoes")
+    the log; the sweep writes its report and exits 1, naming each failed run's log and folder."""
+    result = sweep("teams", tmp_path, "--dataset", str(tmp_path / "missing.txt"), "--tasks", "rotten_tomatoes",
+                   check=False)
+    assert result.returncode == 1, result.stderr[-3000:]
+    pretrainings = 2 * len(BUDGETS["smoke"].unit_seeds)  # teams' and electra's per unit
+    assert f"{pretrainings} run(s) failed" in result.stderr and "--rerun_stale" in result.stderr
+    assert str(tmp_path / "cache" / "pretrain" / "teams-") in result.stderr  # the folder to delete, named
     results = json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())
     for arm in ("teams", "electra"):
         failed = results["arms"][arm]["failed"]
@@ -699,6 +704,36 @@ def test_a_failed_arm_is_reported_with_its_log(tmp_path):
         assert failed[1]["status"].startswith("skipped")
     assert "## Failed runs" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
     assert "unavailable" in result.stdout
+
+
+def test_a_failed_run_shows_no_earlier_score_and_the_sweep_exits_1(tmp_path, monkeypatch, capsys):
+    """A sweep whose cached export was damaged by hand: the sweep moves the export aside, and when the pretraining
+    fails all the same, its fine-tunings are skipped and the report shows 'failed', not their cached scores of the
+    earlier run; the command exits 1 naming the failed run's folder and `--rerun_stale`."""
+    from encoder_zoo.repro import run as run_module
+    from encoder_zoo.repro.jobs import Sweep, set_aside_damaged_export
+    from encoder_zoo.training.run.folders import EXPORT_MARKER
+
+    failing = []
+    monkeypatch.setattr(Sweep, "execute", lambda self, job: "failed" if job.folder in failing else
+                        write_outputs(job, 0.7) or "done")
+    argv = ["teams", "--budget", "smoke", "--tasks", "rotten_tomatoes", "--units", "1", "--output_dir",
+            str(tmp_path)]
+    run_module.main(argv)
+    export = next((tmp_path / "cache" / "pretrain").glob("teams-*/export"))
+    (export / EXPORT_MARKER).unlink()  # damaged by hand: no longer a complete export
+    failing.append(export.parent)
+    with pytest.raises(SystemExit) as exit_info:
+        run_module.main(argv)
+    assert exit_info.value.code == 1
+    advice = capsys.readouterr().err
+    assert f"its folder {export.parent}" in advice and "--rerun_stale" in advice
+    results = json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())
+    assert "rotten_tomatoes" not in results["arms"]["teams"]["tasks"]  # the earlier run's 0.7 is not shown
+    assert results["arms"]["electra"]["tasks"]["rotten_tomatoes"]["mean"] == pytest.approx(0.7)
+    assert "| teams | failed |" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
+    set_aside_damaged_export(export)  # what the real run does before pretraining again: nothing deleted
+    assert not export.exists() and len(list(export.parent.glob("export.damaged-*/model.safetensors"))) == 1
 
 
 @pytest.mark.slow
