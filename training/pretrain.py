@@ -754,7 +754,12 @@ def export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: Train
 
 def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: TrainingText, train_dataset,
                  export_dir: Path) -> None:
-    from encoder_zoo.training.run.export import export_pretrained, optimisation_comparison, training_loss_rows
+    from encoder_zoo.training.run.export import (
+        export_pretrained,
+        optimisation_comparison,
+        training_loss_rows,
+        validation_rows,
+    )
 
     training_args = trainer.args
     export_pretrained(
@@ -771,7 +776,7 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
             "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
             **compute_rows(trainer),
             **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
-            **validation_results(metrics),
+            **validation_rows(metrics),
             **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
         },
         training_data=training_data_text(args, recipe, text.train_docs, text.pretokenized),
@@ -838,15 +843,6 @@ def training_data_text(args, recipe, train_docs, pretokenized) -> str:
     if args.streaming:
         return f"Pretrained on {source}, streamed."
     return f"Pretrained on {source} ({len(train_docs)} documents)."
-
-
-def validation_results(metrics: dict) -> dict:
-    """The card's held-out rows: the total loss and each objective's loss (and perplexity)."""
-    rows = {"validation loss": round(metrics["eval_loss"], 4)} if "eval_loss" in metrics else {}
-    for key, value in metrics.items():
-        if key.startswith("eval_") and key.endswith(("_loss", "_ppl", "_accuracy")) and key != "eval_loss":
-            rows[f"validation {key.removeprefix('eval_')}"] = value
-    return rows
 
 
 # The last barrier's Work, held until the process ends. See `leave_process_group`.

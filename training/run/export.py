@@ -123,6 +123,35 @@ def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | Non
     return rows
 
 
+# What a held-out figure is, where its name alone would not say: an MLM's 80/10/10 mean includes targets left unchanged,
+# which the model copies from its input; the masked-only figure (training.run.trainer.add_masked_only) is the headline.
+HELD_OUT_NAMES = {
+    "mlm_masked_loss": "MLM loss at [MASK]ed targets only, nats (the headline: tokens predicted unseen)",
+    "mlm_masked_accuracy": "MLM top-1 accuracy at [MASK]ed targets only",
+    "mlm_masked_targets": "[MASK]ed targets scored",
+    "mlm_loss": "MLM loss over all 80/10/10 targets, nats (a tenth left unchanged: copied, not predicted)",
+    "mlm_ppl": "MLM perplexity over all 80/10/10 targets",
+    "mlm_accuracy": "MLM top-1 accuracy over all 80/10/10 targets",
+    "cloze_loss": "cloze loss, nats (every token predicted from both sides without seeing it)",
+    "cloze_ppl": "cloze perplexity (every token predicted without seeing it)",
+    "bilm_loss": "bilm loss, nats (each tower's next token, unseen)",
+}
+
+
+def validation_rows(metrics: dict) -> dict:
+    """The card's held-out rows: the masked-only MLM figures first where the run has them, then the total loss and
+    each objective's loss, perplexity and accuracy, each named for what it averages (`HELD_OUT_NAMES`)."""
+    headline = [name for name in ("mlm_masked_loss", "mlm_masked_accuracy", "mlm_masked_targets")
+                if f"eval_{name}" in metrics]
+    others = [key.removeprefix("eval_") for key in metrics if key.startswith("eval_") and key != "eval_loss"
+              and key.endswith(("_loss", "_ppl", "_accuracy")) and key.removeprefix("eval_") not in headline]
+    rows = {f"validation {HELD_OUT_NAMES[name]}": metrics[f"eval_{name}"] for name in headline}
+    if "eval_loss" in metrics:
+        rows["validation loss"] = round(metrics["eval_loss"], 4)
+    rows.update({f"validation {HELD_OUT_NAMES.get(name, name)}": metrics[f"eval_{name}"] for name in others})
+    return rows
+
+
 def optimisation_comparison(trainer, paper, max_seq_length: int,
                             mlm_probability: float | None = None) -> dict[str, tuple[str, str]]:
     """What the run used, read from the trained `trainer` (its optimizer object, resolved arguments and decay

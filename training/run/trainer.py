@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
@@ -28,6 +29,9 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".checkpoint-staging"
 # Tests only: the step whose checkpoint, once written, waits 10 minutes before it is published (to be killed there).
 SAVE_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_SAVE_AT_STEP"
+# Held-out MLM figures over the targets replaced by [MASK] only (`PretrainingTrainer.add_masked_only`), logged as
+# eval_<name> beside the model's own `mlm_loss`, which averages every 80/10/10 target.
+MASKED_LOSS, MASKED_ACCURACY, MASKED_TARGETS = "mlm_masked_loss", "mlm_masked_accuracy", "mlm_masked_targets"
 
 
 class ExactResume:
@@ -92,9 +96,9 @@ class _IntervalMismatch(logging.Filter):
 
 class PretrainingTrainer(ExactResume, Trainer):
     """Trainer that also logs the mean of chosen scalar model outputs (e.g. `mlm_loss`, `sbo_loss`, `rtd_accuracy`)
-    over each logging interval and over the held-out set, their perplexities, and training throughput in
-    non-padding tokens per second. `decay_norms_and_biases=True` applies weight decay to every parameter, as
-    SpanBERT's fairseq code did."""
+    over each logging interval and over the held-out set, their perplexities, the held-out MLM loss and accuracy at
+    [MASK]ed targets only (`add_masked_only`), and training throughput in non-padding tokens per second.
+    `decay_norms_and_biases=True` applies weight decay to every parameter, as SpanBERT's fairseq code did."""
 
     def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False,
                  max_nonfinite_steps: int | None = None, default_learning_rate: float | None = None,
@@ -114,6 +118,8 @@ class PretrainingTrainer(ExactResume, Trainer):
         self._units: dict[str, int] = {}
         self._eval_sums: dict[str, torch.Tensor] = {}
         self._eval_count = 0
+        self._masked_sums: dict[str, torch.Tensor] = {}  # `add_masked_only`: summed over [MASK]ed targets
+        self._masked_count = 0
         self._interval_start = time.perf_counter()
         self._staging_root: str | None = None
         self.flop_count: str | None = None  # what `floating_point_ops` counts, once the first batch decided it
@@ -218,10 +224,33 @@ class PretrainingTrainer(ExactResume, Trainer):
         self._add(self._sums, outputs, 1)
 
     def record_eval(self, outputs, inputs) -> None:
-        """Add one held-out batch's logged outputs, weighted by its size as Trainer weighs eval_loss."""
+        """Add one held-out batch's logged outputs, weighted by its size as Trainer weighs eval_loss, and its
+        masked-only MLM figures (`add_masked_only`)."""
         weight = inputs["input_ids"].shape[0]
         self._eval_count += weight
         self._add(self._eval_sums, outputs, weight)
+        self.add_masked_only(outputs, inputs)
+
+    def add_masked_only(self, outputs, inputs) -> None:
+        """Add one held-out batch's MLM loss and top-1 hits at the targets replaced by [MASK] (`labels != -100` and
+        `input_ids == mask_token_id`), summed per target. The model's `mlm_loss` averages every target of BERT's
+        80/10/10, a tenth of which are left unchanged and copied from the input; only a [MASK]ed target is predicted
+        unseen. Reads the `mlm_logits` a masked-LM head returns, one row per target in row-major order (SpanBERT's and
+        TEAMS's generator's), so no second forward; a model without them (cloze, BERTAC) adds nothing."""
+        logits = outputs.get("mlm_logits") if hasattr(outputs, "get") else None
+        labels, mask_id = inputs.get("labels"), getattr(self.processing_class, "mask_token_id", None)
+        if logits is None or labels is None or mask_id is None or logits.dim() != 2:
+            return
+        targets = labels != -100
+        if logits.shape[0] != targets.sum().item():
+            raise ValueError(f"mlm_logits has {logits.shape[0]} rows for {targets.sum().item()} targets: the "
+                             "masked-only held-out loss reads one row per `labels != -100` position, row-major")
+        at_mask = inputs["input_ids"][targets] == mask_id
+        logits, gold = logits[at_mask].float(), labels[targets][at_mask]
+        sums = self._masked_sums
+        sums[MASKED_LOSS] = sums.get(MASKED_LOSS, 0.0) + F.cross_entropy(logits, gold, reduction="sum").detach()
+        sums[MASKED_ACCURACY] = sums.get(MASKED_ACCURACY, 0.0) + (logits.argmax(-1) == gold).sum().float()
+        self._masked_count += int(at_mask.sum())
 
     def _add(self, sums: dict, outputs, weight: int) -> None:
         for name in self.logged_outputs:
@@ -298,8 +327,25 @@ class PretrainingTrainer(ExactResume, Trainer):
         if self._eval_sums:
             means, _ = self._reduced_means(self._eval_sums, self._eval_count)
             output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in means.items()})
+        if self._masked_sums:
+            self._report_masked_only(output.metrics, metric_key_prefix)
         self._eval_sums, self._eval_count = {}, 0
+        self._masked_sums, self._masked_count = {}, 0
         return output
+
+    def _report_masked_only(self, metrics: dict, prefix: str) -> None:
+        """The masked-only MLM loss and accuracy (per target, over every process) into `metrics`, and the log's
+        headline line: they, not the 80/10/10 mean, say how well the model predicts a word it does not see."""
+        means, (count,) = self._reduced_means(self._masked_sums, self._masked_count, self._masked_count)
+        if not count:
+            return
+        metrics.update({f"{prefix}_{MASKED_LOSS}": means[MASKED_LOSS], f"{prefix}_{MASKED_ACCURACY}":
+                        means[MASKED_ACCURACY], f"{prefix}_{MASKED_TARGETS}": int(count)})
+        if self.args.should_log:
+            mixed = metrics.get(f"{prefix}_mlm_loss")
+            logger.info("Held-out MLM loss at [MASK] targets only: %.4f nats, top-1 accuracy %.4f (%d targets)%s.",
+                        means[MASKED_LOSS], means[MASKED_ACCURACY], count,
+                        "" if mixed is None else f"; over all 80/10/10 targets (mlm_loss): {mixed:.4f}")
 
     # ------------------------------------------------------------------ checkpoints: complete or invisible
     def _get_output_dir(self, trial) -> str:

@@ -1,0 +1,95 @@
+"""Issue 51: the held-out MLM loss and accuracy over the targets replaced by [MASK] only, beside the 80/10/10 mean."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from encoder_zoo import models
+from encoder_zoo.training.recipes import get_recipe
+from encoder_zoo.training.run.trainer import PretrainingTrainer
+
+MASK = 4
+VOCAB = 60
+
+
+def tiny_model(recipe_name: str):
+    recipe = get_recipe(recipe_name)
+    config = models.get_class(recipe.family, "AutoConfig")(
+        **recipe.sizes["tiny"], **recipe.config_overrides, vocab_size=VOCAB, max_position_embeddings=32,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    return models.get_class(recipe.family, "AutoModelForPreTraining")(config).eval(), recipe
+
+
+def known_batch():
+    """Two rows of 10 tokens with 6 targets: 3 replaced by [MASK], 1 by another token, 2 left unchanged."""
+    input_ids = torch.tensor([[1, 11, MASK, 13, 14, MASK, 16, 17, 18, 2],
+                              [1, 21, 22, 23, 50, 25, MASK, 27, 28, 2]])
+    labels = torch.full_like(input_ids, -100)
+    labels[0, 2], labels[0, 5], labels[1, 6] = 12, 15, 26  # at [MASK]
+    labels[1, 4] = 24  # replaced by a random token (50)
+    labels[0, 3], labels[1, 8] = 13, 28  # left unchanged: the model may copy them
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+
+
+def evaluate(model, recipe, batch, tmp_path, mask_token_id=MASK) -> dict:
+    from transformers import TrainingArguments
+
+    rows = [{name: tensor[i] for name, tensor in batch.items()} for i in range(batch["input_ids"].shape[0])]
+    trainer = PretrainingTrainer(
+        model=model, args=TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[],
+                                            use_cpu=True),
+        eval_dataset=rows, data_collator=lambda rows: {k: torch.stack([row[k] for row in rows]) for k in rows[0]},
+        processing_class=SimpleNamespace(mask_token_id=mask_token_id), logged_outputs=recipe.logged_outputs)
+    return trainer.evaluate()
+
+
+def test_only_the_masked_targets_count(tmp_path):
+    model, recipe = tiny_model("bert")
+    batch = known_batch()
+    with torch.no_grad():  # logits at every position, read by hand at the [MASK]ed targets only
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).mlm_logits.float()
+    masked = (batch["labels"] != -100) & (batch["input_ids"] == MASK)
+    assert masked.sum() == 3 and (batch["labels"] != -100).sum() == 6
+    loss = F.cross_entropy(logits[masked], batch["labels"][masked])
+    hits = (logits[masked].argmax(-1) == batch["labels"][masked]).float().mean()
+    every = F.cross_entropy(logits[batch["labels"] != -100], batch["labels"][batch["labels"] != -100])
+
+    metrics = evaluate(model, recipe, batch, tmp_path)
+    assert metrics["eval_mlm_masked_targets"] == 3
+    assert metrics["eval_mlm_masked_loss"] == pytest.approx(loss.item(), abs=1e-4)
+    assert metrics["eval_mlm_masked_accuracy"] == pytest.approx(hits.item(), abs=1e-4)
+    assert metrics["eval_mlm_loss"] == pytest.approx(every.item(), abs=1e-4)  # the 80/10/10 mean stays as it was
+    assert abs(metrics["eval_mlm_masked_loss"] - metrics["eval_mlm_loss"]) > 1e-3
+
+    # Another token as [MASK]: no target is masked any more, so no masked-only figure is reported
+    assert "eval_mlm_masked_loss" not in evaluate(model, recipe, batch, tmp_path, mask_token_id=VOCAB - 1)
+
+
+def test_the_teams_generator_reports_its_masked_only_loss(tmp_path):
+    """TEAMS's generator: where every target is [MASK]ed, the masked-only figures are its own mlm_loss and accuracy."""
+    model, recipe = tiny_model("teams")
+    batch = known_batch()
+    targets = batch["labels"] != -100
+    batch["input_ids"] = batch["input_ids"].masked_fill(targets, MASK)
+    metrics = evaluate(model, recipe, batch, tmp_path)
+    assert metrics["eval_mlm_masked_targets"] == 6
+    assert metrics["eval_mlm_masked_loss"] == pytest.approx(metrics["eval_mlm_loss"], abs=2e-4)
+    assert metrics["eval_mlm_masked_accuracy"] == pytest.approx(metrics["eval_mlm_accuracy"], abs=2e-4)
+
+
+def test_the_card_heads_its_held_out_rows_with_the_masked_only_figures():
+    from encoder_zoo.training.run.export import validation_rows
+
+    rows = validation_rows({"eval_loss": 6.3, "eval_mlm_loss": 6.26, "eval_mlm_ppl": 523.0, "eval_mlm_masked_loss": 6.8,
+                            "eval_mlm_masked_accuracy": 0.05, "eval_mlm_masked_targets": 4321, "eval_runtime": 1.0})
+    assert list(rows) == ["validation MLM loss at [MASK]ed targets only, nats (the headline: tokens predicted unseen)",
+                          "validation MLM top-1 accuracy at [MASK]ed targets only",
+                          "validation [MASK]ed targets scored", "validation loss",
+                          "validation MLM loss over all 80/10/10 targets, nats (a tenth left unchanged: copied, not "
+                          "predicted)", "validation MLM perplexity over all 80/10/10 targets"]
+    assert list(rows.values()) == [6.8, 0.05, 4321, 6.3, 6.26, 523.0]
+    cloze = validation_rows({"eval_loss": 5.0, "eval_cloze_loss": 5.0})
+    assert "validation cloze loss, nats (every token predicted from both sides without seeing it)" in cloze
