@@ -91,7 +91,7 @@ class Budget:
 
 
 # The pretraining metrics (held-out token-prediction losses, no fine-tuning) cost nothing beyond the pretraining.
-HELDOUT = ("heldout_mlm", "heldout_cloze", "heldout_bilm")
+HELDOUT = ("heldout_mlm_masked", "heldout_mlm", "heldout_cloze", "heldout_bilm")
 ALL_TASKS = ("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "wiki_cloze_v2", *HELDOUT)
 
 BUDGETS = {

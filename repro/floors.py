@@ -21,6 +21,10 @@ arms both sit at or under their floor reads "no signal" (repro/stats.py). One ch
   the masking draws among the non-special tokens without regard to their identity, so the unigram loss over every
   non-special held-out token is what a model that learned only token frequencies scores there (span masking draws
   whole words, close to the same; Trainer also averages per batch, not per token).
+  Beside it, under "bigram", the same tokens scored by a bigram count model of the same training examples that reads
+  both neighbours of each target (`bigram_loss`): where an encoder sits between token frequencies and local context.
+  It reads the neighbours as the text has them, which a masked model does not always see (a neighbour in the same
+  masked span): a reference, not a gate; the unigram loss stays the floor an arm must clear.
 Each writes `{"kind", "value", "metric", "description", ...}` to --output.
 """
 
@@ -147,11 +151,94 @@ def unigram(export: str, pretrain_flags: list[str]) -> dict:
     law[special] = 0
     law /= law.sum()
     value = float(-(seen * np.log(np.where(seen > 0, law, 1.0))).sum() / seen.sum())
+    documents = (f"the {len(text.train_docs)} training documents' {{}} on the {len(text.validation_docs)} held-out "
+                 "documents")
+    bigram = bigram_loss(sequences(train), sequences(held_out), size, special)
     return {"kind": "unigram", "value": value, "metric": "eval_mlm_loss", "train_tokens": int(trained.sum()),
             "eval_tokens": int(seen.sum()), "vocabulary": size,
-            "description": f"unigram cross-entropy (nats/token) of the {len(text.train_docs)} training documents' "
-                           f"token frequencies on the {len(text.validation_docs)} held-out documents, same "
-                           "tokenizer and examples"}
+            "description": f"unigram cross-entropy (nats/token) of {documents.format('token frequencies')}, same "
+                           "tokenizer and examples",
+            "bigram": {"kind": "bigram", "value": bigram, "description": (
+                f"cross-entropy (nats/token) of {documents.format('bigram counts')}, each target read from both "
+                "neighbours (P(w | left) P(right | w), each Witten-Bell interpolated with the unigram), same "
+                "tokenizer, examples and targets")}}
+
+
+def sequences(examples):
+    for batch in examples.iter(batch_size=2048):
+        yield from batch["input_ids"]
+
+
+def bigram_loss(train, held_out, size: int, special) -> float:
+    """Cross-entropy, nats per target, of a bigram count model of the `train` sequences (lists of token ids under a
+    vocabulary of `size`) at every non-special token of the `held_out` sequences, given both its neighbours:
+
+        P(w | l, r) = P(w | l) P(r | w) / sum over non-special w' of P(w' | l) P(r | w')
+
+    the target's probability under a bigram chain that emits l, w, r. Each factor is Witten-Bell interpolated with a
+    Laplace unigram, so no count is tuned: P(w | l) = (c(l, w) + n(l) u(w)) / (c(l) + n(l)), where c(l, w) counts
+    l followed by the non-special w, c(l) their sum and n(l) the distinct w seen after l (an unseen l: u(w)); u is
+    the unigram floor's law (non-special tokens, counts + 1). P(r | w) likewise over every following id r, with a
+    Laplace law v over every id. A sequence's two ends read a boundary id of their own (`size`)."""
+    import numpy as np
+    from scipy import sparse
+
+    boundary, ids = size, size + 1
+    special = np.asarray(sorted(set(special)), dtype=np.int64)
+
+    def pairs(rows):
+        left, right = [], []
+        for row in rows:
+            row = np.concatenate([[boundary], np.asarray(row, dtype=np.int64), [boundary]])
+            left.append(row[:-1])
+            right.append(row[1:])
+        return (np.concatenate(left), np.concatenate(right)) if left else (np.zeros(0, np.int64),) * 2
+
+    left, right = pairs(train)
+    counts = sparse.csr_matrix((np.ones(left.size), (left, right)), shape=(ids, ids))
+    counts.sum_duplicates()
+    target = np.ones(ids, dtype=bool)
+    target[special], target[boundary] = False, False
+    tokens = np.bincount(right, minlength=ids).astype(np.float64)  # each training token once (as a right neighbour)
+    tokens[boundary] = 0
+    unigram = np.where(target, tokens + 1.0, 0.0)
+    unigram /= unigram.sum()
+    every = tokens + 1.0
+    every /= every.sum()
+
+    def witten_bell(matrix):
+        """Rows scaled by 1 / (c + n) and the weight of the unigram, n / (c + n) (1 for an unseen row)."""
+        seen = np.asarray(matrix.sum(axis=1)).ravel()
+        distinct = np.diff(matrix.indptr).astype(np.float64)
+        scale = np.divide(1.0, seen + distinct, out=np.zeros(ids), where=seen > 0)
+        return sparse.diags(scale) @ matrix, np.where(seen > 0, distinct * scale, 1.0)
+
+    to_targets = (counts @ sparse.diags(target.astype(np.float64))).tocsr()
+    to_targets.eliminate_zeros()
+    follows, back_left = witten_bell(to_targets)  # follows[l, w]: P(w | l) without its unigram share
+    precedes, back_right = witten_bell(counts)  # precedes[w, r]: P(r | w) without its unigram share
+    follows, precedes = follows.tocsr(), precedes.tocsr()
+    by_right = precedes.T.tocsr()  # row r: column r of precedes
+    # sum over w of P(w | l) P(r | w), expanded: both counted parts, each count against the other's unigram share,
+    # and both unigram shares.
+    share_right = follows @ back_right  # [l]: sum_w follows[l, w] back_right[w]
+    unigram_left = precedes.T @ unigram  # [r]: sum_w u(w) precedes[w, r]
+    both_unigram = float(unigram @ back_right)
+
+    left, right = pairs(held_out)
+    at = np.flatnonzero(target[right[:-1]])  # right[at] is a target; left[at] its left, right[at + 1] its right
+    w, lefts, rights = right[at], left[at], right[at + 1]
+    total = 0.0
+    for start in range(0, w.size, 4096):
+        part = slice(start, start + 4096)
+        before, t, r = lefts[part], w[part], rights[part]
+        counted = np.asarray(follows[before].multiply(by_right[r]).sum(axis=1)).ravel()
+        norm = (counted + every[r] * share_right[before] + back_left[before] * unigram_left[r]
+                + back_left[before] * every[r] * both_unigram)
+        p_left = np.asarray(follows[before, t]).ravel() + back_left[before] * unigram[t]
+        p_right = np.asarray(precedes[t, r]).ravel() + back_right[t] * every[r]
+        total -= np.log(p_left * p_right / norm).sum()
+    return float(total / max(w.size, 1))
 
 
 def parse_args(argv):

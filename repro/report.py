@@ -177,15 +177,17 @@ def write_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
 
 def floor_table_rows(results: dict, tasks: list[str], width: int = 0) -> list[list[str]]:
     """The floors' rows of a score table: chance, then each trivial model (bag-of-words per set of training rows,
-    trivial answer, unigram per tokenizer), one row per kind and rows with each task's value; `width` empty cells
-    after them."""
+    trivial answer, unigram and bigram per tokenizer), one row per kind and rows with each task's value; `width`
+    empty cells after them."""
     floors = results.get("floors")
     if floors is None:  # a report written before floors: chance only
         return [["chance (a model that learned nothing)", *(shown(results["chance"].get(t), t) for t in tasks),
                  *[""] * width]]
     labels: dict[str, dict] = {}
     for task in tasks:
-        for floor in floors.get(task, []):
+        kinds = {floor["kind"] for floor in floors.get(task, [])}
+        missing = [{"kind": "bigram", "value": None}] if "unigram" in kinds and "bigram" not in kinds else []
+        for floor in [*floors.get(task, []), *missing]:  # a report from before the bigram floor: its row reads —
             label = floor_label(floor)
             labels.setdefault(label, {})
             previous = labels[label].get(task)
@@ -202,6 +204,8 @@ def floor_label(floor: dict) -> str:
         return f"floor: {name} ({floor['rows']:,} training rows)"
     if floor["kind"] == "unigram":
         return "floor: unigram loss (same tokenizer and documents)"
+    if floor["kind"] == "bigram":
+        return "floor: bigram loss from both neighbours (same tokenizer and documents; shown, not gated)"
     return f"floor: {name}"
 
 

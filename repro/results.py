@@ -63,7 +63,10 @@ def chance_level(task: str, budget: Budget) -> float | None:
 # ------------------------------------------------------------------------------------------------------ floors
 INTERVAL = "95% t interval of the mean over unit means"
 FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answer": "trivial answer",
-               "unigram": "unigram"}
+               "unigram": "unigram", "bigram": "bigram"}
+# A unigram floor's job also scores the bigram model (repro/floors.py): shown beside it, never the floor an arm must
+# clear (it reads neighbours a masked model may not see). A floor cached before it has none.
+NO_BIGRAM = "not computed: its floor job ran before the bigram floor (issue 51)"
 
 
 def read_floor(job) -> dict | None:
@@ -113,6 +116,10 @@ def floor_rows(sweep, chance: dict) -> dict:
             entries.append({"kind": floor["kind"] if floor else job.command[2], "value": floor and floor["value"],
                             "description": floor["description"] if floor else f"not available ({job.status})",
                             "arms": names, **({"rows": floor.get("train_rows")} if floor else {})})
+            if entries[-1]["kind"] == "unigram":
+                bigram = (floor or {}).get("bigram") or {}
+                entries.append({"kind": "bigram", "value": bigram.get("value"), "arms": names, "description":
+                                bigram.get("description") or (NO_BIGRAM if floor else entries[-1]["description"])})
         rows[task] = entries
     return rows
 

@@ -93,3 +93,40 @@ def test_the_card_heads_its_held_out_rows_with_the_masked_only_figures():
     assert list(rows.values()) == [6.8, 0.05, 4321, 6.3, 6.26, 523.0]
     cloze = validation_rows({"eval_loss": 5.0, "eval_cloze_loss": 5.0})
     assert "validation cloze loss, nats (every token predicted from both sides without seeing it)" in cloze
+
+
+def test_the_bigram_floor_on_a_hand_counted_corpus():
+    """Ids: 0 [PAD], 1 [CLS], 2 [SEP] (special), 3 a, 4 b, 5 c; 6 the sequences' boundary. The counts below are
+    counted by hand from the three training sequences, the expected loss worked from them by the formula."""
+    import math
+    from fractions import Fraction as Q
+
+    from encoder_zoo.repro.floors import bigram_loss
+
+    train = [[1, 3, 4, 2], [1, 3, 5, 2], [1, 4, 3, 4, 2]]  # [CLS] a b [SEP]; [CLS] a c [SEP]; [CLS] b a b [SEP]
+    held_out = [[1, 3, 4, 2], [1, 5, 5, 2]]  # targets: a ([CLS] _ b), b (a _ [SEP]), c ([CLS] _ c), c (c _ [SEP])
+    pairs = {(6, 1): 3, (1, 3): 2, (1, 4): 1, (3, 4): 2, (3, 5): 1, (4, 2): 2, (4, 3): 1, (5, 2): 1, (2, 6): 3}
+    u = {3: Q(3 + 1, 10), 4: Q(3 + 1, 10), 5: Q(1 + 1, 10)}  # a 3, b 3, c 1 in training, + 1 each (Laplace)
+    v = {i: Q(n + 1, 13 + 7) for i, n in enumerate([0, 3, 3, 3, 3, 1, 0])}  # every id's count + 1, 7 ids
+
+    def p_left(w, before):  # Witten-Bell: (c(l, w) + n(l) u(w)) / (c(l) + n(l)), over the target tokens a, b, c
+        seen = {x: n for (a, x), n in pairs.items() if a == before and x in u}
+        c, n = sum(seen.values()), len(seen)
+        return u[w] if not c else (seen.get(w, 0) + n * u[w]) / (c + n)
+
+    def p_right(after, w):  # the same over every following id, with v
+        seen = {x: n for (a, x), n in pairs.items() if a == w}
+        c, n = sum(seen.values()), len(seen)
+        return v[after] if not c else (seen.get(after, 0) + n * v[after]) / (c + n)
+
+    def p(w, before, after):
+        return p_left(w, before) * p_right(after, w) / sum(p_left(x, before) * p_right(after, x) for x in u)
+
+    assert p_left(3, 1) == Q(2 + 2 * Q(4, 10), 3 + 2)  # after [CLS]: a twice, b once (2 distinct)
+    assert p_right(4, 3) == Q(2 + 2 * v[4], 3 + 2)  # after a: b twice, c once
+    assert p_left(5, 5) == u[5]  # nothing follows c but [SEP], no target: the unigram
+    targets = [(3, 1, 4), (4, 3, 2), (5, 1, 5), (5, 5, 2)]
+    expected = -sum(math.log(p(*t)) for t in targets) / len(targets)
+    assert bigram_loss(train, held_out, 6, [0, 1, 2]) == pytest.approx(expected, rel=1e-12)
+    # what the model adds: a from [CLS] _ b is likelier than its frequency alone says
+    assert p(3, 1, 4) > u[3]

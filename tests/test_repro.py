@@ -284,15 +284,16 @@ def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_n
             loss = (6.5 if job.arm == "spanbert" else 6.6) + 0.01 * (seed - 2)
             (job.folder / "trainer_state.json").write_text(json.dumps({
                 "total_flos": 1e12, "num_input_tokens_seen": 1000, "global_step": 10, "train_batch_size": 4,
-                "log_history": [{"eval_mlm_loss": loss}]}))
+                "log_history": [{"eval_mlm_loss": loss - 0.3, "eval_mlm_masked_loss": loss}]}))
         elif job.kind == "floor":
             kind = job.command[2]
             job.outputs[0].write_text(json.dumps({
                 "kind": kind, "value": {"bag_of_words": 0.45, "trivial_answer": 10.0, "unigram": 7.5}[kind],
-                "train_rows": 32, "description": "stands in"}))
+                "train_rows": 32, "description": "stands in",
+                **({"bigram": {"value": 4.4, "description": "stands in too"}} if kind == "unigram" else {})}))
         return "done"
 
-    tasks = ["rotten_tomatoes", "wiki_cloze", "heldout_mlm"]
+    tasks = ["rotten_tomatoes", "wiki_cloze", "heldout_mlm_masked"]
     sweep = Sweep(EXPERIMENTS["spanbert"].at(BUDGETS["smoke"], tasks=tasks, units=(1, 2, 3)), tmp_path)
     sweep.execute = execute
     sweep.run(tmp_path / "cache" / "runs.jsonl")
@@ -301,20 +302,23 @@ def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_n
     report = (tmp_path / "report" / "report.md").read_text()
     stored = json.loads((tmp_path / "report" / "results.json").read_text())["arms"]["spanbert"]["tasks"]
     assert stored["rotten_tomatoes"]["mean"] == pytest.approx(0.5312) and stored["wiki_cloze"]["mean"] == 25.3
-    assert stored["heldout_mlm"]["mean"] == pytest.approx(6.5)  # stored as the scripts wrote them
+    assert stored["heldout_mlm_masked"]["mean"] == pytest.approx(6.5)  # stored as the scripts wrote them
 
     ours = report.split("## Ours")[1].split("## Verdicts")[0]
     rows = {line.split(" | ")[0][2:]: line for line in ours.splitlines() if line.startswith("| ")}
-    assert ours.count("| arm | wiki_cloze (SQuAD 1.1-style) F1 | rotten_tomatoes accuracy | held-out MLM loss, nats")
-    f1, accuracy, loss = (stored[task] for task in ("wiki_cloze", "rotten_tomatoes", "heldout_mlm"))
+    assert ours.count("| arm | wiki_cloze (SQuAD 1.1-style) F1 | rotten_tomatoes accuracy | held-out MLM loss at "
+                      "[MASK] targets only, nats")
+    f1, accuracy, loss = (stored[task] for task in ("wiki_cloze", "rotten_tomatoes", "heldout_mlm_masked"))
     assert rows["spanbert"] == (f"| spanbert | 25.3 [{f1['low']:.4g}, {f1['high']:.4g}] (3) | 53.12 "
                                 f"[{accuracy['low'] * 100:.4g}, {accuracy['high'] * 100:.4g}] (3)* | 6.5 "
                                 f"[{loss['low']:.4g}, {loss['high']:.4g}] (3) |")  # F1 and the loss as stored
     assert rows["bert (baseline)"].startswith("| bert (baseline) | 25 [24.98, 25.02] (3) | 50.12 [49.87, 50.37] (3)")
-    assert rows["floor: chance (one constant answer)"] == "| floor: chance (one constant answer) | — | 53.12 | — |"
+    assert rows["floor: chance (one constant answer)"] == "| floor: chance (one constant answer) | — | 56.25 | — |"
     assert "| floor: bag-of-words (32 training rows) | — | 45 | — |" in ours  # 0.45 accuracy
     assert "| floor: trivial answer | 10 | — | — |" in ours
     assert "| floor: unigram loss (same tokenizer and documents) | — | — | 7.5 |" in ours
+    assert ("| floor: bigram loss from both neighbours (same tokenizer and documents; shown, not gated) | — | — | 4.4 |"
+            in ours)  # beside the unigram floor; the arms' * still reads against the unigram one
     claim = next(c for c in results["claims"] if (c["arm"], c["baseline"], c["task"]) ==
                  ("spanbert", "bert", "rotten_tomatoes"))
     d = claim["decision"]
@@ -477,6 +481,7 @@ def test_the_unigram_floor_is_below_the_uniform_loss_on_the_pretrainings_own_hel
     floor = floors.unigram(str(tmp_path / "export"), flags)
     targets = len(tokenizer) - len(set(tokenizer.all_special_ids))
     assert 0 < floor["value"] < math.log(targets) and floor["eval_tokens"] > 100 and floor["train_tokens"] > 1000
+    assert 0 < floor["bigram"]["value"] < floor["value"]  # both neighbours tell more than frequencies
     assert not any((tmp_path / "run").rglob("*"))  # the pretraining's flags are only read: nothing written
 
 
@@ -573,7 +578,7 @@ def heldout_losses_of(arm):
         return set()
     args = list(arm.pretrain)
     if args[args.index("--model") + 1] != "cloze":
-        return {"heldout_mlm"}
+        return {"heldout_mlm_masked", "heldout_mlm"}
     loss_type = next((a.split("=", 1)[1] for a in args if a.startswith("loss_type=")), "cloze")
     return {f"heldout_{kind}" for kind in loss_type.split("+")}
 
@@ -617,7 +622,7 @@ def check_report(out, name):
     # every floor ran: the bag-of-words model on the fine-tunings' rows, the unigram loss of each pretraining
     kinds = {task: {f["kind"] for f in floors if f["value"] is not None} for task, floors in results["floors"].items()}
     assert "bag_of_words" in kinds["rotten_tomatoes"] and "chance" in kinds["rotten_tomatoes"]
-    assert kinds.get("heldout_mlm", {"unigram"}) == {"unigram"}
+    assert kinds.get("heldout_mlm_masked", {"unigram", "bigram"}) == {"unigram", "bigram"}
     assert any(f.startswith("| floor: bag-of-words (") for f in report.splitlines())
     claims = results["claims"]
     assert {(c["arm"], c["baseline"]) for c in claims} == {(c.arm, c.baseline) for c in experiment.claims}
@@ -1112,9 +1117,9 @@ def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
         if name.endswith(f"+{best}"):  # a fusion's compute includes its encoder's pretraining
             assert all(compute[u]["flops"] >= arms[best]["compute"][u]["flops"] for u in units)
     # every held-out loss is shown (TEAMS's is its generator's, cloze's its cloze loss), only comparable ones paired
-    assert {"heldout_mlm"} <= set(arms["bert"]["tasks"]) & set(arms["teams"]["tasks"])
-    assert "heldout_cloze" in arms["cloze"]["tasks"] and "heldout_mlm" not in arms["cloze"]["tasks"]
-    assert not any("teams" in (p["better"], p["worse"]) for p in results["pairs"] if p["task"] == "heldout_mlm")
+    assert {"heldout_mlm_masked"} <= set(arms["bert"]["tasks"]) & set(arms["teams"]["tasks"])
+    assert "heldout_cloze" in arms["cloze"]["tasks"] and "heldout_mlm_masked" not in arms["cloze"]["tasks"]
+    assert not any("teams" in (p["better"], p["worse"]) for p in results["pairs"] if p["task"] == "heldout_mlm_masked")
     rotten = [p for p in results["pairs"] if p["task"] == "rotten_tomatoes"]
     methods = len(arms) - 1  # the positive control is in no pair
     assert len(rotten) == methods * (methods - 1) // 2 and not any("bert_random" in (p["better"], p["worse"])
@@ -1159,7 +1164,7 @@ def test_a_task_reads_failed_only_where_its_own_run_or_a_run_it_needs_failed(tmp
     from encoder_zoo.repro.jobs import Sweep
     from encoder_zoo.repro.results import failed_on, failures
 
-    tasks = ["wiki_cloze", "rotten_tomatoes", "heldout_mlm"]
+    tasks = ["wiki_cloze", "rotten_tomatoes", "heldout_mlm_masked"]
     sweep = Sweep(EXPERIMENTS["spanbert"].at(BUDGETS["smoke"], tasks=tasks), tmp_path)
     failing = {next(j.folder for j in sweep.jobs if j.arm == "spanbert" and j.name.startswith("wiki_cloze")),
                next(j.folder for j in sweep.jobs if j.arm == "bert" and j.kind == "pretrain")}
@@ -1167,18 +1172,18 @@ def test_a_task_reads_failed_only_where_its_own_run_or_a_run_it_needs_failed(tmp
                         write_outputs(job, 0.7) or "done")
     sweep.run(tmp_path / "cache" / "runs.jsonl")
     qa, pretraining = {"failed": failures(sweep, "spanbert")}, {"failed": failures(sweep, "bert")}
-    assert failed_on(qa, "wiki_cloze") and not failed_on(qa, "rotten_tomatoes") and not failed_on(qa, "heldout_mlm")
+    assert failed_on(qa, "wiki_cloze") and not any(failed_on(qa, t) for t in ("rotten_tomatoes", "heldout_mlm_masked"))
     assert all(failed_on(pretraining, task) for task in tasks)
     assert not any(failed_on({"failed": failures(sweep, "span_1seq")}, task) for task in tasks)
 
-    fusion = Sweep(EXPERIMENTS["hire"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes", "heldout_mlm"]),
+    fusion = Sweep(EXPERIMENTS["hire"].at(BUDGETS["smoke"], tasks=["rotten_tomatoes", "heldout_mlm_masked"]),
                    tmp_path / "hire")
     init = next(j.folder for j in fusion.jobs if j.arm == "hire" and j.kind == "init")
     monkeypatch.setattr(fusion, "execute", lambda job: "failed" if job.folder == init else
                         write_outputs(job, 0.7) or "done")
     fusion.run(tmp_path / "hire" / "cache" / "runs.jsonl")
     hire = {"failed": failures(fusion, "hire")}
-    assert failed_on(hire, "rotten_tomatoes") and not failed_on(hire, "heldout_mlm")
+    assert failed_on(hire, "rotten_tomatoes") and not failed_on(hire, "heldout_mlm_masked")
 
 
 # ------------------------------------------------------------------------------------- what the cache trusts
@@ -1337,7 +1342,7 @@ def test_every_pretrained_arm_reports_its_own_held_out_token_loss_against_a_unig
     floor: the MLM loss (TEAMS's and ELECTRA's generator's), and the two-tower model's own, cloze or bilm."""
     from encoder_zoo.repro.jobs import Sweep
 
-    for name, expected in (("spanbert", {"heldout_mlm"}), ("teams", {"heldout_mlm"}),
+    for name, expected in (("spanbert", {"heldout_mlm_masked"}), ("teams", {"heldout_mlm_masked"}),
                            ("cloze", {"heldout_cloze", "heldout_bilm"})):
         sweep = Sweep(EXPERIMENTS[name].at(BUDGETS["cpu"]), tmp_path / name)
         held_out = {t for t in sweep.tasks if task_facts(t).pretraining_metric}
