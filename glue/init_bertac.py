@@ -28,7 +28,13 @@ from transformers import AutoTokenizer
 from encoder_zoo import models  # registers BERTAC so its code is saved with the checkpoint
 from encoder_zoo.hub_cards import display_name
 from encoder_zoo.models.bertac.modeling_bertac import BertacForQuestionAnswering, BertacForSequenceClassification
-from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint, run_cli
+from encoder_zoo.training.run import (
+    check_model_path,
+    check_new_output_dir,
+    damaged_checkpoint,
+    run_cli,
+    without_loading_state,
+)
 
 HEADS = {"classification": BertacForSequenceClassification, "question_answering": BertacForQuestionAnswering}
 # BERTAC Sections 5.1.1 and 5.2.2 (Tables 9 and 10), for the card.
@@ -108,7 +114,7 @@ def main(argv=None) -> str:
         raise ValueError(f"Cannot build BERTAC from --backbone {options.backbone} and --cnn {options.cnn} "
                          f"({reason}).") from None
     model.save_pretrained(output)
-    AutoTokenizer.from_pretrained(options.backbone).save_pretrained(output)
+    without_loading_state(AutoTokenizer.from_pretrained(options.backbone)).save_pretrained(output)
     write_model_card(model, options, output)
     print(f"BERTAC over {display_name(options.backbone)} saved to {output}")
     return str(output)

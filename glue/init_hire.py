@@ -20,7 +20,13 @@ from encoder_zoo import models  # registers HIRE so its code is saved with the c
 from encoder_zoo.hub_cards import display_name
 from encoder_zoo.hub_cards.papers import HIRE_PAPER
 from encoder_zoo.models.hire.modeling_hire import HireRobertaForSequenceClassification
-from encoder_zoo.training.run import check_model_path, check_new_output_dir, damaged_checkpoint, run_cli
+from encoder_zoo.training.run import (
+    check_model_path,
+    check_new_output_dir,
+    damaged_checkpoint,
+    run_cli,
+    without_loading_state,
+)
 
 # What loading a --backbone raises when it is damaged or not an encoder HIRE can run on (safetensors has its own type).
 BACKBONE_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError)
@@ -81,7 +87,7 @@ def main(argv=None):
     except BACKBONE_ERRORS as error:
         raise backbone_error(options.backbone, error) from None
     model.save_pretrained(options.output_dir)
-    AutoTokenizer.from_pretrained(options.backbone).save_pretrained(options.output_dir)
+    without_loading_state(AutoTokenizer.from_pretrained(options.backbone)).save_pretrained(options.output_dir)
     write_model_card(model, options, Path(options.output_dir))
     print(f"HIRE over {display_name(options.backbone)} saved to {options.output_dir} (model card: README.md)")
     return options.output_dir

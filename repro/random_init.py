@@ -39,6 +39,8 @@ def model_class(config):
 def random_copy(source: Path, seed: int, output_dir: Path) -> dict:
     from transformers import AutoConfig, AutoTokenizer, set_seed
 
+    from encoder_zoo.training.run import without_loading_state
+
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"--model {source}: no config.json there; pass a model folder")
     if (output_dir / MARKER).exists():
@@ -53,7 +55,7 @@ def random_copy(source: Path, seed: int, output_dir: Path) -> dict:
     for path in source.glob("*.py"):  # the model's code (remote code travels with the folder)
         shutil.copy2(path, output_dir / path.name)
     model.save_pretrained(output_dir)
-    AutoTokenizer.from_pretrained(source, trust_remote_code=True).save_pretrained(output_dir)
+    without_loading_state(AutoTokenizer.from_pretrained(source, trust_remote_code=True)).save_pretrained(output_dir)
     record = {"source": str(source), "seed": seed, "class": f"{cls.__name__}", "model_type": config.model_type,
               "parameters": int(sum(p.numel() for p in model.parameters()))}
     (output_dir / MARKER).write_text(json.dumps(record, indent=1))

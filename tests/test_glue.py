@@ -172,8 +172,12 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "mnli" / "seed-1",
                                                                trust_remote_code=True)
     assert model.config.num_labels == 3 and model.config.id2label[2] == "contradiction"
-    # The folders users publish hold the training arguments as JSON, no pickle.
+    # The folders users publish hold the training arguments as JSON, no pickle, and no machine's loading state.
     assert not list((tmp_path / "out").rglob("training_args.bin"))
+    from encoder_zoo.training.data.tokenizer import LOADING_STATE
+
+    saved = json.loads((tmp_path / "out" / "mnli" / "seed-1" / "tokenizer_config.json").read_text())
+    assert saved["tokenizer_class"] and not set(LOADING_STATE) & set(saved)
     assert json.loads((tmp_path / "out" / "mnli" / "seed-2" / "training_args.json").read_text())["seed"] == 2
 
 

@@ -311,6 +311,9 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
             == "SpanBertForQuestionAnswering")
     assert (not list(out.rglob("training_args.bin"))
             and json.loads((out / "training_args.json").read_text())["seed"] == 42)
+    from encoder_zoo.training.data.tokenizer import LOADING_STATE
+
+    assert not set(LOADING_STATE) & set(json.loads((out / "tokenizer_config.json").read_text()))  # no machine's state
 
 
 def test_a_new_qa_head_is_the_same_for_the_same_seed(tmp_path, wiki):

@@ -150,6 +150,42 @@ def test_an_export_of_another_checkpoint_is_replaced_not_taken(uninterrupted, tm
     assert not export_of_checkpoint(out / "export", out / f"checkpoint-{STEPS}")
 
 
+def test_a_resumed_export_equals_the_uninterrupted_one_and_carries_no_loading_state(uninterrupted, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """A run resumed from its last checkpoint only exports: its card (FLOPs note included) and training_log.json
+    (train_loss included) are the uninterrupted run's but for wall-clock times, and its tokenizer_config.json holds
+    none of this machine's loading state, so a copy loads in a fresh process with the loader's own."""
+    from helpers import run_isolated
+
+    from encoder_zoo.training.data.tokenizer import LOADING_STATE
+
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    shutil.rmtree(out / "export")
+    code, stderr = run("pretrain.py", [*run_args(out), "--resume_from_checkpoint", "true"], monkeypatch, capsys)
+    assert code == 0, stderr[-2000:]
+    card = (out / "export" / "README.md").read_text()
+    assert card == (uninterrupted / "export" / "README.md").read_text() and "FLOPs (model FLOPs, counted as" in card
+
+    def without_times(folder: Path) -> list[dict]:
+        log = json.loads((folder / "export" / "training_log.json").read_text())
+        return [{k: v for k, v in e.items() if not k.endswith(("_runtime", "_per_second"))} for e in log]
+
+    assert without_times(out) == without_times(uninterrupted)
+    assert any("train_loss" in e for e in without_times(out))
+    assert not set(LOADING_STATE) & set(json.loads((out / "export" / "tokenizer_config.json").read_text()))
+    copy = shutil.copytree(out / "export", tmp_path / "published")
+    loaded = run_isolated(f"""
+        import os
+        os.environ.pop("HF_HUB_OFFLINE", None)  # as a user loads it: local_files_only unset
+        from transformers import AutoModel, AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained({str(copy)!r}, trust_remote_code=True)
+        model = AutoModel.from_pretrained({str(copy)!r}, trust_remote_code=True)
+        print(tokenizer.init_kwargs["local_files_only"], model(**tokenizer("A test.", return_tensors="pt"))[0].ndim)
+    """)
+    assert loaded.splitlines()[-1].split() == ["False", "3"], loaded
+
+
 def test_tied_weights_left_out_of_a_checkpoint_are_not_reported_missing(caplog):
     """A decoder tied to the word embeddings is not saved; a resume is quiet about it, not about a real gap."""
     import logging

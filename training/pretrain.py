@@ -533,13 +533,13 @@ def prepare_tokenizer(recipe, args, training_args, text: TrainingText, config_kw
     only for the same inputs, so checkpoints never meet another vocabulary."""
     from transformers import AutoTokenizer
 
-    from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer
+    from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer, without_loading_state
     from encoder_zoo.training.run.folders import reusable_tokenizer, save_tokenizer
 
     fingerprint = text.pretokenized.fingerprint if text.pretokenized else tokenizer_fingerprint(args, text.train_docs)
     with training_args.main_process_first(desc="preparing the tokenizer"):
         if reusable_tokenizer(tokenizer_dir, fingerprint, resuming=checkpoint is not None):
-            return AutoTokenizer.from_pretrained(tokenizer_dir)
+            return without_loading_state(AutoTokenizer.from_pretrained(tokenizer_dir))
         if text.pretokenized:
             tokenizer = text.pretokenized.tokenizer
         elif args.tokenizer_name:
@@ -714,12 +714,17 @@ def train(trainer, checkpoint: str | None, output_dir: Path, eval_dataset) -> di
             metrics = dict(summary)
         logger.info("%s is at the run's last step (%d): nothing left to train, finishing the export.", checkpoint,
                     trainer.state.global_step)
-    # The card's mean training loss is that of the whole run, also for a resumed one (Trainer's is the session's).
+        if getattr(trainer, "flop_count", "") is None:  # which count made total_flos is decided at a training batch
+            trainer.floating_point_ops(next(iter(trainer.get_train_dataloader())))
+    # The card's mean training loss is that of the whole run, also for a resumed one (Trainer's is the session's);
+    # so is the one in the run's summary, the log's last entry (training_log.json).
     mean = mean_logged_loss(history, trainer.state.global_step)
+    summary = history[-1] if history and "total_flos" in history[-1] else {}
     if mean is not None:
-        metrics["train_loss"] = mean
+        metrics["train_loss"] = summary["train_loss"] = mean
     elif checkpoint:
         metrics.pop("train_loss", None)
+        summary.pop("train_loss", None)
     trainer.save_state()
     stopper = next(c for c in trainer.callback_handler.callbacks if isinstance(c, SaveOnSignal))
     if trainer.state.global_step < trainer.state.max_steps and stopper.requested:

@@ -11,11 +11,24 @@ def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return without_loading_state(AutoTokenizer.from_pretrained(name))
     except (OSError, ValueError) as error:
         reason = str(error).strip().splitlines()[0]
         raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id "
                       f"({reason})") from None
+
+
+# What transformers' from_pretrained records in a tokenizer's init_kwargs about how this machine loaded it, and
+# save_pretrained would write into tokenizer_config.json: a published folder would carry this machine's state. A loader
+# overwrites both with its own (so from the Hub they do nothing), but they are not the model's.
+LOADING_STATE = ("is_local", "local_files_only")
+
+
+def without_loading_state(tokenizer):
+    """`tokenizer`, its loading state (`LOADING_STATE`) dropped so that no folder it is saved to carries it."""
+    for key in LOADING_STATE:
+        tokenizer.init_kwargs.pop(key, None)
+    return tokenizer
 
 
 def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:

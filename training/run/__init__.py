@@ -26,6 +26,7 @@ _PUBLIC = {
     "split_sentences": "encoder_zoo.training.data.corpus",
     "minilm_path": "encoder_zoo.training.data.resources",
     "resource_path": "encoder_zoo.training.data.resources",
+    "without_loading_state": "encoder_zoo.training.data.tokenizer",  # what a tokenizer saved after loading leaves out
     "check_new_output_dir": "encoder_zoo.training.run.folders",
     "check_model_path": "encoder_zoo.training.run.loading",
     "damaged_checkpoint": "encoder_zoo.training.run.loading",

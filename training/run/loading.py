@@ -93,7 +93,10 @@ def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", *
     try:
         if auto_class.__name__.startswith("AutoModelFor"):
             return _load_task_model(auto_class, name, **kwargs)
-        return auto_class.from_pretrained(name, **kwargs)
+        from encoder_zoo.training.data.tokenizer import without_loading_state
+
+        loaded = auto_class.from_pretrained(name, **kwargs)
+        return without_loading_state(loaded) if hasattr(loaded, "init_kwargs") else loaded  # a tokenizer
     except Exception as error:
         problem = damaged_checkpoint(name)
         if problem:
