@@ -120,6 +120,19 @@ class PretrainArguments:
                   "electra). Pays off with --attn_implementation flash_attention_2/3 (varlen kernels); eager/SDPA "
                   "attend over the whole row under a block-diagonal mask."},
     )
+    unpad: bool = field(
+        default=False,
+        metadata={"help": "Run the encoder on the real tokens only: batches packed on the host (as --packing) and "
+                  "attention per sequence through the sdpa_varlen attention (PyTorch's varlen flash kernel on a GPU "
+                  "in bf16/fp16, one SDPA call per sequence elsewhere). The padded run's loss (spanbert, bert, teams, "
+                  "electra; not cloze, whose towers are causal)."},
+    )
+    target_buffer: bool = field(
+        default=False,
+        metadata={"help": "Masked targets in a fixed-size buffer per batch (ceil(mlm_probability x width) slots per "
+                  "row), so a train step has no data-dependent shape and no host sync (spanbert, bert, teams, "
+                  "electra). The same losses as without it."},
+    )
     export_dir: str | None = field(default=None,
                                    metadata={"help": "Where the Hub-ready export goes (default OUTPUT_DIR/export)."})
     overwrite_output_dir: bool = field(
@@ -458,6 +471,13 @@ def check_recipe_arguments(args: PretrainArguments):
 
         check_packing(models.get_class(recipe.family, "AutoModelForPreTraining"),
                       {**recipe.config_overrides, **overrides})
+    if args.unpad:
+        from encoder_zoo import models
+        from encoder_zoo.training.data.packing import check_unpad
+
+        check_unpad(models.get_class(recipe.family, "AutoConfig"),
+                    models.get_class(recipe.family, "AutoModelForPreTraining"),
+                    {**recipe.config_overrides, **overrides})
     return recipe, overrides
 
 
@@ -617,7 +637,11 @@ def build_collator(recipe, args, tokenizer, text: TrainingText, train_dataset):
             if "input_ids" in counted.column_names:
                 args.unigram_probs = unigram_distribution(counted, len(tokenizer), tokenizer.all_special_ids)
     collator = recipe.build_collator(tokenizer, args)
-    if args.packing:
+    if args.target_buffer:
+        from encoder_zoo.training.data.packing import with_target_buffer
+
+        collator = with_target_buffer(collator)
+    if args.packing or args.unpad:  # --unpad: the padding is dropped on the host, before the step
         from encoder_zoo.training.data.packing import PackedBatchCollator
 
         collator = PackedBatchCollator(collator)
@@ -630,6 +654,8 @@ def build_model(recipe, args, training_args, config, tokenizer, text: TrainingTe
 
     if args.attn_implementation:
         config._attn_implementation = args.attn_implementation
+    if args.unpad:
+        config.unpad = True  # and SDPA becomes its varlen form (models' use_varlen_attention)
     try:
         model = models.get_class(recipe.family, "AutoModelForPreTraining")(config)
     except ImportError as error:  # e.g. flash_attention_2 without the flash-attn package

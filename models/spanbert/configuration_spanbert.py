@@ -60,6 +60,10 @@ class SpanBertConfig(PreTrainedConfig):
             batch of n targets then weighs the SBO term n/(n+1) of its mean (44/45 for 44 targets, 0.9996 for the
             ~2,460 targets of 32 blocks of 512 tokens). `"mean"`: the number of targets, the plain mean cross-entropy.
         nsp_loss_weight: Weight of the NSP loss (BERT sums it with the MLM loss, weight 1).
+        unpad: Pretraining only (`pretrain.py --unpad`): the pretraining model runs its encoder on the real tokens
+            alone, a padded batch flattened into one row (a packed one as it is), with attention over each sequence
+            by the `sdpa_varlen` attention (PyTorch's varlen flash kernel on a GPU in half precision, one SDPA call
+            per sequence elsewhere). The same loss as the padded model; the fine-tuning heads ignore it.
         is_decoder: Always `False`; read by transformers' BERT layers.
         add_cross_attention: Always `False`; read by transformers' BERT layers.
     """
@@ -89,6 +93,7 @@ class SpanBertConfig(PreTrainedConfig):
     sbo_loss_weight: float = 1.0
     sbo_loss_normalization: Literal["authors", "mean"] = "authors"
     nsp_loss_weight: float = 1.0
+    unpad: bool = False
     is_decoder: bool = False
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True

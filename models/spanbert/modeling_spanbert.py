@@ -11,9 +11,10 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.nn import functional as F
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (
     create_bidirectional_mask,
     find_packed_sequence_indices,
@@ -88,6 +89,103 @@ def bidirectional_attention_mask(config, embeddings: torch.Tensor, attention_mas
         and_mask_function=packed_sequence_mask_function(sequence_index) if sequence_index is not None else None,
     )
     return mask, sequence_index is not None
+
+
+# The attention of `config.unpad`: sequences flattened into one row, told apart by their `cu_seq_lens_*`.
+UNPADDED_ATTENTION = "sdpa_varlen"
+# Attention implementations that read `cu_seq_lens_*` and attend within each sequence without a mask.
+VARLEN_ATTENTION_IMPLEMENTATIONS = (UNPADDED_ATTENTION, "flash_attention_2", "flash_attention_3")
+
+
+def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                             cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None, **kwargs):
+    """Attention over sequences flattened into one row `(1, heads, tokens, head_dim)`, bounded by `cu_seq_lens_*`.
+
+    On a GPU in half precision: PyTorch's own varlen flash kernel (`aten::_flash_attention_forward`, which takes the
+    attention dropout, unlike `torch.nn.attention.varlen.varlen_attn`; no flash-attn package). Elsewhere: one SDPA call
+    per sequence, the reference the CPU tests run. Without `cu_seq_lens_q` (a padded batch): transformers' SDPA.
+    """
+    if cu_seq_lens_q is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    if getattr(module, "is_causal", False):
+        raise ValueError(f"{UNPADDED_ATTENTION} attention is bidirectional; {type(module).__name__} is causal.")
+    query, key, value = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, head_dim)
+    head_dim = query.shape[-1]
+    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256:
+        output = flash_varlen_attention(query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k,
+                                        dropout, scaling)
+    else:
+        bounds = cu_seq_lens_q.tolist()  # the reference path: a host sync is fine here
+        output = torch.cat([
+            F.scaled_dot_product_attention(*(t[start:end].transpose(0, 1) for t in (query, key, value)),
+                                           dropout_p=dropout, scale=scaling).transpose(0, 1)
+            for start, end in zip(bounds[:-1], bounds[1:])
+        ])
+    return output[None], None
+
+
+AttentionInterface.register(UNPADDED_ATTENTION, varlen_attention_forward)
+
+
+def flash_varlen_attention(query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, dropout,
+                           scaling) -> torch.Tensor:
+    """PyTorch's varlen flash kernel, `(tokens, heads, head_dim)` in and out, non-causal, with attention dropout (its
+    backward replays the forward's dropout mask from the returned RNG state; autograd knows the op)."""
+    return torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, dropout, False, False,
+        scale=scaling,
+    )[0]
+
+
+def runs_unpadded(config, attention_mask, kwargs: dict) -> bool:
+    """Whether the layers attend over unpadded sequences (`config.unpad` and a packed row with its `cu_seq_lens_*`):
+    no mask is built then, and the attention must read the sequence boundaries."""
+    if not (getattr(config, "unpad", False) and attention_mask is None and kwargs.get("cu_seq_lens_q") is not None):
+        return False
+    if config._attn_implementation not in VARLEN_ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"config.unpad (--unpad) runs attention on unpadded sequences, which "
+                         f"{config._attn_implementation!r} attention cannot tell apart: use attn_implementation="
+                         f"{UNPADDED_ATTENTION!r} (PyTorch's varlen flash kernel) or flash_attention_2/3.")
+    return True
+
+
+def unpad_batch(attention_mask: torch.Tensor, per_token: dict, boundaries: dict, targets: dict) -> tuple[dict, object]:
+    """A right-padded batch flattened into one row of its real tokens, as `training.data.packing.pack_batch` packs it
+    on the host: per-token tensors keep their real tokens; `boundaries` (per-token positions, -1 for none) and
+    `targets` (per-row position lists, -1 for an empty slot) are shifted by their row's start. Returns the packed
+    inputs, with `position_ids` and `cu_seq_lens_*` / `max_length_*`, and the real tokens' flat indices."""
+    real = attention_mask.bool()
+    batch, width = real.shape
+    lengths = real.sum(1)
+    starts = (lengths.cumsum(0) - lengths)[:, None]
+    flat = real.flatten().nonzero().squeeze(1)  # the number of real tokens: a host sync (--unpad packs on the host)
+    packed = {"position_ids": torch.arange(width, device=real.device).expand(batch, width).flatten()[flat][None]}
+    for name, values in {**per_token, **boundaries, **targets}.items():
+        if values is None:
+            continue
+        if name in boundaries or name in targets:
+            values = torch.where(values >= 0, values + starts, values)
+        packed[name] = values.flatten()[None] if name in targets else values.flatten(0, 1)[flat][None]
+    bounds = F.pad(lengths.cumsum(0).to(torch.int32), (1, 0))
+    longest = int(lengths.max())
+    packed.update(cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=longest, max_length_k=longest)
+    return packed, flat
+
+
+def pad_back(values: torch.Tensor, flat: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
+    """`values` `(1, tokens)` of an unpadded batch put back into the padded shape, over a copy of `padded`."""
+    out = padded.clone().flatten()
+    out[flat] = values[0].to(out.dtype)
+    return out.view(padded.shape)
+
+
+def buffer_slots(target_positions: torch.Tensor):
+    """Rows, columns and validity of a fixed-size target buffer `(B, K)` (positions, -1 for an empty slot), flat.
+    Empty slots point at column 0 ([CLS], never a target), so every gather stays in bounds without a host sync."""
+    rows = torch.arange(target_positions.shape[0], device=target_positions.device)[:, None]
+    return (rows.expand_as(target_positions).flatten(), target_positions.clamp(min=0).flatten(),
+            (target_positions >= 0).flatten())
 
 
 def layer_at_positions(layer: nn.Module, hidden: torch.Tensor, mask, rows, cols, **kwargs) -> torch.Tensor:
@@ -167,7 +265,10 @@ class SpanBertModel(SpanBertPreTrainedModel):
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
-        mask, packed = bidirectional_attention_mask(self.config, embedding_output, attention_mask, position_ids)
+        if runs_unpadded(self.config, attention_mask, kwargs):  # no (tokens x tokens) mask: attention reads cu_seq_lens
+            mask, packed = None, True
+        else:
+            mask, packed = bidirectional_attention_mask(self.config, embedding_output, attention_mask, position_ids)
         if packed:
             if self.pooler is not None:
                 raise ValueError(
@@ -232,6 +333,14 @@ class SpanBoundaryHead(nn.Module):
         return F.linear(self.mlp(h0), self.decoder.weight, self.bias)
 
 
+def use_varlen_attention(config) -> None:
+    """`config.unpad` runs attention on unpadded sequences: the default SDPA becomes its varlen form (which is SDPA
+    itself on padded batches: evaluation and fine-tuning are unchanged). Any other choice is kept, and checked when
+    a batch runs unpadded (`runs_unpadded`)."""
+    if getattr(config, "unpad", False) and config._attn_implementation == "sdpa":
+        config._attn_implementation = UNPADDED_ATTENTION
+
+
 class SpanBertForPreTraining(SpanBertPreTrainedModel):
     """MLM + span boundary objective. With `config.use_span_boundary_objective=False` it is the BERT-MLM baseline;
     with `config.use_next_sentence_prediction=True` it adds BERT's NSP head (the two-segment baselines), under
@@ -262,6 +371,7 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                 "sbo.decoder.bias": "sbo.bias",
             }
         self.post_init()
+        use_varlen_attention(config)
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
@@ -282,6 +392,7 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         span_right: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
         prediction_mask: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> SpanBertForPreTrainingOutput:
         r"""
@@ -294,7 +405,12 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
             convention); with `config.use_next_sentence_prediction`, adds the NSP loss.
         prediction_mask: inference only, `(B, T)` bool: MLM logits only at these positions, `(N, vocab_size)` rows in
             row-major order. Without it and without labels, MLM logits at every position, `(B, T, vocab_size)`.
+        target_positions: with `labels`, the fixed-size target buffer (`SpanMaskingCollator(target_buffer=True)`):
+            `(B, K)` each row's masked positions, ascending, then -1. The step then has no data-dependent shape (no
+            host sync): `mlm_logits` and `sbo_logits` have one row per slot, `(B * K, vocab_size)`, and empty slots
+            (and, for SBO, slots without an SBO target) are left out of the losses. The same losses as without it.
 
+        With `config.unpad` a padded training batch is flattened into one row of its real tokens first (`unpad_batch`).
         Each loss term is computed when its targets are given (MLM: `labels`; SBO: `labels` and the span boundaries;
         NSP: `next_sentence_label`); `loss` is their weighted sum, None without any.
         """
@@ -310,14 +426,34 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         if labels is not None and prediction_mask is not None:
             raise ValueError("prediction_mask chooses where to predict without labels; with labels, MLM logits are "
                              "computed at the labelled positions.")
+        if target_positions is not None and labels is None:
+            raise ValueError("target_positions lists where the labels are (the fixed-size target buffer); pass labels "
+                             "too.")
+        records_outputs = any(
+            kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
+        )
+        if self.config.unpad and labels is not None and attention_mask is not None and not records_outputs:
+            if has_nsp_head:
+                raise ValueError("config.unpad (--unpad): next sentence prediction reads each row's first token, "
+                                 "which an unpadded batch does not keep per row; train this recipe without --unpad.")
+            packed, _ = unpad_batch(
+                attention_mask,
+                per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
+                               position_ids=position_ids, inputs_embeds=inputs_embeds),
+                boundaries=dict(span_left=span_left, span_right=span_right),
+                targets=dict(target_positions=target_positions),
+            )
+            return self(**packed, **kwargs)
+        if target_positions is not None:
+            return self.buffered_forward(input_ids, labels, target_positions, span_left, span_right,
+                                         next_sentence_label, token_type_ids=token_type_ids,
+                                         position_ids=position_ids, attention_mask=attention_mask,
+                                         inputs_embeds=inputs_embeds, **kwargs)
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
         output = {}
         encoder_inputs = dict(
             attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds
-        )
-        records_outputs = any(
-            kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
         )
         # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
         targets = labels != -100 if labels is not None else prediction_mask
@@ -365,6 +501,71 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         if losses:
             output["loss"] = sum(losses[1:], losses[0])
         return SpanBertForPreTrainingOutput(**output)
+
+    def buffered_forward(self, input_ids, labels, target_positions, span_left, span_right, next_sentence_label,
+                         **encoder_inputs) -> SpanBertForPreTrainingOutput:
+        """`forward` on the fixed-size target buffer: every shape follows the batch's, none its masks."""
+        rows, cols, valid = buffer_slots(target_positions)
+        mlm_labels = torch.where(valid, labels[rows, cols], -100)
+        reads = [(rows, cols)]
+        if self.sbo is not None and span_left is not None:
+            left, right = span_left[rows, cols], span_right[rows, cols]
+            relative = cols - left - 1
+            is_sbo = valid & (left >= 0) & (relative < self.config.max_span_targets)
+            sbo_labels = torch.where(is_sbo, mlm_labels, -100)
+            reads += [(rows, left.clamp(min=0)), (rows, right.clamp(min=0))]
+        if self.spanbert.pooler is not None:
+            every_row = torch.arange(labels.shape[0], device=labels.device)
+            reads.append((every_row, torch.zeros_like(every_row)))
+        states, recorded = self.encode_reads(reads, input_ids, labels.shape, **encoder_inputs)
+        output = dict(recorded)
+        output["mlm_logits"] = self.cls.predictions(states[0])
+        output["mlm_loss"] = F.cross_entropy(output["mlm_logits"].float(), mlm_labels)
+        losses = [self.config.mlm_loss_weight * output["mlm_loss"]]
+        if len(reads) > 1 + (self.spanbert.pooler is not None):
+            relative = relative.clamp(0, self.config.max_span_targets - 1)
+            output["sbo_logits"] = self.sbo(states[1], states[2], relative)
+            summed = F.cross_entropy(output["sbo_logits"].float(), sbo_labels, reduction="sum")
+            extra = 1 if self.config.sbo_loss_normalization == "authors" else 0
+            output["sbo_loss"] = summed / ((sbo_labels != -100).sum() + extra).clamp(min=1)
+            losses.append(self.config.sbo_loss_weight * output["sbo_loss"])
+        if self.spanbert.pooler is not None:
+            output["nsp_logits"] = self.cls.seq_relationship(self.spanbert.pooler(states[-1][:, None]))
+            if next_sentence_label is not None:
+                nsp_logits = output["nsp_logits"].float()
+                output["nsp_loss"] = F.cross_entropy(nsp_logits, next_sentence_label.view(-1))
+                output["nsp_accuracy"] = (nsp_logits.detach().argmax(-1) == next_sentence_label.view(-1)).float().mean()
+                losses.append(self.config.nsp_loss_weight * output["nsp_loss"])
+        return SpanBertForPreTrainingOutput(loss=sum(losses[1:], losses[0]), **output)
+
+    def encode_reads(self, reads, input_ids, shape, **encoder_inputs):
+        """The encoder's last states at each `(rows, cols)` of `reads`, with no data-dependent shape: the last layer's
+        feed-forward block runs at a fixed number of positions per row (three per buffer slot, at most the row),
+        the read ones first, each once. Also returns the recorded hidden states/attentions when asked for."""
+        kwargs = {k: v for k, v in encoder_inputs.items() if k not in ("token_type_ids", "position_ids",
+                                                                        "attention_mask", "inputs_embeds")}
+        if any(kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")):
+            outputs = self.spanbert(input_ids, **encoder_inputs, return_dict=True)
+            states = outputs.last_hidden_state
+            return ([states[r, c] for r, c in reads],
+                    dict(hidden_states=outputs.hidden_states, attentions=outputs.attentions))
+        encoder_inputs = {k: encoder_inputs.get(k) for k in ("attention_mask", "token_type_ids", "position_ids",
+                                                            "inputs_embeds")}
+        hidden, mask, layer_kwargs = self.spanbert.embed(input_ids, **encoder_inputs, **kwargs)
+        *lower, last = self.spanbert.encoder.layer
+        for layer in lower:
+            hidden = layer(hidden, mask, **layer_kwargs)
+        batch, width = shape
+        read = torch.zeros(shape, dtype=torch.bool, device=hidden.device)
+        for rows, cols in reads:
+            read[rows, cols] = True
+        computed = min(width, sum(rows.numel() for rows, _ in reads) // batch)
+        order = torch.argsort((~read).to(torch.uint8), dim=1, stable=True)[:, :computed]  # read positions first
+        every_row = torch.arange(batch, device=hidden.device)[:, None].expand_as(order)
+        compact = layer_at_positions(last, hidden, mask, every_row.flatten(), order.flatten(), **layer_kwargs)
+        compact_index = torch.zeros(shape, dtype=torch.long, device=hidden.device)
+        compact_index.scatter_(1, order, torch.arange(order.numel(), device=hidden.device).view_as(order))
+        return [compact[compact_index[rows, cols]] for rows, cols in reads], {}
 
     def sbo_targets(self, span_left: torch.Tensor, span_right: torch.Tensor):
         """Rows, columns and the two outside boundary columns of every SBO target, row-major."""

@@ -83,6 +83,11 @@ class TeamsConfig(PreTrainedConfig):
         mlm_loss_weight: Weight of the generator's MLM loss.
         rtd_loss_weight: lambda_1, weight of the RTD loss (5 in TEAMS, 50 in ELECTRA).
         mws_loss_weight: lambda_2, weight of the MWS loss (2).
+        unpad: Pretraining only (`pretrain.py --unpad`): the pretraining model runs the generator and the
+            discriminator on the real tokens alone, a padded batch flattened into one row (a packed one as it is), with
+            attention over each sequence by the `sdpa_varlen` attention (PyTorch's varlen flash kernel on a GPU in half
+            precision, one SDPA call per sequence elsewhere). The same losses as the padded model; `rtd_logits`,
+            `rtd_labels` and `corrupted_input_ids` come back padded. The fine-tuning heads ignore it.
         is_decoder: Always `False`; read by transformers' ELECTRA layers.
         add_cross_attention: Always `False`; read by transformers' ELECTRA layers.
     """
@@ -119,6 +124,7 @@ class TeamsConfig(PreTrainedConfig):
     mlm_loss_weight: float = 1.0
     rtd_loss_weight: float = 5.0
     mws_loss_weight: float = 2.0
+    unpad: bool = False
     is_decoder: bool = False
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True

@@ -18,9 +18,10 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.nn import functional as F
-from transformers import PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (
     create_bidirectional_mask,
     find_packed_sequence_indices,
@@ -110,6 +111,118 @@ def bidirectional_attention_mask(config, embeddings: torch.Tensor, attention_mas
     return mask, sequence_index is not None
 
 
+# The attention of `config.unpad`: sequences flattened into one row, told apart by their `cu_seq_lens_*`.
+UNPADDED_ATTENTION = "sdpa_varlen"
+# Attention implementations that read `cu_seq_lens_*` and attend within each sequence without a mask.
+VARLEN_ATTENTION_IMPLEMENTATIONS = (UNPADDED_ATTENTION, "flash_attention_2", "flash_attention_3")
+
+
+# Copied from models.spanbert.modeling_spanbert.varlen_attention_forward
+def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                             cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None, **kwargs):
+    """Attention over sequences flattened into one row `(1, heads, tokens, head_dim)`, bounded by `cu_seq_lens_*`.
+
+    On a GPU in half precision: PyTorch's own varlen flash kernel (`aten::_flash_attention_forward`, which takes the
+    attention dropout, unlike `torch.nn.attention.varlen.varlen_attn`; no flash-attn package). Elsewhere: one SDPA call
+    per sequence, the reference the CPU tests run. Without `cu_seq_lens_q` (a padded batch): transformers' SDPA.
+    """
+    if cu_seq_lens_q is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    if getattr(module, "is_causal", False):
+        raise ValueError(f"{UNPADDED_ATTENTION} attention is bidirectional; {type(module).__name__} is causal.")
+    query, key, value = (t[0].transpose(0, 1) for t in (query, key, value))  # (tokens, heads, head_dim)
+    head_dim = query.shape[-1]
+    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and head_dim % 8 == 0 and head_dim <= 256:
+        output = flash_varlen_attention(query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k,
+                                        dropout, scaling)
+    else:
+        bounds = cu_seq_lens_q.tolist()  # the reference path: a host sync is fine here
+        output = torch.cat([
+            F.scaled_dot_product_attention(*(t[start:end].transpose(0, 1) for t in (query, key, value)),
+                                           dropout_p=dropout, scale=scaling).transpose(0, 1)
+            for start, end in zip(bounds[:-1], bounds[1:])
+        ])
+    return output[None], None
+
+
+AttentionInterface.register(UNPADDED_ATTENTION, varlen_attention_forward)
+
+
+# Copied from models.spanbert.modeling_spanbert.flash_varlen_attention
+def flash_varlen_attention(query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, dropout,
+                           scaling) -> torch.Tensor:
+    """PyTorch's varlen flash kernel, `(tokens, heads, head_dim)` in and out, non-causal, with attention dropout (its
+    backward replays the forward's dropout mask from the returned RNG state; autograd knows the op)."""
+    return torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k, dropout, False, False,
+        scale=scaling,
+    )[0]
+
+
+# Copied from models.spanbert.modeling_spanbert.runs_unpadded
+def runs_unpadded(config, attention_mask, kwargs: dict) -> bool:
+    """Whether the layers attend over unpadded sequences (`config.unpad` and a packed row with its `cu_seq_lens_*`):
+    no mask is built then, and the attention must read the sequence boundaries."""
+    if not (getattr(config, "unpad", False) and attention_mask is None and kwargs.get("cu_seq_lens_q") is not None):
+        return False
+    if config._attn_implementation not in VARLEN_ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"config.unpad (--unpad) runs attention on unpadded sequences, which "
+                         f"{config._attn_implementation!r} attention cannot tell apart: use attn_implementation="
+                         f"{UNPADDED_ATTENTION!r} (PyTorch's varlen flash kernel) or flash_attention_2/3.")
+    return True
+
+
+# Copied from models.spanbert.modeling_spanbert.unpad_batch
+def unpad_batch(attention_mask: torch.Tensor, per_token: dict, boundaries: dict, targets: dict) -> tuple[dict, object]:
+    """A right-padded batch flattened into one row of its real tokens, as `training.data.packing.pack_batch` packs it
+    on the host: per-token tensors keep their real tokens; `boundaries` (per-token positions, -1 for none) and
+    `targets` (per-row position lists, -1 for an empty slot) are shifted by their row's start. Returns the packed
+    inputs, with `position_ids` and `cu_seq_lens_*` / `max_length_*`, and the real tokens' flat indices."""
+    real = attention_mask.bool()
+    batch, width = real.shape
+    lengths = real.sum(1)
+    starts = (lengths.cumsum(0) - lengths)[:, None]
+    flat = real.flatten().nonzero().squeeze(1)  # the number of real tokens: a host sync (--unpad packs on the host)
+    packed = {"position_ids": torch.arange(width, device=real.device).expand(batch, width).flatten()[flat][None]}
+    for name, values in {**per_token, **boundaries, **targets}.items():
+        if values is None:
+            continue
+        if name in boundaries or name in targets:
+            values = torch.where(values >= 0, values + starts, values)
+        packed[name] = values.flatten()[None] if name in targets else values.flatten(0, 1)[flat][None]
+    bounds = F.pad(lengths.cumsum(0).to(torch.int32), (1, 0))
+    longest = int(lengths.max())
+    packed.update(cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=longest, max_length_k=longest)
+    return packed, flat
+
+
+# Copied from models.spanbert.modeling_spanbert.pad_back
+def pad_back(values: torch.Tensor, flat: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
+    """`values` `(1, tokens)` of an unpadded batch put back into the padded shape, over a copy of `padded`."""
+    out = padded.clone().flatten()
+    out[flat] = values[0].to(out.dtype)
+    return out.view(padded.shape)
+
+
+# Copied from models.spanbert.modeling_spanbert.buffer_slots
+def buffer_slots(target_positions: torch.Tensor):
+    """Rows, columns and validity of a fixed-size target buffer `(B, K)` (positions, -1 for an empty slot), flat.
+    Empty slots point at column 0 ([CLS], never a target), so every gather stays in bounds without a host sync."""
+    rows = torch.arange(target_positions.shape[0], device=target_positions.device)[:, None]
+    return (rows.expand_as(target_positions).flatten(), target_positions.clamp(min=0).flatten(),
+            (target_positions >= 0).flatten())
+
+
+# Copied from models.spanbert.modeling_spanbert.use_varlen_attention
+def use_varlen_attention(config) -> None:
+    """`config.unpad` runs attention on unpadded sequences: the default SDPA becomes its varlen form (which is SDPA
+    itself on padded batches: evaluation and fine-tuning are unchanged). Any other choice is kept, and checked when
+    a batch runs unpadded (`runs_unpadded`)."""
+    if getattr(config, "unpad", False) and config._attn_implementation == "sdpa":
+        config._attn_implementation = UNPADDED_ATTENTION
+
+
 # Copied from models.spanbert.modeling_spanbert.layer_at_positions
 def layer_at_positions(layer: nn.Module, hidden: torch.Tensor, mask, rows, cols, **kwargs) -> torch.Tensor:
     """`layer(hidden, mask, **kwargs)[rows, cols]` for a BERT/ELECTRA layer whose output is read only there.
@@ -178,6 +291,13 @@ class TeamsDiscriminatorOutput(ModelOutput):
     task_input: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def mean_over(hits: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """The fraction of `hits` (bool) among the `valid` entries (all without), as a tensor: no host sync."""
+    if valid is None:
+        return hits.float().mean()
+    return (hits & valid).sum() / valid.sum()
 
 
 def records_outputs(config, kwargs: dict) -> bool:
@@ -274,7 +394,9 @@ class TeamsModel(TeamsPreTrainedModel):
     def mask_and_layer_kwargs(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, position_ids=None,
                               **kwargs):
         """The attention mask and the kwargs for the layers (with `position_ids` for a packed batch, see
-        `bidirectional_attention_mask`)."""
+        `bidirectional_attention_mask`); none for unpadded sequences (`runs_unpadded`)."""
+        if runs_unpadded(self.config, attention_mask, kwargs):
+            return None, {"position_ids": position_ids, **kwargs}
         mask, packed = bidirectional_attention_mask(self.config, hidden, attention_mask, position_ids)
         return mask, ({"position_ids": position_ids, **kwargs} if packed else kwargs)
 
@@ -408,6 +530,7 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         self.rtd_head = ElectraDiscriminatorPredictions(config) if config.trains_rtd else None
         self.mws_head = TeamsMultiWordSelectionHead(config) if config.trains_mws else None
         self.post_init()
+        use_varlen_attention(config)
 
     @can_return_tuple
     def forward(
@@ -418,6 +541,7 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         candidate_ids: torch.Tensor | None = None,
+        target_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> TeamsForPreTrainingOutput:
         r"""
@@ -428,16 +552,48 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         candidate_ids: inference only, `(B, T, K)` candidate token ids to score at every position with the MWS head.
         position_ids: with `attention_mask=None`, positions restarting at 0 mark sequences packed into one row
             (`training.packing.PackedBatchCollator`); RTD then averages over every token of the row.
+        target_positions: with `labels`, the fixed-size target buffer (`SpanMaskingCollator(target_buffer=True)`):
+            `(B, K)` each row's masked positions, ascending, then -1. The step then has no data-dependent shape (no
+            host sync): `mlm_logits`, `mws_logits` and `candidate_ids` have one row per slot (`B * K`), and empty
+            slots are left out of the losses and accuracies. The same losses as without it for the same draws (the
+            samplers draw noise for every slot, so a run's draws differ from a run without it).
+
+        With `config.unpad` a padded batch is flattened into one row of its real tokens first (`unpad_batch`); the
+        per-token outputs come back padded.
         """
+        if target_positions is not None and labels is None:
+            raise ValueError("target_positions lists where the labels are (the fixed-size target buffer); pass labels "
+                             "too.")
         if labels is None:
             return self.discriminate(input_ids, attention_mask, token_type_ids, position_ids, candidate_ids, **kwargs)
         config = self.config
+        if config.unpad and attention_mask is not None and not records_outputs(config, kwargs):
+            packed, flat = unpad_batch(
+                attention_mask, per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
+                                               position_ids=position_ids),
+                boundaries={}, targets=dict(target_positions=target_positions),
+            )
+            output = self(**packed, **kwargs)
+            # The padding back where an output has the padded shape.
+            output["corrupted_input_ids"] = pad_back(output.corrupted_input_ids, flat, input_ids)
+            if output.rtd_logits is not None:
+                zeros = input_ids.new_zeros(input_ids.shape, dtype=output.rtd_logits.dtype)
+                output["rtd_logits"] = pad_back(output.rtd_logits, flat, zeros)
+                output["rtd_labels"] = pad_back(output.rtd_labels, flat, zeros.float())
+            return output
         word_embeddings = self.teams.embeddings.word_embeddings.weight
-        # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
-        rows, cols = (labels != -100).nonzero(as_tuple=True)
-        real = (attention_mask.nonzero(as_tuple=True)
-                if attention_mask is not None and self.rtd_head is not None else None)
-        originals = labels[rows, cols]
+        if target_positions is not None:  # a fixed number of slots: no data-dependent shape, no host sync
+            rows, cols, valid = buffer_slots(target_positions)
+            real = None
+            originals = torch.where(valid, labels[rows, cols], input_ids[rows, cols])
+            mlm_targets = torch.where(valid, originals, -100)
+        else:
+            # The data-dependent index sets first: under torch.compile they split the graph before the encoder.
+            rows, cols = (labels != -100).nonzero(as_tuple=True)
+            valid = None
+            real = (attention_mask.nonzero(as_tuple=True)
+                    if attention_mask is not None and self.rtd_head is not None else None)
+            originals = mlm_targets = labels[rows, cols]
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
         output = {}
 
@@ -449,12 +605,14 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         at_targets = layer_at_positions(top_layer, hidden, mask, rows, cols, **kwargs)
         output["mlm_logits"] = self.generator.decoder(self.generator.predictions(at_targets))
         mlm_logits = output["mlm_logits"].float()  # once: the loss and both samplers work in fp32
-        output["mlm_loss"] = F.cross_entropy(mlm_logits, originals)
-        output["mlm_accuracy"] = (mlm_logits.detach().argmax(-1) == originals).float().mean()
+        output["mlm_loss"] = F.cross_entropy(mlm_logits, mlm_targets)
+        output["mlm_accuracy"] = mean_over(mlm_logits.detach().argmax(-1) == originals, valid)
         loss = config.mlm_loss_weight * output["mlm_loss"]
 
         # Corrupt the input with one sampled replacement per masked position (no gradient, fp32).
         replacements = sample_replacements(mlm_logits)
+        if valid is not None:  # an empty slot keeps its token (it points at [CLS])
+            replacements = torch.where(valid, replacements, originals)
         original_ids = input_ids.clone()
         original_ids[rows, cols] = originals
         corrupted = original_ids.clone()
@@ -473,8 +631,14 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
             if real is not None:  # RTD over real tokens only (a packed batch has no padding)
                 rtd_logits, rtd_labels = rtd_logits[real], rtd_labels[real]
             rtd_logits = rtd_logits.float()
-            output["rtd_loss"] = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
-            output["rtd_accuracy"] = ((rtd_logits.detach() > 0).float() == rtd_labels).float().mean()
+            if valid is not None and attention_mask is not None:  # the buffer's step weighs out the padding instead
+                weights = attention_mask.to(rtd_logits.dtype)
+                output["rtd_loss"] = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels, weights,
+                                                                        reduction="sum") / weights.sum()
+                output["rtd_accuracy"] = mean_over((rtd_logits.detach() > 0).float() == rtd_labels, weights.bool())
+            else:
+                output["rtd_loss"] = F.binary_cross_entropy_with_logits(rtd_logits, rtd_labels)
+                output["rtd_accuracy"] = ((rtd_logits.detach() > 0).float() == rtd_labels).float().mean()
             loss = loss + config.rtd_loss_weight * output["rtd_loss"]
 
         if self.mws_head is not None:
@@ -486,8 +650,10 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
                 mws_states = top[rows, cols]
             output["mws_logits"] = mws_logits = self.mws_head(mws_states, word_embeddings[candidate_ids])
             target = torch.zeros_like(originals)  # the original is candidate 0
+            if valid is not None:
+                target = torch.where(valid, target, -100)
             output["mws_loss"] = F.cross_entropy(mws_logits.float(), target)
-            output["mws_accuracy"] = (mws_logits.detach().argmax(-1) == 0).float().mean()
+            output["mws_accuracy"] = mean_over(mws_logits.detach().argmax(-1) == 0, valid)
             loss = loss + config.mws_loss_weight * output["mws_loss"]
         return TeamsForPreTrainingOutput(loss=loss, **output)
 

@@ -20,14 +20,23 @@ import torch
 # Per-position columns that move with their tokens; the boundary columns also hold positions, shifted when packed.
 POSITION_COLUMNS = ("input_ids", "labels", "token_type_ids", "span_left", "span_right")
 BOUNDARY_COLUMNS = ("span_left", "span_right")
+# The fixed-size target buffer (`SpanMaskingCollator(target_buffer=True)`): per row, not per token; its positions are
+# shifted too and its rows laid end to end, so the packed buffer keeps a fixed size (batch x slots).
+TARGET_COLUMNS = ("target_positions",)
 # Attention implementations that skip the padding a packed row leaves out; eager/SDPA attend over the whole row
 # under a block-diagonal mask instead (right, but quadratic in the row's length).
-VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention")
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention", "sdpa_varlen")
+# Why a family's pretraining model has no unpadded path (`--unpad`), where there is more to say than that.
+UNPAD_REFUSALS = {
+    "cloze": "runs two causal towers (the forward one masks the future, the backward one the past) and a "
+             "combination layer whose queries attend across both towers under their own two-tower mask: no "
+             "padding-only mask to drop, so unpadding does not apply",
+}
 
 
 def pack_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Flatten a right-padded batch (`attention_mask` of 1s then 0s per row) into one row without padding."""
-    unsupported = set(batch) - {*POSITION_COLUMNS, "attention_mask"}
+    unsupported = set(batch) - {*POSITION_COLUMNS, *TARGET_COLUMNS, "attention_mask"}
     if unsupported:
         raise ValueError(f"--packing cannot pack {', '.join(sorted(unsupported))} (per-example, not per-token, "
                          "inputs such as next sentence labels): train this recipe without --packing.")
@@ -44,6 +53,9 @@ def pack_batch(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         if key in BOUNDARY_COLUMNS:
             values = torch.where(values >= 0, values + starts[:, None], values)
         packed[key] = values[real][None]
+    for key in TARGET_COLUMNS:
+        if key in batch:
+            packed[key] = torch.where(batch[key] >= 0, batch[key] + starts[:, None], batch[key]).flatten()[None]
     packed["position_ids"] = (torch.arange(real.shape[1])[None, :].expand_as(real))[real][None]
     boundaries = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).to(torch.int32)
     packed["cu_seq_lens_q"] = packed["cu_seq_lens_k"] = boundaries
@@ -77,3 +89,23 @@ def check_packing(model_class: type, config_kwargs: dict) -> None:
     if config_kwargs.get("use_next_sentence_prediction"):
         raise ValueError("--packing: next sentence prediction classifies each row's first token, which a packed row "
                          "does not have per example; train this recipe without --packing.")
+
+
+def check_unpad(config_class: type, model_class: type, config_kwargs: dict) -> None:
+    """A clear error, before any data is read, when the model cannot run unpadded (`--unpad`): a model without the
+    `unpad` config option, or one that cannot read packed rows (the unpadded batch is one)."""
+    if "unpad" not in getattr(config_class, "__dataclass_fields__", {}):
+        reason = UNPAD_REFUSALS.get(config_class.model_type, "has no unpadded path (no config.unpad)")
+        raise ValueError(f"--unpad: {model_class.__name__} {reason}; train it without --unpad.")
+    if config_kwargs.get("use_next_sentence_prediction"):
+        raise ValueError("--unpad: next sentence prediction classifies each row's first token, which an unpadded "
+                         "batch does not keep per row; train this recipe without --unpad.")
+
+
+def with_target_buffer(collator):
+    """`--target_buffer`: the masking collator adds its fixed-size target buffer (`target_positions`)."""
+    if not hasattr(collator, "target_buffer"):
+        raise ValueError(f"--target_buffer: {type(collator).__name__} makes no masked targets to buffer (this recipe "
+                         "predicts every token, or pairs segments); train it without --target_buffer.")
+    collator.target_buffer = True
+    return collator

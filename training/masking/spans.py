@@ -80,11 +80,31 @@ def truncated_geometric_probs(p: float, max_length: int) -> np.ndarray:
     return probs / probs.sum()
 
 
+def max_targets(mlm_probability: float, width: int) -> int:
+    """The most targets a row of `width` positions can get: its budget is ceil(rate x its maskable tokens)."""
+    return max(math.ceil(width * mlm_probability), 1)
+
+
+def target_buffer(masked: np.ndarray, size: int) -> np.ndarray:
+    """The fixed-size target buffer `(B, size)`: each row's masked positions, ascending, then -1.
+
+    Its shape follows the batch's shape and the masking rate only, so a train step that reads it has no
+    data-dependent shape (the models need no host sync to count the targets). Refuses a row with more targets.
+    """
+    counts = masked.sum(1)
+    if counts.max(initial=0) > size:
+        raise ValueError(f"A row has {int(counts.max())} masked targets, more than the target buffer's {size} slots "
+                         "(ceil(mlm_probability x width)); the masking budget was exceeded.")
+    order = np.argsort(~masked, axis=1, kind="stable")[:, :size]  # masked positions first, in order
+    return np.where(np.take_along_axis(masked, order, axis=1), order, -1).astype(np.int64)
+
+
 class SpanMaskingCollator:
     """Pads examples of `input_ids` + `word_start` (+ `linguistic_span`) and masks them.
 
     Returns `input_ids`, `attention_mask`, `labels` (-100 where not masked) and, with `span_boundary_targets`,
-    `span_left` / `span_right` (outside boundary positions of each SBO target's merged span, -1 elsewhere).
+    `span_left` / `span_right` (outside boundary positions of each SBO target's merged span, -1 elsewhere). With
+    `target_buffer`, also `target_positions` (see `target_buffer`): the models then run a step without a host sync.
     Every example needs its `example_index` (`training.data.add_example_index`): its mask is a pure function of
     (seed, epoch, index), new each epoch (dynamic masking, `set_epoch`) and identical after a restart.
     """
@@ -105,6 +125,7 @@ class SpanMaskingCollator:
         span_boundary_targets: bool = True,
         pad_to_multiple_of: int | None = 8,
         seed: int = 0,
+        target_buffer: bool = False,
     ):
         if scheme not in SCHEMES:
             raise ValueError(f"Unknown masking scheme {scheme!r}; choose one of {', '.join(SCHEMES)}.")
@@ -127,6 +148,7 @@ class SpanMaskingCollator:
         self.linguistic_probability = linguistic_probability
         self.span_boundary_targets = span_boundary_targets
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.target_buffer = target_buffer
         self.randomness = ExampleRandomness(seed)
 
         vocab_size = len(tokenizer)
@@ -151,9 +173,10 @@ class SpanMaskingCollator:
         self.randomness.set_epoch(epoch)
 
     def for_evaluation(self) -> "SpanMaskingCollator":
-        """A copy whose masks ignore the epoch: held-out losses are the same for the same model and data."""
+        """A copy whose masks ignore the epoch: held-out losses are the same for the same model and data. Without the
+        target buffer: evaluation reads one logit row per target, and its speed is not the step's."""
         copy = object.__new__(type(self))
-        copy.__dict__.update(self.__dict__, randomness=self.randomness.for_evaluation())
+        copy.__dict__.update(self.__dict__, randomness=self.randomness.for_evaluation(), target_buffer=False)
         return copy
 
     def span_lengths(self, uniforms: np.ndarray) -> np.ndarray:
@@ -238,6 +261,9 @@ class SpanMaskingCollator:
         if self.span_boundary_targets:
             left, right = self._span_boundaries(masked, maskable)
             result["span_left"], result["span_right"] = torch.from_numpy(left), torch.from_numpy(right)
+        if self.target_buffer:
+            result["target_positions"] = torch.from_numpy(target_buffer(masked, max_targets(self.mlm_probability,
+                                                                                              width)))
         return result
 
     # ------------------------------------------------------------------ selection
