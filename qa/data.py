@@ -46,11 +46,11 @@ def duplicate_id(question_id, seen: dict) -> str | None:
 
 
 def validate(records: datasets.Dataset, on_malformed: str = "error",
-             source: str | None = None) -> tuple[datasets.Dataset, int]:
+             source: str | None = None) -> tuple[datasets.Dataset, list[str]]:
     """Check every record: required fields present, a question id no other record has, each answer text found at
     its `answer_start` in the context. `on_malformed="error"` raises naming the record (and `source`, the file or
-    split it comes from); `"skip"` drops it (a repeated id: every record after the first) and returns how many were
-    dropped."""
+    split it comes from); `"skip"` drops it (a repeated id: every record after the first) and returns what was wrong
+    with each dropped one ("'ID' (row N): PROBLEM")."""
     required = {"id", "question", "context", "answers"}
     missing = required - set(records.column_names)
     if missing:
@@ -88,12 +88,13 @@ def validate(records: datasets.Dataset, on_malformed: str = "error",
                 where = f"{source}: record" if source else "Record"
                 raise MalformedRecordError(f"{where} {record['id']!r} (row {index}): {problem}. Fix it, or pass "
                                            "--on_malformed skip.")
-            bad.append(index)
+            bad.append((index, f"{record['id']!r} (row {index}): {problem}"))
         else:
             seen_ids[record["id"]] = index
     if bad:
-        records = records.select([i for i in range(len(records)) if i not in set(bad)])
-    return records, len(bad)
+        dropped = {index for index, _ in bad}
+        records = records.select([i for i in range(len(records)) if i not in dropped])
+    return records, [problem for _, problem in bad]
 
 
 SQUAD_LAYOUT = ("SQuAD format: {\"data\": [{\"title\", \"paragraphs\": [{\"context\", \"qas\": [{\"id\", \"question\", "

@@ -140,16 +140,24 @@ def read_questions(args: QAArguments) -> tuple[dict, dict[str, int], dict[str, s
     skipped, empty = {}, {}
     for split in list(raw):
         source = {"train": args.train_file, "validation": args.validation_file}.get(split) or f"{args.dataset} {split}"
-        raw[split], skipped[split] = validate(raw[split], args.on_malformed, source)
-        if skipped[split]:
-            logger.warning("Skipped %d malformed %s records.", skipped[split], split)
+        raw[split], problems = validate(raw[split], args.on_malformed, source)
+        skipped[split] = len(problems)
+        if problems:
+            logger.warning("Skipped %d malformed %s records: %s.", len(problems), split, first_problems(problems))
         if not len(raw[split]):
-            empty[split] = (f"{source} has no {split} questions"
-                            + (f" left (all {skipped[split]} were malformed and skipped)." if skipped[split] else "."))
+            empty[split] = (f"{source} has no {split} questions" + (
+                f" left: all {len(problems)} were malformed and skipped ({first_problems(problems)})." if problems
+                else "."))
     for split, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples)):
         if limit and split in raw:
             raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
     return raw, skipped, empty
+
+
+def first_problems(problems: list[str], shown: int = 3) -> str:
+    """What was wrong with the first `shown` malformed records, and how many more there were."""
+    more = f"; and {len(problems) - shown} more" if len(problems) > shown else ""
+    return "; ".join(problems[:shown]) + more
 
 
 def is_version_2(args: QAArguments, raw: dict) -> bool:

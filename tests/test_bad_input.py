@@ -132,6 +132,11 @@ CATALOGUE = [
     Case("pretrain-override-type", "pretrain.py",
          lambda w: [*TINY, "--config_overrides", "hidden_size=abc", "--output_dir", str(w / "out")],
          "Bad --config_overrides for SpanBertConfig: TypeError: Field 'hidden_size' expected int, got str"),
+    Case("pretrain-fewer-positions", "pretrain.py",
+         lambda w: [*TINY, "--max_seq_length", "256", "--config_overrides", "max_position_embeddings=128",
+                    "--output_dir", str(w / "out")],
+         "--max_seq_length 256 is longer than the model's 128 positions (max_position_embeddings, from "
+         "--config_overrides): pass --max_seq_length 128 or less, or --config_overrides max_position_embeddings=256."),
     Case("pretrain-missing-tokenizer", "pretrain.py",
          lambda w: [*TINY, "--tokenizer_name", str(w / "no" / "tok"), "--output_dir", str(w / "out")],
          "tok does not exist: pass an existing path"),

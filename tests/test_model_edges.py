@@ -132,6 +132,12 @@ def test_explicit_attention_implementation_reaches_the_encoder(family, bertac_ex
     assert model.base_model.backbone.config._attn_implementation == "eager"
     with torch.no_grad():
         torch.testing.assert_close(model(**inputs).logits, logits["sdpa"], rtol=1e-4, atol=1e-5)
+    refusal = f"{family.upper()} does not support attn_implementation='flex_attention'.*'sdpa'"  # ours, not generic
+    with pytest.raises(ValueError, match=refusal):
+        model.set_attn_implementation("flex_attention")
+    with pytest.raises(ValueError, match=refusal):
+        AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True,
+                                                           attn_implementation="flex_attention")
 
 
 def test_bertac_cnn_is_left_as_it_is_by_the_attention_implementation(bertac_export, tokenizer):

@@ -256,7 +256,7 @@ def test_malformed_records_are_named_or_skipped():
     with pytest.raises(MalformedRecordError, match="bad-7.*not at offset 3"):
         validate(data, "error")
     kept, skipped = validate(data, "skip")
-    assert skipped == 1 and kept["id"] == ["ok"]
+    assert skipped == ["'bad-7' (row 1): answer 'Paris' is not at offset 3 (found 'is is')"] and kept["id"] == ["ok"]
     with pytest.raises(MalformedRecordError, match="lacks the fields"):
         validate(data.remove_columns("context"), "error")
 
@@ -367,6 +367,11 @@ def test_bad_input_gets_clear_errors(tmp_path):
     result = run_cli("--model_name_or_path", minilm_path(), "--train_file", bad, "--validation_file", bad,
                      "--output_dir", str(tmp_path / "o"))
     assert result.returncode == 2 and "q-42" in result.stderr and "--on_malformed skip" in result.stderr
+    skipped = run_cli("--model_name_or_path", minilm_path(), "--validation_file", bad, "--on_malformed", "skip",
+                      "--output_dir", str(tmp_path / "o"))  # why each record was skipped, not only that it was
+    assert skipped.returncode == 2 and ("bad.json has no validation questions left: all 1 were malformed and skipped "
+                                        "('q-42' (row 0): answer 'Rome' is not at offset 5 (found 'is o'))") in (
+        skipped.stderr)
     missing = run_cli("--model_name_or_path", minilm_path(), "--validation_file", str(tmp_path / "none.json"),
                       "--output_dir", str(tmp_path / "o"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr

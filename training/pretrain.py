@@ -465,6 +465,7 @@ def check_recipe_arguments(args: PretrainArguments):
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
     overrides = check_config_overrides(recipe, args)
+    check_positions(recipe, args, overrides)
     if args.packing:
         from encoder_zoo import models
         from encoder_zoo.training.data.packing import check_packing
@@ -573,6 +574,25 @@ def prepare_tokenizer(recipe, args, training_args, text: TrainingText, config_kw
         if training_args.process_index == 0:
             save_tokenizer(tokenizer, tokenizer_dir, fingerprint)
     return tokenizer
+
+
+def check_positions(recipe, args: PretrainArguments, overrides: dict) -> None:
+    """A model with fewer positions than --max_seq_length (set by --config_overrides, the recipe or its size preset)
+    is refused before any data is read, naming both ways out, not by the model at its first batch."""
+    from encoder_zoo import models
+
+    if getattr(args, "starting_point", None):
+        return  # --init_from: the checkpoint's positions, checked with its weights (plan_starting_weights)
+    if "max_position_embeddings" not in models.get_class(recipe.family, "AutoConfig").__dataclass_fields__:
+        return
+    sources = (("--config_overrides", overrides), (f"--model {args.model}", recipe.config_overrides),
+               (f"the {args.model_size} size preset", recipe.sizes[args.model_size]))
+    where, positions = next(((name, given["max_position_embeddings"]) for name, given in sources
+                             if "max_position_embeddings" in given), (None, None))
+    if positions is not None and positions < args.max_seq_length:
+        raise ValueError(f"--max_seq_length {args.max_seq_length} is longer than the model's {positions} positions "
+                         f"(max_position_embeddings, from {where}): pass --max_seq_length {positions} or less, or "
+                         f"--config_overrides max_position_embeddings={args.max_seq_length}.")
 
 
 def build_config(recipe, args, tokenizer, config_kwargs: dict):

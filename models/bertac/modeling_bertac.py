@@ -901,6 +901,12 @@ class BertacPreTrainedModel(PreTrainedModel):
         # the encoder's, and set_attn_implementation checks the encoder's own class.
         return True
 
+    def _flex_attn_can_dispatch(self, is_init_check: bool = False) -> bool:
+        raise ValueError(
+            "BERTAC does not support attn_implementation='flex_attention': it hands the setting to its encoder, which "
+            "it runs under 'sdpa' (the default), 'eager' or flash attention only; load it with one of those."
+        )
+
     @property
     def _bertac(self) -> "BertacModel":
         return self if isinstance(self, BertacModel) else self.bertac

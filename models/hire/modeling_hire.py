@@ -259,6 +259,12 @@ class HirePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
 
+    def _flex_attn_can_dispatch(self, is_init_check: bool = False) -> bool:
+        raise ValueError(
+            "HIRE does not support attn_implementation='flex_attention': it hands the setting to its encoder, which "
+            "it runs under 'sdpa' (the default), 'eager' or flash attention only; load it with one of those."
+        )
+
     @property
     def backbone_model(self) -> PreTrainedModel:
         return self.backbone if isinstance(self, HireModel) else self.hire.backbone
