@@ -39,12 +39,15 @@ def export_pretrained(
     tokenizer.save_pretrained(export_dir)
     (export_dir / "training_log.json").write_text(json.dumps(log_history, indent=1))
     losses = [k for k in recipe.logged_outputs if k.endswith("_loss")]
+    masked = "mlm_loss" in losses  # the held-out figures at [MASK]ed targets (`validation_rows`), drawn where logged
     curve = plot_loss_curve(log_history, export_dir / "loss_curve.png",
-                            keys=("loss", "eval_loss", *losses, *(f"eval_{k}" for k in losses)))
+                            keys=("loss", "eval_loss", *losses, *(f"eval_{k}" for k in losses),
+                                  *["eval_mlm_masked_loss"] * masked))
     figures = []
     accuracies = [k for k in recipe.logged_outputs if k.endswith("_accuracy")]
-    if accuracies and plot_loss_curve(log_history, export_dir / "accuracy.png",
-                                      keys=(*accuracies, *(f"eval_{k}" for k in accuracies)), ylabel="accuracy"):
+    accuracy_keys = (*accuracies, *(f"eval_{k}" for k in accuracies), *["eval_mlm_masked_accuracy"] * masked)
+    if accuracy_keys and plot_loss_curve(log_history, export_dir / "accuracy.png", keys=accuracy_keys,
+                                         ylabel="accuracy"):
         figures.append(("Training and validation accuracies", "accuracy.png"))
     for file, keys in recipe.card_plots.items():
         caption = ", ".join(keys)
