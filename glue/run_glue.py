@@ -26,7 +26,7 @@ from typing import Literal
 from transformers import TrainingArguments
 
 from encoder_zoo.training.recipes import FineTuningPreset, glue_presets
-from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP, RunInterrupted
+from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP, RunInterrupted, stop_on_sigterm, stopped_by
 
 logger = logging.getLogger("run_glue")
 
@@ -458,9 +458,11 @@ def main(argv=None) -> dict:
 
     finished = []
     try:
-        results = run_tasks(args, training_args, user_flags, prepared, finished)
-    except KeyboardInterrupt:
-        raise RunInterrupted(interrupted_message(finished, output, training_args)) from None
+        with stop_on_sigterm():  # a preempted job says what it saved, as a Ctrl-C does
+            results = run_tasks(args, training_args, user_flags, prepared, finished)
+    except KeyboardInterrupt as stop:
+        how, exit_code = stopped_by(stop)
+        raise RunInterrupted(interrupted_message(finished, output, training_args, how), exit_code) from None
     release(output)
     return results
 
@@ -492,18 +494,18 @@ def run_tasks(args: GlueArguments, training_args: TrainingArguments, user_flags:
 PARTIAL_RESULTS = "glue_results.partial.json"
 
 
-def interrupted_message(finished: list, output: Path, training_args: TrainingArguments) -> str:
-    """What a Ctrl-C leaves: the runs that finished (each model saved in its folder, their scores written to
-    OUTPUT_DIR/glue_results.partial.json) and how to go on."""
+def interrupted_message(finished: list, output: Path, training_args: TrainingArguments, how: str = "Ctrl-C") -> str:
+    """What a Ctrl-C (or a SIGTERM: `how`) leaves: the runs that finished (each model saved in its folder, their
+    scores written to OUTPUT_DIR/glue_results.partial.json) and how to go on."""
     if not finished:
-        return ("interrupted (Ctrl-C) before any run finished: nothing was saved (a run saves its model when it ends). "
+        return (f"interrupted ({how}) before any run finished: nothing was saved (a run saves its model when it ends). "
                 "Run the same command again to start over.")
     if training_args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
         partial = [{"task": task, "seed": seed, "metrics": metrics} for task, seed, _, metrics in finished]
         (output / PARTIAL_RESULTS).write_text(json.dumps({"finished_runs": partial}, indent=2))
     runs = ", ".join(f"{task} seed {seed} ({format_percent(metrics)})" for task, seed, _, metrics in finished)
-    return (f"interrupted (Ctrl-C). Saved: {len(finished)} finished run{'s' if len(finished) > 1 else ''}: {runs}; "
+    return (f"interrupted ({how}). Saved: {len(finished)} finished run{'s' if len(finished) > 1 else ''}: {runs}; "
             f"each model in {output}/TASK/seed-N, the scores in {output / PARTIAL_RESULTS}. Running the same command "
             "again starts every run over, those too (rewriting their folders); to keep them, move them aside first, "
             "or run only the missing seeds (--seeds) with another --output_dir.")

@@ -63,25 +63,29 @@ class QAArguments:
 
 def main(argv=None) -> dict:
     """Fine-tune and evaluate (`run`). A Ctrl-C ends in `RunInterrupted`, whose message says what was saved."""
+    from encoder_zoo.training.run import stop_on_sigterm
+
     stage = {"saved": None}  # what a Ctrl-C leaves: set once the fine-tuned model is saved
     try:
-        return run(argv, stage)
-    except KeyboardInterrupt:
-        raise interruption(stage) from None
+        with stop_on_sigterm():  # a preempted job says what it saved, as a Ctrl-C does
+            return run(argv, stage)
+    except KeyboardInterrupt as stop:
+        raise interruption(stage, stop) from None
 
 
-def interruption(stage: dict):
-    """The stop a Ctrl-C ends in: what was saved, and how to go on."""
-    from encoder_zoo.training.run import RunInterrupted
+def interruption(stage: dict, stop: KeyboardInterrupt):
+    """The stop a Ctrl-C (or SIGTERM) ends in: what was saved, and how to go on."""
+    from encoder_zoo.training.run import RunInterrupted, stopped_by
 
     output = stage.get("output")
+    how, exit_code = stopped_by(stop)
     if stage["saved"]:
         return RunInterrupted(
-            f"interrupted (Ctrl-C) after training: the fine-tuned model is saved in {output}, not yet evaluated. "
+            f"interrupted ({how}) after training: the fine-tuned model is saved in {output}, not yet evaluated. "
             f"Evaluate it without training again by running the same command with --model_name_or_path {output} "
-            "--num_train_epochs 0 and another --output_dir, or run the same command to start over.")
-    return RunInterrupted("interrupted (Ctrl-C) before the fine-tuned model was saved (it is saved when training "
-                          "ends): nothing was saved. Run the same command again to start over.")
+            "--num_train_epochs 0 and another --output_dir, or run the same command to start over.", exit_code)
+    return RunInterrupted(f"interrupted ({how}) before the fine-tuned model was saved (it is saved when training "
+                          "ends): nothing was saved. Run the same command again to start over.", exit_code)
 
 
 def run(argv, stage: dict) -> dict:

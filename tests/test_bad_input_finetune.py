@@ -327,6 +327,32 @@ def test_ctrl_c_in_run_glue_says_what_was_saved_and_how_to_go_on(tmp_path, monke
             and not (tmp_path / "o" / "glue_results.partial.json").exists())
 
 
+def test_sigterm_in_run_glue_says_what_was_saved_and_exits_143(tmp_path, monkeypatch, capsys):
+    """A preempted job (SIGTERM during the second seed's training) ends as a Ctrl-C does, saying what was saved,
+    with exit status 143; the process's own SIGTERM handler is back afterwards."""
+    import os
+    import signal
+
+    from encoder_zoo.training.run.trainer import FineTuningTrainer
+
+    csv_rows(tmp_path / "train.csv", [(f"good {i}" if i % 2 else f"bad {i}", i % 2) for i in range(8)])
+    command = glue_files(tmp_path, model=tiny_model(tmp_path))
+    calls, train = [], FineTuningTrainer.train
+
+    def terminated(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(FineTuningTrainer, "train", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code, last = run_cli(monkeypatch, capsys, "run_glue.py", [*command, "--seeds", "1", "2"])
+    assert code == 143 and last.startswith("run_glue.py: interrupted (SIGTERM). Saved: 1 finished run: custom seed 1")
+    assert (tmp_path / "o" / "custom" / "seed-1" / "model.safetensors").is_file()
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 def test_ctrl_c_in_run_qa_and_run_open_qa(tmp_path, monkeypatch, capsys):
     squad(tmp_path / "qa.json", [{"id": f"q-{i}", "question": "What is old?",
                                   "answers": [{"text": "Rome", "answer_start": 0}]} for i in range(4)])

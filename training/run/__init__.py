@@ -36,6 +36,8 @@ _PUBLIC = {
     "pin_memory_only_with_an_accelerator": "encoder_zoo.training.run.loading",
     "extra_inputs_for": "encoder_zoo.training.run.task_inputs",
     "RunInterrupted": "encoder_zoo.training.run.entry",
+    "stop_on_sigterm": "encoder_zoo.training.run.entry",
+    "stopped_by": "encoder_zoo.training.run.entry",
     "parse_fine_tuning_args": "encoder_zoo.training.run.entry",
     "run_cli": "encoder_zoo.training.run.entry",
     "merged_with_plugins": "encoder_zoo.training.run.plugins",

@@ -4,14 +4,49 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 
 
 class RunInterrupted(Exception):
-    """Ctrl-C stopped a fine-tuning script; the message says what was saved and how to continue. Exit status 130."""
+    """Ctrl-C (exit status 130) or SIGTERM (143) stopped a fine-tuning script; the message says what was saved and
+    how to continue."""
 
     exit_code = 130
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a preempted cluster job, `kill`), raised wherever the script was, as Ctrl-C raises KeyboardInterrupt:
+    the script's own handling of a Ctrl-C (what was saved, how to go on) then covers it (`stop_on_sigterm`)."""
+
+
+@contextmanager
+def stop_on_sigterm():
+    """Within this block SIGTERM stops the process as Ctrl-C does, as `Terminated` (Python's default ends it with no
+    message); the earlier handler is restored after it."""
+    def terminate(signum, frame):
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stopped_by(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """What stopped a run, in words, and the exit status it ends with: ("Ctrl-C", 130) or ("SIGTERM", 143)."""
+    return ("SIGTERM", 128 + signal.SIGTERM) if isinstance(stop, Terminated) else ("Ctrl-C", 130)
 
 
 def run_cli(main: Callable[[], object], script: str, *, stops: tuple[type[BaseException], ...] = (),
