@@ -38,9 +38,13 @@ def train_logs(path):
 
 def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repository(tmp_path):
     out = tmp_path / "run"
-    pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "12", "--logging_steps", "4",
-             "--save_steps", "12")
+    result = pretrain("--model", "spanbert", *TINY, "--output_dir", str(out), "--max_steps", "12", "--logging_steps",
+                      "4", "--save_steps", "12")
     export = out / "export"
+    # It ends as `make demo` does: what it trained, where the export is, and the next command to run.
+    finished, exported, after = result.stdout.strip().splitlines()[-3:]
+    assert finished.startswith("Finished: 12 steps; training loss (mean) ") and f"Exported to {export} " in exported
+    assert after.startswith(f"Next, fine-tune it (seconds): python glue/run_glue.py --model_name_or_path {export} ")
     files = {p.name for p in export.iterdir()}
     assert {"config.json", "model.safetensors", "modeling_spanbert.py", "configuration_spanbert.py", "tokenizer.json",
             "tokenizer_config.json", "README.md", "loss_curve.png"} <= files

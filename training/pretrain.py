@@ -801,6 +801,21 @@ def export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: Train
         shutil.rmtree(staging, ignore_errors=True)
         raise SaveFailed.of(error, f"the export {export_dir}", Path(training_args.output_dir)) from error
     logger.info("Exported to %s", export_dir)
+    print(finished_message(export_dir, trainer.state.global_step, metrics, trained.config))
+
+
+def finished_message(export_dir: Path, steps: int, metrics: dict, config) -> str:
+    """What a finished run tells its user, as `make demo` does: steps, losses, the export and the next command."""
+    losses = [f"{name} {metrics[key]:.4g}" for name, key in (("training loss (mean)", "train_loss"),
+                                                             ("held-out loss", "eval_loss")) if key in metrics]
+    if "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {}):
+        after = (f"Next, fine-tune it (seconds): python glue/run_glue.py --model_name_or_path {export_dir} "
+                 "--trust_remote_code --task_name rotten_tomatoes --seeds 1 --max_train_samples 500 "
+                 f"--max_eval_samples 200 --num_train_epochs 1 --output_dir {export_dir.parent / 'glue'}")
+    else:
+        after = f"Next: its model page under docs/models/ says how {config.model_type} is used."
+    return "\n".join([f"Finished: {steps} steps; {'; '.join(losses) or 'no loss logged'}.",
+                      f"Exported to {export_dir} (model card: {export_dir / 'README.md'}).", after])
 
 
 def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: TrainingText, train_dataset,
