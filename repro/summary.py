@@ -34,7 +34,7 @@ DIFFERENCE_KEY = ("Differences, intervals and MDDs are in percent points (accura
 # A report whose held-out MLM row is the 80/10/10 mean (task heldout_mlm), made before issue 51: the masked-only loss
 # needs the pretrained models, which its cache alone keeps.
 MIXED_HELDOUT = ("Its held-out MLM loss averages all 80/10/10 targets, a tenth of them left unchanged and copied from "
-                 "the input (made before issue 51; the masked-only loss, now the headline, needs its cached "
+                 "the input (made before the masked-only loss became the headline, which needs its cached "
                  "pretrainings to recompute).")
 
 
@@ -87,7 +87,7 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     lines += ["", DIFFERENCE_KEY]
     if before_controls:
         its, reports_show = ("their", "reports show") if len(before_controls) > 1 else ("its", "report shows")
-        lines += ["", "Run before floors, positive controls and primary claims (issue 37): "
+        lines += ["", "Run before floors, positive controls and primary claims: "
                   f"{', '.join(before_controls)}; {its} verdicts were not gated by a control, {its} MDD is at the "
                   f"unadjusted 5%, and {its} {reports_show} accuracy and Pearson as 0-1 (here in points)."]
     if missing:
@@ -129,7 +129,7 @@ def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         "chance (the rule this report was made under)")
     control = [f"{c['arm']} > {c['baseline']} on {task_facts(task).description}: {c['verdict']}"
                for task, c in (results.get("control") or {}).items()]
-    former = (" Made before floors, controls and one scale (issue 37): its report shows accuracy and Pearson as 0-1."
+    former = (" Made before floors, controls and one scale: its report shows accuracy and Pearson as 0-1."
               if made_before_controls(results) else "") + (f" {MIXED_HELDOUT}" if "heldout_mlm" in results["tasks"]
                                                            else "")
     return "\n".join([

@@ -37,6 +37,9 @@ def test_readme_marks_a_small_command_for_every_journey():
     scripts = [words[1] for words in small_commands()]
     assert scripts[:4] == ["training/pretrain.py", "glue/run_glue.py", "qa/run_qa.py", "repro/run.py"], scripts
     assert any(words[1:3] == ["repro/run.py", "zoo"] for words in small_commands())
+    # Small means small throughout: the fine-tuning commands score a limited number of evaluation rows too.
+    assert all("--max_eval_samples" in words for words in small_commands() if words[1] in ("glue/run_glue.py",
+                                                                                           "qa/run_qa.py"))
 
 
 @pytest.mark.slow

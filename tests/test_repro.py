@@ -1070,7 +1070,7 @@ def test_readme_zoo_table_shows_every_method_with_its_compute_floors_control_and
     text = zoo_table("cpu", tmp_path)
     assert "| teams | 60 [58, 64] (3) |" in text and "median over units [range: lowest and highest unit]" in text
     assert "| chance (a model that learned nothing) | 57.2 | — |" in text and "Positive control" not in text
-    assert "Made before floors, controls and one scale (issue 37): its report shows accuracy and Pearson as 0-1" in text
+    assert "Made before floors, controls and one scale: its report shows accuracy and Pearson as 0-1" in text
 
 
 def test_summary_write_replaces_only_the_table(tmp_path):
