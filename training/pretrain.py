@@ -807,7 +807,9 @@ def export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: Train
 def finished_message(export_dir: Path, steps: int, metrics: dict, config) -> str:
     """What a finished run tells its user, as `make demo` does: steps, losses, the export and the next command."""
     losses = [f"{name} {metrics[key]:.4g}" for name, key in (("training loss (mean)", "train_loss"),
-                                                             ("held-out loss", "eval_loss")) if key in metrics]
+                                                             ("held-out loss", "eval_loss"),
+                                                             ("held-out MLM loss at [MASK] targets only",
+                                                              "eval_mlm_masked_loss")) if key in metrics]
     if "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {}):
         after = (f"Next, fine-tune it (seconds): python glue/run_glue.py --model_name_or_path {export_dir} "
                  "--trust_remote_code --task_name rotten_tomatoes --seeds 1 --max_train_samples 500 "
