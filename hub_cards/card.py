@@ -72,6 +72,12 @@ This card's `license` covers this model's own code; the encoder's files and weig
 {% for key, value in meta.architecture.items() -%}
 | {{ key }} | {{ value }} |
 {% endfor %}
+{% if meta.starting_weights -%}
+## Starting weights
+
+{{ meta.starting_weights }}
+
+{% endif -%}
 ## Training
 
 {{ meta.training_data }}

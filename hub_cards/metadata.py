@@ -16,6 +16,8 @@ class CardMetadata:
     `optimisation_reference` heads the recipe's column ("paper", or "tiny recipe" for the size no paper trains) and
     `optimisation_source` names where its values come from.
     `eval_results` holds dicts with the keyword arguments of `add_eval_results`.
+    `starting_weights` (continued pretraining, `pretrain.py --init_from`) says which parameters were loaded from the
+    starting checkpoint and which are new, as a short Markdown table.
     `carried_code` lists the code of other models the folder carries (HIRE's or BERTAC's remote-code encoder), each
     as `provenance.carried_backbone_code` describes it: files, classes, source, its `auto_map` and licence.
     Nothing here may hold an absolute local path: the folder is meant for the Hub.
@@ -48,6 +50,7 @@ class CardMetadata:
     )
     limitations: list[str] = field(default_factory=list)
     carried_code: list[dict[str, Any]] = field(default_factory=list)
+    starting_weights: str = ""  # continued pretraining: which parameters came from where (Markdown)
 
 
 def display_name(path_or_id: str) -> str:

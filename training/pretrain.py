@@ -78,9 +78,31 @@ class PretrainArguments:
     validation_documents: int = field(
         default=200, metadata={"help": "Documents held out for evaluation (0: no evaluation set)."}
     )
+    init_from: str | None = field(
+        default=None,
+        metadata={"help": "Start from published weights (a model folder or Hub id) instead of random ones: a new run "
+                  "(new optimiser and schedule, step 0) with the checkpoint's architecture and tokenizer. Takes a zoo "
+                  "export of the same family (continued or phase-two pretraining), a transformers BERT checkpoint "
+                  "for spanbert/bert/bert_2seq* (BertModel, BertForMaskedLM, BertForPreTraining, a "
+                  "sentence-transformers BERT) and an ELECTRA (or BERT) one for teams/electra. Every parameter is "
+                  "listed as loaded or new, with every checkpoint tensor not used (OUTPUT_DIR/init_from.json, the "
+                  "log, the export's card)."},
+    )
+    init_generator_from: str | None = field(
+        default=None,
+        metadata={"help": "teams/electra with an ELECTRA --init_from: the generator's checkpoint (ElectraForMaskedLM); "
+                  "without it the generator's own layers start as copies of the discriminator's (at its width) or "
+                  "new."},
+    )
+    ignore_mismatched_sizes: bool = field(
+        default=False,
+        metadata={"help": "--init_from: leave a parameter whose checkpoint tensor has another shape newly initialised "
+                  "(listed) instead of refusing the checkpoint."},
+    )
     tokenizer_name: str | None = field(
         default=None,
-        metadata={"help": "A fast tokenizer (path or Hub id). Default: train a cased WordPiece on the corpus."},
+        metadata={"help": "A fast tokenizer (path or Hub id). Default: the --init_from checkpoint's, else train a "
+                  "cased WordPiece on the corpus."},
     )
     tokenizer_vocab_size: int = field(default=16000, metadata={"help": "Vocabulary size of a trained tokenizer."})
     max_seq_length: int | None = field(
@@ -184,7 +206,8 @@ DATA_SHAPING_FLAGS = (
     "model", "model_size", "dataset", "dataset_config", "dataset_split", "text_column", "max_documents",
     "validation_documents", "tokenizer_name", "tokenizer_vocab_size", "max_seq_length", "masking_scheme",
     "mlm_probability", "random_token_distribution", "masking_seed", "spacy_model", "packing", "streaming",
-    "shuffle_window_documents", "streaming_sample_documents", "pretokenized", "word_vectors",
+    "shuffle_window_documents", "streaming_sample_documents", "pretokenized", "word_vectors", "init_from",
+    "init_generator_from",
 )
 
 
@@ -242,6 +265,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     # First pass: which recipe and size, how long a run and what per-device batch, to resolve the paper's defaults.
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
     recipe = get_recipe(args.model)  # fail fast on an unknown --model
+    point = read_starting_point(recipe, args, argv)
     if args.model_size not in recipe.training_defaults:
         raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from "
                          f"{', '.join(recipe.sizes)}.")
@@ -252,6 +276,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
         set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
+    args.starting_point = point
+    if point is not None:
+        args.model_size = point.size
     if args.max_seq_length is None:  # neither the user nor the paper's size set it
         args.max_seq_length = default_seq_length(args)
     # A default held-out count larger than a small corpus is cut to a tenth of it; one the user asked for is not.
@@ -268,6 +295,23 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     if args.streaming:  # the stream restores its own position: Trainer must not re-read the batches it trained on
         training_args.ignore_data_skip = True
     return args, training_args
+
+
+def read_starting_point(recipe, args: PretrainArguments, argv: list[str]):
+    """--init_from's checkpoints, architecture and size preset (`training.recipes.starting`), read before the recipe's
+    defaults, which depend on the size; None without --init_from."""
+    if not args.init_from:
+        for flag, value in (("--init_generator_from", args.init_generator_from),
+                            ("--ignore_mismatched_sizes", args.ignore_mismatched_sizes)):
+            if value:
+                raise ValueError(f"{flag} applies only with --init_from PATH_OR_HUB_ID.")
+        return None
+    from encoder_zoo.training.recipes.starting import starting_point
+
+    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size,
+                           size_given=any(a.split("=")[0] == "--model_size" for a in argv))
+    args.model_size = point.size
+    return point
 
 
 def default_seq_length(args: PretrainArguments) -> int:
@@ -355,11 +399,39 @@ def check_config_overrides(recipe, args: PretrainArguments) -> dict:
             raise ValueError(f"--config_overrides: {config_class.__name__} has no field {key!r}"
                              + (f"; did you mean {', '.join(close)}?" if close else "."))
     try:
-        config_class(**{**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides})
+        config_class(**config_arguments(recipe, args, overrides))
     except (TypeError, ValueError, StrictDataclassError) as error:
         reason = str(error).strip().splitlines()[-1].strip()
+        if getattr(args, "starting_point", None) and not overrides:
+            given = " and ".join(f"{c.flag} {c.name}" for c in args.starting_point.checkpoints.values())
+            raise ValueError(f"--model {args.model} cannot take the architecture of {given}: {reason}") from None
         raise ValueError(f"Bad --config_overrides for {config_class.__name__}: {reason}") from None
     return overrides
+
+
+def config_arguments(recipe, args: PretrainArguments, overrides: dict) -> dict:
+    """The model config's arguments: the size preset's (with --init_from, the checkpoint's architecture), then the
+    recipe's own settings, then --config_overrides."""
+    point = getattr(args, "starting_point", None)
+    return {**(point.architecture if point else recipe.sizes[args.model_size]), **recipe.config_overrides, **overrides}
+
+
+def plan_starting_weights(recipe, args: PretrainArguments, overrides: dict):
+    """--init_from: which checkpoint tensor each parameter loads, checked (positions, vocabulary, shapes) before the
+    run folder is touched, so a refusal leaves nothing behind."""
+    from encoder_zoo import models
+    from encoder_zoo.training.recipes.starting import plan_weights
+
+    config = models.get_class(recipe.family, "AutoConfig")(**config_arguments(recipe, args, overrides))
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and args.max_seq_length > positions:
+        raise ValueError(f"--max_seq_length {args.max_seq_length} is longer than the {positions} positions of "
+                         f"--init_from {args.init_from}: pass --max_seq_length {positions} or less.")
+    if args.tokenizer_name and len(load_tokenizer(args.tokenizer_name)) > config.vocab_size:
+        raise ValueError(f"--tokenizer_name {args.tokenizer_name} has more tokens than the {config.vocab_size} "
+                         f"embeddings of --init_from {args.init_from}: drop --tokenizer_name (the checkpoint's "
+                         "tokenizer is the default) or pass one of its vocabulary.")
+    return plan_weights(recipe, args.starting_point, config, args.ignore_mismatched_sizes)
 
 
 def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
@@ -367,7 +439,9 @@ def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
     (Training is deterministic: the seed plays no part.)"""
     from encoder_zoo.training.data.corpus import text_digest
 
+    starting = {"init_from": args.init_from} if args.init_from and not args.tokenizer_name else {}
     return {
+        **starting,  # the checkpoint's own tokenizer
         "tokenizer_name": args.tokenizer_name,
         "dataset": args.dataset, "dataset_config": args.dataset_config, "dataset_split": args.dataset_split,
         "text_column": args.text_column, "max_documents": args.max_documents,
@@ -415,13 +489,15 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
     set_seed(training_args.seed)
 
     text = read_training_text(recipe, args, training_args)
-    config_kwargs = {**recipe.sizes[args.model_size], **recipe.config_overrides, **overrides}
+    config_kwargs = config_arguments(recipe, args, overrides)
     tokenizer = prepare_tokenizer(recipe, args, training_args, text, config_kwargs, output_dir / "tokenizer",
                                   checkpoint)
     config = build_config(recipe, args, tokenizer, config_kwargs)
     train_dataset, eval_dataset = build_datasets(recipe, args, training_args, text, tokenizer, checkpoint)
     collator = build_collator(recipe, args, tokenizer, text, train_dataset)
     model = build_model(recipe, args, training_args, config, tokenizer, text)
+    if args.init_plan is not None:
+        load_starting_weights(model, args, training_args, output_dir, resuming=checkpoint is not None)
     log_run(args, model, train_dataset)
 
     trainer = build_trainer(recipe, args, training_args, model, tokenizer, collator, train_dataset, eval_dataset)
@@ -466,6 +542,7 @@ def check_recipe_arguments(args: PretrainArguments):
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
     overrides = check_config_overrides(recipe, args)
     check_positions(recipe, args, overrides)
+    args.init_plan = plan_starting_weights(recipe, args, overrides) if args.starting_point else None
     if args.packing:
         from encoder_zoo import models
         from encoder_zoo.training.data.packing import check_packing
@@ -565,6 +642,8 @@ def prepare_tokenizer(recipe, args, training_args, text: TrainingText, config_kw
             tokenizer = text.pretokenized.tokenizer
         elif args.tokenizer_name:
             tokenizer = load_tokenizer(args.tokenizer_name)
+        elif args.init_from:
+            tokenizer = load_tokenizer(str(args.starting_point.main.folder), f"--init_from {args.init_from}")
         elif recipe.build_tokenizer:
             tokenizer = recipe.build_tokenizer(text.train_docs, args, config_kwargs)
         else:
@@ -690,6 +769,23 @@ def build_model(recipe, args, training_args, config, tokenizer, text: TrainingTe
         with training_args.main_process_first(desc="initialising the model"):
             recipe.init_model(model, tokenizer, text.train_docs, args, training_args)
     return model
+
+
+def load_starting_weights(model, args, training_args, output_dir: Path, resuming: bool) -> None:
+    """--init_from: load the planned tensors and write the plan (OUTPUT_DIR/init_from.json), with its table in the
+    log. A resumed run's checkpoint holds its weights: the starting ones are not read again."""
+    from encoder_zoo.training.run.init_from import RECORD, apply
+
+    init = args.init_plan
+    if resuming:
+        logger.info("Resuming: the weights come from the checkpoint (the run started from %s; %s).", args.init_from,
+                    output_dir / RECORD)
+        return
+    apply(model, init)
+    if training_args.process_index == 0:
+        init.write(output_dir)
+    logger.info("Started from %s: %s.\n%s%s", args.starting_point.main.display, init.summary(), init.table(),
+                "".join(f"\n- {note}" for note in init.notes))
 
 
 def log_run(args, model, train_dataset) -> None:
@@ -853,7 +949,21 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
         optimisation=optimisation_comparison(trainer, recipe.training_defaults[args.model_size], args.max_seq_length,
                                              args.mlm_probability if args.masking_scheme else None),
         repo_id=training_args.hub_model_id,
+        starting=starting_record(args, Path(training_args.output_dir), export_dir),
     )
+
+
+def starting_record(args, output_dir: Path, export_dir: Path) -> dict | None:
+    """--init_from's plan as the run's start wrote it (OUTPUT_DIR/init_from.json, also for a resumed run), copied into
+    the export beside the card that shows it; None for a run from random weights."""
+    from encoder_zoo.training.run.init_from import RECORD
+
+    if not args.init_from:
+        return None
+    text = (output_dir / RECORD).read_text()
+    export_dir.mkdir(parents=True, exist_ok=True)
+    (export_dir / RECORD).write_text(text)
+    return json.loads(text)
 
 
 def upload(export_dir: Path, training_args) -> None:

@@ -7,15 +7,17 @@ import json
 from transformers import PreTrainedTokenizerFast
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, flag: str | None = None):
+    """A tokenizer folder or Hub id; `flag` names where it comes from in the error (default `--tokenizer_name NAME`)."""
     from transformers import AutoTokenizer
 
     try:
         return without_loading_state(AutoTokenizer.from_pretrained(name))
     except (OSError, ValueError) as error:
         reason = str(error).strip().splitlines()[0]
-        raise OSError(f"--tokenizer_name {name}: not a local tokenizer folder nor a loadable Hub id "
-                      f"({reason})") from None
+        where = flag or f"--tokenizer_name {name}"
+        raise OSError(f"{where}: not a local tokenizer folder nor a loadable Hub id ({reason}); pass "
+                      "--tokenizer_name PATH_OR_HUB_ID.") from None
 
 
 # What transformers' from_pretrained records in a tokenizer's init_kwargs about how this machine loaded it, and

@@ -8,8 +8,10 @@ from encoder_zoo.training.recipes.registry import (
     Family,
     FineTuningPreset,
     Recipe,
+    StartingWeights,
     TrainingDefaults,
     all_recipes,
+    encoder_fields,
     families,
     family_of_model_type,
     flop_kinds,
@@ -19,6 +21,6 @@ from encoder_zoo.training.recipes.registry import (
     train_step_flops,
 )
 
-__all__ = ["CommonTests", "Family", "FineTuningPreset", "Recipe", "TrainingDefaults", "all_recipes", "families",
-           "family_of_model_type", "flop_kinds", "get_recipe", "glue_presets", "pretraining_kind",
-           "train_step_flops"]
+__all__ = ["CommonTests", "Family", "FineTuningPreset", "Recipe", "StartingWeights", "TrainingDefaults", "all_recipes",
+           "encoder_fields", "families", "family_of_model_type", "flop_kinds", "get_recipe", "glue_presets",
+           "pretraining_kind", "train_step_flops"]

@@ -367,6 +367,50 @@ class CommonTests:
     hidden_states_types: dict[str, int] = field(default_factory=dict)
 
 
+# The encoder fields BERT's and ELECTRA's config.json share with the zoo's BERT-like configs (same names, same
+# meaning): what `--init_from` reads of another architecture's checkpoint.
+ENCODER_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                  "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
+
+
+@dataclass(frozen=True)
+class StartingWeights:
+    """What `training/pretrain.py --init_from` can start a family's models from besides the family's own exports (which
+    load name for name), and how those checkpoints' tensors map onto the family's parameters.
+
+    Attributes:
+        model_types: `model_type`s of other architectures' checkpoints it takes (e.g. "bert").
+        config: `(checkpoint config, generator checkpoint config or None) -> config kwargs`: the architecture, read from
+            their config.json files.
+        sources: `(parameter name, model config) -> [(flag, checkpoint key), ...]`, where a parameter may come from,
+            the first one present wins; flag is "--init_from" or "--init_generator_from".
+        also_reads: `(parameter name, model config) -> [(flag, checkpoint key), ...]`, checkpoint tensors a parameter
+            accounts for without loading them (a decoder tied to the word embeddings, a generator's own copy of the
+            embeddings it shares).
+        generator_model_types: model types `--init_generator_from` takes (empty: the flag does not apply).
+        notes: `(model config) -> lines` on what has no counterpart in such a checkpoint, and how it starts.
+    """
+
+    model_types: tuple[str, ...]
+    config: Callable[[dict, dict | None], dict]
+    sources: Callable[[str, Any], list[tuple[str, str]]]
+    also_reads: Callable[[str, Any], list[tuple[str, str]]] = lambda name, config: []
+    generator_model_types: tuple[str, ...] = ()
+    notes: Callable[[Any], list[str]] = lambda config: []
+
+
+def encoder_fields(checkpoint_config: dict) -> dict:
+    """The `ENCODER_FIELDS` a BERT or ELECTRA config.json sets (a BERT's embeddings are as wide as its layers)."""
+    fields = {key: checkpoint_config[key] for key in ENCODER_FIELDS if key in checkpoint_config}
+    fields.setdefault("embedding_size", checkpoint_config.get("hidden_size"))
+    position = checkpoint_config.get("position_embedding_type", "absolute")
+    if position != "absolute":
+        raise ValueError(f"--init_from: the checkpoint's position_embedding_type is {position!r}; the zoo's models "
+                         "have absolute position embeddings.")
+    return fields
+
+
 @dataclass(frozen=True)
 class Family:
     """What one model family (a folder under `models/`) declares beside its recipes, for the rest of the project.
@@ -377,12 +421,15 @@ class Family:
             None, said explicitly: not counted, its runs sum Trainer's estimate (6 x parameters x tokens).
         glue_presets: `glue/run_glue.py --preset` name -> the paper's fine-tuning recipe.
         common_tests: the classes of transformers' common tests its models run.
+        starting_weights: the other architectures `pretrain.py --init_from` takes (None: only the family's own
+            exports).
     """
 
     name: str
     flops: FlopCount | None
     glue_presets: dict[str, FineTuningPreset] = field(default_factory=dict)
     common_tests: tuple[CommonTests, ...] = ()
+    starting_weights: StartingWeights | None = None
 
     @property
     def model_types(self) -> list[str]:

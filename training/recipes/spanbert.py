@@ -12,7 +12,15 @@ import torch
 from encoder_zoo.hub_cards.papers import SPANBERT_PAPER
 from encoder_zoo.training.data.blocks import pack_segment_pairs
 from encoder_zoo.training.masking.spans import INDEX_COLUMN, LINGUISTIC_SCHEMES, SpanMaskingCollator
-from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import (
+    CommonTests,
+    Family,
+    FineTuningPreset,
+    Recipe,
+    StartingWeights,
+    TrainingDefaults,
+    encoder_fields,
+)
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
 BERT_SIZES = {
@@ -289,8 +297,33 @@ def span_and_nsp_targets(input_ids, tester) -> dict:
     return {**span_targets(input_ids, tester), "next_sentence_label": torch.zeros(len(input_ids), dtype=torch.long)}
 
 
+def bert_sources(name: str, config) -> list[tuple[str, str]]:
+    """Where a SpanBERT parameter is in a transformers BERT checkpoint: the encoder under `bert.`
+    (`BertForPreTraining`, `BertForMaskedLM`) or at the top (`BertModel`, a sentence-transformers BERT); the MLM and
+    NSP heads (`cls.`) under the same names. BERT has no SBO head."""
+    if name.startswith("spanbert."):
+        encoder = name.removeprefix("spanbert.")
+        return [("--init_from", f"bert.{encoder}"), ("--init_from", encoder)]
+    return [("--init_from", name)] if name.startswith("cls.") else []
+
+
+def bert_tied_reads(name: str, config) -> list[tuple[str, str]]:
+    """BERT's MLM decoder is tied to its word embeddings (and its bias to `cls.predictions.bias`), as SpanBERT's."""
+    return [("--init_from", name)] if name.startswith("cls.predictions.decoder.") else []
+
+
+def bert_notes(config) -> list[str]:
+    notes = ["MLM head (`cls.predictions`) and NSP head (`cls.seq_relationship`): loaded where the checkpoint has them "
+             "(BertForMaskedLM, BertForPreTraining), else new."]
+    if config.use_span_boundary_objective:
+        notes.append("SBO head (`sbo`): new (BERT has none); its output layer is tied to the loaded word embeddings.")
+    return notes
+
+
 FAMILY = Family(
     name="spanbert",
+    starting_weights=StartingWeights(model_types=("bert",), config=lambda main, generator: encoder_fields(main),
+                                     sources=bert_sources, also_reads=bert_tied_reads, notes=bert_notes),
     flops=FlopCount(kinds=("spanbert", "bert"), choose=flop_kind, count=train_step_flops),
     glue_presets={"spanbert": GLUE_PRESET},
     common_tests=(

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import functools
+import re
 
 from encoder_zoo.hub_cards.papers import ELECTRA_PAPER, TEAMS_PAPER
-from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import (
+    CommonTests,
+    Family,
+    FineTuningPreset,
+    Recipe,
+    StartingWeights,
+    TrainingDefaults,
+    encoder_fields,
+)
 from encoder_zoo.training.recipes.spanbert import build_span_collator
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
@@ -187,8 +196,87 @@ def common_test_config(tester, **overrides):
 _TEAMS_COMMON_TESTS = dict(works_with_column="teams", pretraining_heads=("AutoModelForPreTraining",),
                            config_tester={"hidden_size": 37}, seeded_forward=("AutoModelForPreTraining",))
 
+MAIN, GENERATOR = "--init_from", "--init_generator_from"
+# Where transformers' ELECTRA and BERT checkpoints keep the encoder: under `electra.`/`bert.` (the pretraining and
+# masked-LM classes) or at the top (ElectraModel, BertModel).
+ENCODER_PREFIXES = ("electra.", "bert.", "")
+
+
+def electra_config(main: dict, generator: dict | None) -> dict:
+    """The discriminator's architecture from `--init_from`, the generator's width and depth from
+    `--init_generator_from` (without it, the recipe's: TEAMS's at the discriminator's width)."""
+    fields = encoder_fields(main)
+    if generator is not None:
+        fields.update(generator_hidden_size=generator["hidden_size"], generator_num_hidden_layers=generator[
+            "num_hidden_layers"], generator_intermediate_size=generator["intermediate_size"],
+                      generator_num_attention_heads=generator["num_attention_heads"])
+    return fields
+
+
+def electra_sources(name: str, config) -> list[tuple[str, str]]:
+    """Where a TEAMS/ELECTRA parameter is in transformers' ELECTRA (or BERT) checkpoints, as TEAMS's layer sharing
+    implies: the discriminator from --init_from; the generator's own layers from --init_generator_from, or, at the
+    discriminator's width, copies of the discriminator's layers at the same depth (TEAMS's generator is the
+    discriminator's bottom half); both task layers start as copies of the top layer, which they stand beside."""
+    def encoder(flag, rest):
+        return [(flag, f"{prefix}{rest}") for prefix in ENCODER_PREFIXES]
+
+    top = config.num_hidden_layers - 1
+    if name.startswith(("teams.embeddings.", "teams.embeddings_project.")):
+        return encoder(MAIN, name.removeprefix("teams."))
+    if match := re.match(r"teams\.layer\.(\d+)\.(.+)", name):
+        return encoder(MAIN, f"encoder.layer.{match[1]}.{match[2]}")
+    if match := re.match(r"teams\.(rtd|mws)_layer\.(.+)", name):
+        return encoder(MAIN, f"encoder.layer.{top}.{match[2]}")
+    if name.startswith("rtd_head."):
+        return [(MAIN, "discriminator_predictions." + name.removeprefix("rtd_head."))]
+    if match := re.match(r"generator\.layer\.(\d+)\.(.+)", name):
+        depth = config.num_shared_generator_layers + int(match[1])
+        same_width = config.generator_hidden_size == config.hidden_size
+        return encoder(GENERATOR, f"encoder.layer.{depth}.{match[2]}") + (
+            encoder(MAIN, f"encoder.layer.{depth}.{match[2]}") if same_width else [])
+    if name.startswith("generator.embeddings_project."):
+        return encoder(GENERATOR, name.removeprefix("generator."))
+    if name.startswith("generator.predictions."):
+        rest = name.removeprefix("generator.predictions.")
+        return [(GENERATOR, f"generator_predictions.{rest}"), (MAIN, f"generator_predictions.{rest}"),
+                (MAIN, f"cls.predictions.transform.{rest}")]  # BERT's MLM transform: dense, LayerNorm
+    if name == "generator.bias":
+        return [(GENERATOR, "generator_lm_head.bias"), (MAIN, "cls.predictions.bias")]
+    return []  # the MWS head: no counterpart
+
+
+def electra_tied_reads(name: str, config) -> list[tuple[str, str]]:
+    """Checkpoint tensors the shared word embeddings account for: the generator's output layer (tied to them, as in
+    ELECTRA and BERT) and the generator checkpoint's own embeddings, which ELECTRA ties to the discriminator's."""
+    if name == "teams.embeddings.word_embeddings.weight":
+        return [(GENERATOR, "generator_lm_head.weight"), (MAIN, "cls.predictions.decoder.weight"),
+                *[(GENERATOR, f"electra.embeddings.{part}") for part in (
+                    "word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight",
+                    "LayerNorm.weight", "LayerNorm.bias")]]
+    return [(MAIN, "cls.predictions.decoder.bias")] if name == "generator.bias" else []
+
+
+def electra_notes(config) -> list[str]:
+    notes = ["Embeddings: the discriminator's (--init_from), shared with the generator as in ELECTRA and TEAMS; a "
+             "--init_generator_from checkpoint's own copy is not read."]
+    if config.num_shared_generator_layers:
+        notes.append(f"Generator: its bottom {config.num_shared_generator_layers} layer(s) ARE the discriminator's "
+                     "(shared, TEAMS's layer tying); its other layers come from --init_generator_from, else start as "
+                     "copies of the discriminator's layers at the same depth (at the discriminator's width).")
+    if config.has_rtd_task_layer or config.has_mws_task_layer:
+        notes.append("RTD/MWS task layers (no counterpart in ELECTRA): start as copies of the discriminator's top "
+                     "layer, the layer they stand beside.")
+    if config.trains_mws:
+        notes.append("MWS head (no counterpart in ELECTRA): new.")
+    return notes
+
+
 FAMILY = Family(
     name="teams",
+    starting_weights=StartingWeights(model_types=("electra", "bert"), config=electra_config, sources=electra_sources,
+                                     also_reads=electra_tied_reads, generator_model_types=("electra",),
+                                     notes=electra_notes),
     flops=FlopCount(kinds=("teams", "electra"), choose=flop_kind, count=train_step_flops),
     glue_presets=GLUE_PRESETS,
     common_tests=(

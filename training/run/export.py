@@ -30,9 +30,11 @@ def export_pretrained(
     log_history: list[dict[str, Any]],
     optimisation: dict[str, tuple[str, str]] | None = None,
     repo_id: str | None = None,
+    starting: dict[str, Any] | None = None,
 ) -> Path:
     """Save model, tokenizer, log, loss curve and card. `optimisation`: setting -> (this run, the recipe: the paper's,
-    or this project's for `tiny`), from `optimisation_comparison`."""
+    or this project's for `tiny`), from `optimisation_comparison`. `starting`: the `--init_from` record
+    (`training.run.init_from.InitPlan.record`) of a run that continued published weights."""
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(export_dir)
@@ -58,11 +60,14 @@ def export_pretrained(
     architecture["parameters"] = parameter_count(sum(p.numel() for p in model.parameters()))
     architecture.update({key: value for key, value in recipe.config_overrides.items()})
     defaults = recipe.training_defaults[model_size]  # the recipe the card's optimisation table stands beside
+    origin = starting_origin(starting, recipe, training) if starting else {}
     meta = CardMetadata(
-        model_name=repo_id.split("/")[-1] if repo_id else f"{recipe.name}-{model_size}",
+        model_name=repo_id.split("/")[-1] if repo_id else origin.get("model_name", f"{recipe.name}-{model_size}"),
         repo_id=repo_id,  # None: a placeholder in the card, never the local path
-        summary=f"{recipe.summary} Size preset `{model_size}`, pretrained with this project's "
-        f"`training/pretrain.py --model {recipe.name}`.",
+        summary=f"{recipe.summary} " + origin.get("summary", f"Size preset `{model_size}`, pretrained with this "
+                                                  f"project's `training/pretrain.py --model {recipe.name}`."),
+        base_model=origin.get("base_model"),
+        starting_weights=origin.get("section", ""),
         auto_map=dict(getattr(config, "auto_map", {}) or {}),
         peft_target_modules=models.PEFT_TARGET_MODULES.get(config.model_type),
         tags=[recipe.family, recipe.name,
@@ -75,18 +80,39 @@ def export_pretrained(
         training=training,
         optimisation=optimisation or {},
         optimisation_reference=defaults.reference,
-        optimisation_source=f"{defaults.source}; {defaults.size} model",
+        optimisation_source=f"{defaults.source}; {defaults.size} model" + origin.get("optimisation_note", ""),
         paper_hyperparameters=recipe.hyperparameters,
         loss_curve=curve.name if curve else None,
         figures=figures,
         limitations=[
-            f"Size `{model_size}` trained for {training.get('steps', '?')} steps: far less compute than the paper; "
-            "expect much weaker downstream results than published numbers.",
+            origin.get("limitation", f"Size `{model_size}` trained for {training.get('steps', '?')} steps: far less "
+                       "compute than the paper; expect much weaker downstream results than published numbers."),
             "English only; inherits the biases of its pretraining text.",
         ],
     )
     write_card(meta, export_dir)
     return export_dir
+
+
+def starting_origin(starting: dict[str, Any], recipe, training: dict[str, Any]) -> dict[str, str]:
+    """What a card of continued pretraining says instead of a run from scratch's: its name, the sentence naming the
+    starting weights and the steps added, the Hub's `base_model` (a Hub id only), and the load table."""
+    main = starting["checkpoints"]["--init_from"]
+    steps = training.get("steps", "?")
+    others = "".join(f" and {flag} `{c['name']}`" for flag, c in starting["checkpoints"].items()
+                     if flag != "--init_from")
+    notes = "".join(f"\n- {note}" for note in starting.get("notes", []))
+    return {
+        "model_name": f"{recipe.name}-from-{main['name'].rstrip('/').split('/')[-1]}",
+        "summary": f"Continued pretraining, not the paper's run from scratch: started from `{main['name']}`{others} "
+                   f"(its weights, architecture and tokenizer), then trained {steps} more steps with this objective "
+                   f"by this project's `training/pretrain.py --model {recipe.name} --init_from`.",
+        "base_model": main.get("hub_id"),
+        "section": f"{starting['summary']}.{notes}\n\n{starting['table']}",
+        "optimisation_note": "; the paper pretrains from random weights, this run continues published ones",
+        "limitation": f"{steps} steps of continued pretraining on top of `{main['name']}`: its strengths, limits "
+                      "and biases carry over.",
+    }
 
 
 def parameter_count(count: int) -> str:
