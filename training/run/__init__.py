@@ -25,6 +25,7 @@ _PUBLIC = {
     "load_corpus": "encoder_zoo.training.data.corpus",
     "split_sentences": "encoder_zoo.training.data.corpus",
     "minilm_path": "encoder_zoo.training.data.resources",
+    "hub_origin": "encoder_zoo.training.data.resources",  # a shipped model's Hub id and licence, for cards
     "resource_path": "encoder_zoo.training.data.resources",
     "without_loading_state": "encoder_zoo.training.data.tokenizer",  # what a tokenizer saved after loading leaves out
     "check_new_output_dir": "encoder_zoo.training.run.folders",
