@@ -249,6 +249,24 @@ def test_word_tokenizer_follows_the_one_word_rule_and_keeps_em_whole():
     assert set(encoded) == {"input_ids", "attention_mask"}
 
 
+def test_pairs_are_cut_around_em_with_no_warning_about_their_uncut_length():
+    """A sentence longer than the word tokenizer's maximum is cut to `max_words` around [EM], and transformers'
+    "Token indices sequence length is longer..." warning, about a length never used, is not printed."""
+    import datasets
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as hf_logging
+
+    words = [f"w{i}" for i in range(20)]
+    tokenizer = bertac_data.train_word_tokenizer([" ".join(words)], vocab_size=100, model_max_length=8)
+    masked = " ".join([*words[:12], "[EM]", *words[12:]])
+    pairs = datasets.Dataset.from_dict({"masked": [masked], "entity": [" ".join(words)]})
+    with CaptureLogger(hf_logging.get_logger("transformers.tokenization_utils_base")) as log:
+        encoded = bertac_data.encode_pairs(pairs, tokenizer, max_words=8)
+    window = tokenizer.convert_ids_to_tokens(encoded[0]["input_ids"])
+    assert window == [*words[8:12], "[EM]", *words[12:15]] and len(encoded[0]["entity_ids"]) == 8
+    assert "Token indices sequence length" not in log.out
+
+
 def test_embedding_table_takes_fasttext_rows_keeps_random_rows_and_a_zero_pad_row(tmp_path):
     tokenizer = bertac_data.train_word_tokenizer(["paris is big", "paris rome"], vocab_size=100)
     vectors = tmp_path / "cased.vec"

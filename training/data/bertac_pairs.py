@@ -388,8 +388,10 @@ def encode_pairs(pairs: datasets.Dataset, tokenizer, max_words: int, num_proc: i
     mask_id = tokenizer.mask_token_id
 
     def encode(batch):
-        sentences = tokenizer(batch["masked"], add_special_tokens=False)["input_ids"]
-        entities = tokenizer(batch["entity"], add_special_tokens=False)["input_ids"]
+        # Every sequence is cut to `max_words` below (around [EM], so only once its word ids are known): transformers'
+        # warning that a sequence is longer than the tokenizer's maximum (verbose) would name a length never used.
+        sentences = tokenizer(batch["masked"], add_special_tokens=False, verbose=False)["input_ids"]
+        entities = tokenizer(batch["entity"], add_special_tokens=False, verbose=False)["input_ids"]
         windows = []
         for ids in sentences:
             if len(ids) > max_words:
