@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 SLOW_MARKS := slow or common or multiprocess or install
 PYTEST := HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q --durations=25
 
-.PHONY: install demo test test-rest test-all bench gpu-check
+.PHONY: install demo test test-rest test-all bench gpu-check gpu-run
 
 install:
 	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
@@ -44,3 +44,9 @@ bench: install
 # `make gpu-check SMOKE=1` runs the same checks on CPU at tiny sizes; ARGS passes flags (ARGS="--throughput --max_batch").
 gpu-check: install
 	HF_HUB_OFFLINE=1 $(PYTHON) bench/gpu_check.py $(if $(SMOKE),--smoke) $(ARGS)
+
+# The one prepared device script (issue 49): the levers checked against the paths they replace and benchmarked next to
+# the references, on one GPU with no network in under 10 minutes, results in bench/results/gpu_<date>_<gpu>/. No
+# `install` first (no network there): bench/gpu_run.sh installs carried wheels (.whl/) if needed. SMOKE=1: on CPU.
+gpu-run:
+	SMOKE=$(SMOKE) PYTHON=$(PYTHON) bash bench/gpu_run.sh

@@ -4,6 +4,7 @@ transformers reference, in one run, on the same batches of real Wikipedia text. 
     python bench/bench_gpu.py                      # on a GPU: base size, sequence lengths 512 and 128, bf16
     python bench/bench_gpu.py --pairs spanbert bert --seq_lengths 512 --compile both
     python bench/bench_gpu.py --smoke              # anywhere, CPU included: tiny sizes, 2 steps, writes nothing
+    python bench/bench_gpu.py --variants base unpad+buffer   # our side with and without the levers of issue 49
 
 Pairs (ours | reference):
   spanbert  SpanBertForPreTraining, MLM + SBO on span masking  | transformers' BertForMaskedLM (SDPA)
@@ -19,6 +20,16 @@ Our side uses the levers pretrain.py offers: `--attn_implementation` (default fl
 package is installed, else sdpa), `--packing` (padding-free rows; default on with a varlen attention kernel),
 torch.compile (`--compile ours`, the default on a GPU), fused AdamW and bf16 autocast. The reference runs as
 transformers ships it: SDPA on padded batches, with the same optimizer and autocast (`--compile both` compiles it too).
+
+`--variants` times our side once per set of levers (issue 49), each next to the same reference:
+  base         our side as above
+  buffer       the fixed-size target buffer (`pretrain.py --target_buffer`): no data-dependent shape, no host sync
+  unpad        the unpadded encoder (`pretrain.py --unpad`): rows packed on the host, attention through `sdpa_varlen`
+               (PyTorch's varlen flash kernel in bf16 on a GPU)
+  unpad+buffer both
+  buffer+cudagraphs  the buffer with every batch padded to the full length (one shape), compiled whole with
+               mode="reduce-overhead" (CUDA graphs)
+A variant's columns are `ours[<variant>]_*` (base: `ours_*`).
 
 Each model is timed on its own (build, warm-up steps that include compilation, then `--steps` timed steps), one after
 the other in this process. Peak memory is the allocator's peak during the timed steps (GPU only: weights, gradients,
@@ -59,6 +70,7 @@ PAIRS = {  # pair -> (ours, reference, masking scheme)
     "cloze": ("cloze", "hf_bert_mlm_cloze", "subword"),
 }
 PACKABLE = ("spanbert", "bert", "teams", "electra")
+VARIANTS = ("base", "buffer", "unpad", "unpad+buffer", "buffer+cudagraphs")
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -80,21 +92,25 @@ def blocks(seq_length: int, documents: int, seed: int = 0):
     return tokenizer, add_example_index(pack_blocks(joined, tokenizer, max_seq_length=seq_length)).shuffle(seed=seed)
 
 
-def batches(seq_length: int, batch_size: int, count: int, scheme: str, documents: int, seed: int = 0) -> list[dict]:
-    """`count` masked, right-padded batches of `batch_size` blocks (see `blocks`)."""
+def batches(seq_length: int, batch_size: int, count: int, scheme: str, documents: int, seed: int = 0,
+            full_width: bool = False) -> list[dict]:
+    """`count` masked, right-padded batches of `batch_size` blocks (see `blocks`), with their target buffers
+    (`target_positions`); `full_width`: every batch padded to `seq_length` (one shape for CUDA graphs)."""
     from encoder_zoo.training.masking.spans import SpanMaskingCollator
 
     tokenizer, examples = blocks(seq_length, documents, seed)
     collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", seed=seed,
-                                   span_boundary_targets=scheme == "span")
+                                   span_boundary_targets=scheme == "span", target_buffer=True,
+                                   pad_to_multiple_of=seq_length if full_width else 8)
     count = min(count, len(examples) // batch_size)
     if count == 0:
         raise ValueError(f"{len(examples)} blocks fill no batch of {batch_size}: raise --documents.")
     return [collator([examples[i] for i in range(k * batch_size, (k + 1) * batch_size)]) for k in range(count)]
 
 
-def step_inputs(kind: str, batch: dict, packing: bool) -> dict:
-    """What `kind`'s forward reads from a masked batch (packed into one row for our packable models)."""
+def step_inputs(kind: str, batch: dict, packing: bool, buffer: bool = False) -> dict:
+    """What `kind`'s forward reads from a masked batch (packed into one row for our packable models; with the target
+    buffer for them when `buffer`)."""
     from encoder_zoo.training.data.packing import pack_batch
 
     if kind == "cloze":  # reads the text unmasked and predicts every real token but the leading marker
@@ -105,12 +121,15 @@ def step_inputs(kind: str, batch: dict, packing: bool) -> dict:
     inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "labels")}
     if kind == "spanbert":
         inputs.update(span_left=batch["span_left"], span_right=batch["span_right"])
+    if buffer and kind in PACKABLE:
+        inputs["target_positions"] = batch["target_positions"]
     return pack_batch(inputs) if packing and kind in PACKABLE else inputs
 
 
 # ---------------------------------------------------------------------------------------------------- models
-def build(kind: str, size: str, attn: str | None):
-    """A freshly initialised model of `kind` at `size` (`attn`: our models' attention implementation)."""
+def build(kind: str, size: str, attn: str | None, unpad: bool = False):
+    """A freshly initialised model of `kind` at `size` (`attn`: our models' attention implementation; `unpad`: our
+    packable models' config.unpad, which makes SDPA its varlen form)."""
     from bench_teams import HfElectraStep
     from transformers import BertConfig, BertForMaskedLM, ElectraConfig
 
@@ -127,7 +146,9 @@ def build(kind: str, size: str, attn: str | None):
     from encoder_zoo.training.recipes.teams import RECIPES as TEAMS_RECIPES
 
     torch.manual_seed(0)
-    shared = dict(vocab_size=VOCAB, max_position_embeddings=512)
+    shared = dict(vocab_size=VOCAB, max_position_embeddings=512, **({"unpad": True} if unpad else {}))
+    if kind in ("hf_bert_mlm", "hf_bert_mlm_cloze", "cloze", "hf_electra", "hf_electra_narrow"):
+        shared.pop("unpad", None)
     if kind in ("spanbert", "bert"):
         config = SpanBertConfig(**BERT_SIZES[size], **shared, **SPANBERT_RECIPES[kind].config_overrides)
         config._attn_implementation = attn
@@ -182,20 +203,29 @@ def train_step_flops(kind: str, model, inputs: dict) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- timing
-def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
-    """Tokens/s, model TFLOP/s, MFU and peak memory of `kind`'s train steps on `data` (cycled)."""
+def measure(kind: str, options, data: list[dict], device: torch.device, variant: str = "base") -> dict:
+    """Tokens/s, model TFLOP/s, MFU and peak memory of `kind`'s train steps on `data` (cycled), our side with the
+    levers of `variant` (see the module docstring)."""
     ours = kind in PAIRS
-    model = build(kind, options.size, options.attn_implementation).to(device).train()
-    packing = options.packing and kind in PACKABLE
-    inputs = [step_inputs(kind, batch, packing) for batch in data]
-    flops = [train_step_flops(kind, model, batch) for batch in inputs]
-    compiled = options.compile == "both" or (options.compile == "ours" and ours)
+    levers = set(variant.split("+")) if ours and kind in PACKABLE else set()
+    model = build(kind, options.size, options.attn_implementation, unpad="unpad" in levers).to(device).train()
+    packing = (options.packing or "unpad" in levers) and kind in PACKABLE
+    inputs = [step_inputs(kind, batch, packing, buffer="buffer" in levers) for batch in data]
+    flops = [train_step_flops(kind, model, batch) for batch in inputs]  # real targets only, not empty buffer slots
+    compiled = options.compile == "both" or (options.compile == "ours" and ours) or "cudagraphs" in levers
     if compiled:
         # Fresh dynamo caches per cell: every model's layers share one code object (transformers'
         # GradientCheckpointingLayer.__call__), so without a reset the 9th cell hit dynamo's recompile limit and ran
         # its layers eager (electra@128 on the H200, 2026-11-28).
         torch._dynamo.reset()
-    run = (compile_layers(model) if options.compile_scope == "layers" else torch.compile(model)) if compiled else model
+    if "cudagraphs" in levers:  # one graph for the whole step's forward, replayed: needs one shape (full_width)
+        # (CPU, --smoke: dynamo's trace alone; inductor's CPU compile of a whole model takes minutes)
+        run = torch.compile(model, mode="reduce-overhead") if device.type == "cuda" else torch.compile(model,
+                                                                                                   backend="eager")
+    elif compiled:
+        run = compile_layers(model) if options.compile_scope == "layers" else torch.compile(model)
+    else:
+        run = model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=options.optim == "fused")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[options.dtype]
 
@@ -237,7 +267,8 @@ def measure(kind: str, options, data: list[dict], device: torch.device) -> dict:
     if options.profile:
         result["profile"] = kernel_profile(step, inputs, device)
     if ours:
-        result.update(attention=model.config._attn_implementation, packed=packing)
+        result.update(attention=model.config._attn_implementation, packed=packing,
+                      **({"variant": variant} if variant != "base" else {}))
     run = model = optimizer = None  # free the GPU memory before the next kind (step's closure keeps the names)
     gc.collect()
     if device.type == "cuda":
@@ -328,6 +359,8 @@ def parse(argv=None):
                         help="Our models' attention (default: flash_attention_2 if installed, else sdpa).")
     parser.add_argument("--packing", action=argparse.BooleanOptionalAction, default=None,
                         help="Padding-free packed rows for our models (default: on with a varlen attention kernel).")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["base"],
+                        help="Our side once per set of levers, each next to the reference (see above).")
     parser.add_argument("--compile", choices=["none", "ours", "both"], default=None,
                         help="torch.compile our models, or both sides (default: ours on a GPU, none on CPU).")
     parser.add_argument("--compile_scope", choices=["model", "layers"], default="model",
@@ -368,15 +401,23 @@ def parse(argv=None):
     return options
 
 
+def side(variant: str) -> str:
+    """The column prefix of our side under `variant`."""
+    return "ours" if variant == "base" else f"ours[{variant}]"
+
+
 def markdown(results: dict) -> str:
-    lines = ["| pair | length | ours tokens/s | reference tokens/s | speedup | ours MFU | reference MFU "
-             "| ours / reference peak memory (MiB) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| pair | length | ours (levers) | ours tokens/s | reference tokens/s | speedup | ours MFU "
+             "| reference MFU | ours / reference peak memory (MiB) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, row in results.items():
         pair, length = name.rsplit("@", 1)
-        lines.append(f"| {pair} | {length} | {row['ours_tokens_per_s']:,.0f} | {row['reference_tokens_per_s']:,.0f} | "
-                     f"{row['speedup']}x | {row.get('ours_mfu', '-')} | {row.get('reference_mfu', '-')} | "
-                     f"{row['ours_peak_memory_MiB']} / {row['reference_peak_memory_MiB']} |")
+        for variant in row.get("variants", ["base"]):
+            ours = side(variant)
+            lines.append(f"| {pair} | {length} | {variant} | {row[f'{ours}_tokens_per_s']:,.0f} | "
+                         f"{row['reference_tokens_per_s']:,.0f} | {row[f'{ours}_speedup']}x | "
+                         f"{row.get(f'{ours}_mfu', '-')} | {row.get('reference_mfu', '-')} | "
+                         f"{row[f'{ours}_peak_memory_MiB']} / {row['reference_peak_memory_MiB']} |")
     return "\n".join(lines)
 
 
@@ -406,12 +447,22 @@ def main(argv=None) -> dict:
             break
         batch_size = max(1, options.tokens_per_batch // seq_length)
         ours, reference, scheme = PAIRS[pair]
-        data = batches(seq_length, batch_size, max(4, min(options.steps, 16)), scheme, options.documents)
+        count = max(4, min(options.steps, 16))
+        data = batches(seq_length, batch_size, count, scheme, options.documents)
         real = sum(int(b["attention_mask"].sum()) for b in data) / sum(b["attention_mask"].numel() for b in data)
         row = {"batch_size": batch_size, "real_token_fraction": round(real, 3)}
-        for side, kind in (("ours", ours), ("reference", reference)):
-            row.update({f"{side}_{key}": value for key, value in measure(kind, options, data, device).items()})
-        row["speedup"] = round(row["ours_tokens_per_s"] / row["reference_tokens_per_s"], 2)
+        row.update({f"reference_{key}": value for key, value in measure(reference, options, data, device).items()})
+        variants = [v for v in options.variants if ours in PACKABLE or v == "base"] or ["base"]  # (cloze: no levers)
+        for variant in variants:
+            cell = measure(ours, options, batches(seq_length, batch_size, count, scheme, options.documents,
+                                                  full_width=True) if "cudagraphs" in variant else data,
+                           device, variant)
+            row.update({f"{side(variant)}_{key}": value for key, value in cell.items()})
+            row[f"{side(variant)}_speedup"] = round(row[f"{side(variant)}_tokens_per_s"]
+                                                    / row["reference_tokens_per_s"], 2)
+        if variants != ["base"]:
+            row["variants"] = variants
+        row["speedup"] = row.get("ours_speedup", row[f"{side(variants[0])}_speedup"])
         results[f"{pair}@{seq_length}"] = row
         print(json.dumps({f"{pair}@{seq_length}": row}), flush=True)
         record[f"{pair}@{seq_length}"] = row

@@ -18,6 +18,12 @@ Checks (the entry points run as processes of their own: `training/pretrain.py`, 
   packing:<model>    a packed batch (`pack_batch`, varlen kernel on a GPU) gives the padded batch's logits and loss;
   packing:pretrain   and `pretrain.py --packing` the padded run's per-step losses (dropout off in both).
   compile:pretrain   `pretrain.py --torch_compile true` gives the eager run's per-step losses (dropout off).
+  levers:<model>     the levers of issue 49 against the eager padded model, same weights and batch: the fixed-size
+                     target buffer, the unpadded encoder (`sdpa_varlen`: PyTorch's varlen flash kernel on a GPU) and
+                     both (packed on the host), within the bf16 tolerances (TEAMS's samplers without noise, so every
+                     layout draws the same tokens);
+  levers:pretrain    and `pretrain.py --unpad --target_buffer` the padded run's per-step losses, eager and
+  levers:compile     compiled (dropout off).
   determinism        two `--full_determinism` runs log bitwise-equal losses and export bitwise-equal weights;
   resume             a run killed (SIGKILL) after its first checkpoint and resumed equals them too.
   glue, qa           `run_glue.py` (rotten_tomatoes) and `run_qa.py` (a wiki_cloze_v2 sample) fine-tune one epoch in
@@ -71,7 +77,7 @@ ONLY_SDPA_AND_EAGER = {"cloze": "the two-tower cloze model attends under arbitra
                                 "zero state: it supports eager and SDPA only"}
 # Outputs that depend on TEAMS's sampled replacements and candidates: compared only where both runs sampled the same.
 SAMPLED = ("rtd_logits", "rtd_labels", "mws_logits")
-GROUPS = ("train", "attention", "packing", "compile", "determinism", "finetune", "fsdp")
+GROUPS = ("train", "attention", "packing", "compile", "levers", "determinism", "finetune", "fsdp")
 NO_DROPOUT = "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"
 TIMING_KEYS = ("tokens_per_second", "train_runtime", "train_samples_per_second", "train_steps_per_second",
                "eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "pairs_per_second",
@@ -516,7 +522,7 @@ class GpuCheck:
                                                                "--config_overrides", NO_DROPOUT))
         return out
 
-    def compare_runs(self, name: str, group: str, argv_extra: list[str], what: str) -> Check:
+    def compare_runs(self, name: str, group: str, argv_extra: list[str], what: str, check: str = "") -> Check:
         out = self.work / name
         self.run(name, PRETRAIN, self.pretrain_argv("spanbert", out, self.plan.compare_steps, "--config_overrides",
                                                     NO_DROPOUT, *argv_extra))
@@ -528,7 +534,7 @@ class GpuCheck:
             rows.append({"step": step, "reference": b, name: a, "rel_diff": abs(a - b) / abs(b) if b else math.inf})
         worst = max((row["rel_diff"] for row in rows), default=math.inf)
         passed = sorted(actual) == sorted(reference) and worst <= BF16_RUN_LOSS.rtol
-        return Check(f"{group}:pretrain", group, "pass" if passed else "fail",
+        return Check(check or f"{group}:pretrain", group, "pass" if passed else "fail",
                      {"what": what, "steps": len(rows), "worst_rel_diff": float(f"{worst:.3g}"),
                       "losses": [[row["step"], round(row["reference"], 5), round(row[name], 5)] for row in rows]},
                      f"per-step loss |Δ| ≤ {BF16_RUN_LOSS.rtol:g}·|ref| (bf16), every step logged",
@@ -544,6 +550,64 @@ class GpuCheck:
         return self.compare_runs("compiled", "compile", ["--torch_compile", "true", "--torch_compile_backend",
                                                          self.plan.compile_backend],
                                  f"pretrain.py --torch_compile true (backend {self.plan.compile_backend}) vs eager")
+
+    def check_levers_run(self, compiled: bool) -> Check:
+        levers = ["--unpad", "true", "--target_buffer", "true"]
+        if compiled:
+            backend = ["--torch_compile_backend", self.plan.compile_backend]
+            return self.compare_runs("levers-compiled", "levers", [*levers, "--torch_compile", "true", *backend],
+                                     "pretrain.py --unpad --target_buffer --torch_compile true "
+                                     f"(backend {self.plan.compile_backend}) vs the padded eager run", "levers:compile")
+        return self.compare_runs("levers", "levers", levers, "pretrain.py --unpad --target_buffer vs the padded run")
+
+    def check_levers_model(self, name: str) -> Check:
+        """Each lever's outputs against the eager padded model's (see the module docstring)."""
+        import torch
+
+        from encoder_zoo.training.data.packing import pack_batch
+        from encoder_zoo.training.masking.spans import max_targets, target_buffer
+
+        model_class, config, batch = self.recipe_inputs(name)
+        torch.manual_seed(0)
+        state = model_class(config).state_dict()
+        labels, real = batch["labels"], batch["attention_mask"].bool()
+        slots = torch.from_numpy(target_buffer((labels != -100).numpy(), max_targets(0.15, labels.shape[1])))
+        buffered = {**batch, "target_positions": slots}
+        unpadded = copy.deepcopy(config)
+        unpadded.unpad = True
+        varlen = "sdpa_varlen"
+        module = sys.modules[model_class.__module__]
+        noise = getattr(module, "gumbel_noise", None)
+        if noise is not None:  # the buffer has more sampled rows (its empty slots): without noise, the same picks
+            module.gumbel_noise = lambda shape, device, generator=None: torch.zeros(shape, device=device)
+        try:
+            reference = self.forward(model_class, config, state, "eager", batch)
+            outputs = {"buffer": self.forward(model_class, config, state, "sdpa", buffered),
+                       "unpad": self.forward(model_class, unpadded, state, varlen, batch),
+                       "unpad+buffer": self.forward(model_class, unpadded, state, varlen, pack_batch(buffered))}
+        finally:
+            if noise is not None:
+                module.gumbel_noise = noise
+        measured = {}
+        for lever, output in outputs.items():
+            expected = dict(reference)
+            if "buffer" in lever:  # one row per slot: the filled slots are the gathered rows, in the same order
+                filled = slots.flatten() >= 0
+                for key in ("mlm_logits", "mws_logits", "candidate_ids"):
+                    if key in output:
+                        output[key] = output[key][filled]
+                output.pop("sbo_logits", None)  # its rows are the slots with an SBO target; its loss is compared
+            for key in ("corrupted_input_ids", "rtd_logits", "rtd_labels"):  # per token: the real tokens only
+                if key in output:  # (an unpadded model has nothing at the padding; a packed row is one row)
+                    packed = output[key].shape[:2] != real.shape
+                    expected[key], output[key] = expected[key][real], output[key][0] if packed else output[key][real]
+            measured[lever] = self.compare(expected, output)
+        passed = all(self.within(comparison) for comparison in measured.values())
+        measured.update(reference="eager, padded", attention=f"{varlen} ({'flash' if self.cuda else 'per sequence'})")
+        return Check(f"levers:{name}", "levers", "pass" if passed else "fail", measured,
+                     f"bf16 autocast, eval mode: logits {BF16_LOGITS.text()}, losses {BF16_LOSS.text()}",
+                     "" if passed else "a lever's outputs left the tolerance (worst_ratio > 1)",
+                     summary="; ".join(f"{lever} vs eager padded: {brief(measured[lever])}" for lever in outputs))
 
     # ------------------------------------------------------------------ determinism and resume
     def deterministic_argv(self, out: Path) -> list[str]:
@@ -771,6 +835,9 @@ class GpuCheck:
                 submit("packing:pretrain", "packing", self.check_packing_run)
             if self.selected("compile"):
                 submit("compile:pretrain", "compile", self.check_compile_run)
+            if self.selected("levers"):
+                submit("levers:pretrain", "levers", lambda: self.check_levers_run(compiled=False))
+                submit("levers:compile", "levers", lambda: self.check_levers_run(compiled=True))
             if self.selected("fsdp"):
                 for processes in self.fsdp_process_counts():
                     submit(f"fsdp:{processes}", "fsdp", lambda processes=processes: self.check_fsdp(processes))
@@ -784,6 +851,9 @@ class GpuCheck:
             if self.selected("packing"):
                 for name in PACKABLE:
                     self.timed(f"packing:{name}", "packing", lambda name=name: self.check_packing_model(name))
+            if self.selected("levers"):
+                for name in PACKABLE:
+                    self.timed(f"levers:{name}", "levers", lambda name=name: self.check_levers_model(name))
             concurrent.futures.wait(futures)
         seconds = time.perf_counter() - start
         if self.cuda and not self.options.only:

@@ -40,6 +40,7 @@ def test_smoke_records_every_check_with_its_numbers_and_tolerance(smoke):
     result, record, checks, root = smoke
     expected = {*(f"train:{m}" for m in gpu_check.MODELS), *(f"attention:{m}" for m in gpu_check.MODELS),
                 *(f"packing:{m}" for m in gpu_check.PACKABLE), "packing:pretrain", "compile:pretrain", "determinism",
+                *(f"levers:{m}" for m in gpu_check.PACKABLE), "levers:pretrain", "levers:compile",
                 "resume", "glue", "qa", "fsdp:1"}
     assert set(checks) == expected  # no budget check off a GPU
     assert record["gpu"] == "cpu-smoke" and record["mode"].startswith("smoke") and record["machine"]["cpu"]

@@ -188,3 +188,31 @@ def test_a_run_with_the_levers_on_resumes_bitwise(model, tmp_path):
     pretrain(*run_args(out), "--resume_from_checkpoint", "true")
     assert ((out / "export" / "model.safetensors").read_bytes()
             == (tmp_path / "uninterrupted" / "export" / "model.safetensors").read_bytes())
+
+
+@pytest.mark.slow
+def test_the_device_script_runs_end_to_end_at_smoke(tmp_path):
+    """bench/gpu_run.sh (`make gpu-run`) at SMOKE=1, narrowed to the levers' checks and one pair with levers and one
+    without: every step runs, the lever checks pass, and the benchmarks write their cells."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import REPO, pretrain_env
+
+    env = {**pretrain_env(), "SMOKE": "1", "OUT": str(tmp_path), "PYTHON": sys.executable, "CHECKS": "levers",
+           "PAIRS": "bert cloze"}
+    result = subprocess.run(["bash", "bench/gpu_run.sh"], env=env, cwd=REPO, capture_output=True, text=True,
+                            timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    checks = {c["name"]: c["status"] for c in json.loads((tmp_path / "gpu_check_cpu-smoke.json").read_text())["checks"]}
+    assert checks == {name: "pass" for name in ("levers:spanbert", "levers:bert", "levers:teams", "levers:electra",
+                                                "levers:pretrain", "levers:compile")}
+    bench = json.loads((tmp_path / "bench_levers.json").read_text())
+    assert bench["bert@32"]["variants"] == ["base", "buffer", "unpad+buffer"]
+    assert bench["bert@32"]["ours[unpad+buffer]_attention"] == "sdpa_varlen"
+    assert all(bench["bert@32"][f"{side}_tokens_per_s"] > 0 for side in ("ours", "ours[buffer]", "reference"))
+    assert "variants" not in bench["cloze@32"] and bench["cloze@32"]["ours_tokens_per_s"] > 0  # no levers for cloze
+    graphs = json.loads((tmp_path / "bench_cudagraphs.json").read_text())["bert@32"]
+    assert graphs["ours[buffer+cudagraphs]_tokens_per_s"] > 0
+    assert "torch" in (tmp_path / "environment.txt").read_text()
