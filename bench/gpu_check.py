@@ -21,7 +21,8 @@ Checks (the entry points run as processes of their own: `training/pretrain.py`, 
   levers:<model>     the levers of issue 49 against the eager padded model, same weights and batch: the fixed-size
                      target buffer, the unpadded encoder (`sdpa_varlen`: PyTorch's varlen flash kernel on a GPU) and
                      both (packed on the host), within the bf16 tolerances (TEAMS's samplers without noise, so every
-                     layout draws the same tokens);
+                     layout draws the same tokens); on a GPU, a train step with both levers makes no synchronising
+                     call (CUDA's sync debug mode);
   levers:pretrain    and `pretrain.py --unpad --target_buffer` the padded run's per-step losses, eager and
   levers:compile     compiled (dropout off).
   determinism        two `--full_determinism` runs log bitwise-equal losses and export bitwise-equal weights;
@@ -604,10 +605,38 @@ class GpuCheck:
             measured[lever] = self.compare(expected, output)
         passed = all(self.within(comparison) for comparison in measured.values())
         measured.update(reference="eager, padded", attention=f"{varlen} ({'flash' if self.cuda else 'per sequence'})")
+        # A train step on the levers' batch (buffer, packed on the host) must not wait on the host: CUDA's sync debug
+        # mode raises at the first synchronising call (CPU: tests/test_levers.py traces it as one graph instead).
+        measured["host_syncs"] = (self.synchronising_call(model_class, unpadded, state, pack_batch(buffered))
+                                  if self.cuda else "not checked: CUDA only")
+        passed = passed and measured["host_syncs"] in ("none", "not checked: CUDA only")
         return Check(f"levers:{name}", "levers", "pass" if passed else "fail", measured,
                      f"bf16 autocast, eval mode: logits {BF16_LOGITS.text()}, losses {BF16_LOSS.text()}",
                      "" if passed else "a lever's outputs left the tolerance (worst_ratio > 1)",
                      summary="; ".join(f"{lever} vs eager padded: {brief(measured[lever])}" for lever in outputs))
+
+    def synchronising_call(self, model_class, config, state, batch: dict) -> str:
+        """'none' if a bf16 train step (forward and backward) on `batch` makes no synchronising CUDA call, else the
+        error CUDA's sync debug mode raised at the first, with where it was made."""
+        import traceback
+
+        import torch
+
+        model = model_class(copy.deepcopy(config))
+        model.load_state_dict(state)
+        model.to(self.device).train()
+        inputs = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(**inputs).loss
+            loss.backward()
+            return "none"
+        except RuntimeError as error:
+            return f"{error} at {traceback.format_exc()[-1200:]}"
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
 
     # ------------------------------------------------------------------ determinism and resume
     def deterministic_argv(self, out: Path) -> list[str]:

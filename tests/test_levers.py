@@ -114,6 +114,22 @@ def test_unpad_puts_the_padding_back_in_teams_per_token_outputs(tokenizer, block
         torch.testing.assert_close(unpadded[name][real], padded[name][real], atol=1e-5, rtol=0)
 
 
+def test_unpad_keeps_the_attention_dropout(tokenizer, blocks):
+    """The unpadded attention gets the layers' dropout rate in training, as SDPA does padded: with attention dropout
+    alone, two training draws differ and an evaluation equals the padded model's."""
+    _, plain = buffered_batch(tokenizer, blocks, "bert")
+    model = spanbert(tokenizer, sbo=False)
+    padded = model.eval()(**plain).loss
+    model.config.unpad = True
+    model.config._attn_implementation = "sdpa_varlen"
+    for layer in model.spanbert.encoder.layer:
+        layer.attention.self.dropout.p = 0.3
+    torch.testing.assert_close(model(**plain).loss, padded, rtol=1e-5, atol=0)
+    model.train()
+    draws = [model(**plain).loss.item() for seed in (0, 1) if torch.manual_seed(seed)]
+    assert draws[0] != draws[1] and padded.item() not in draws  # (a random model's loss moves little: exact compare)
+
+
 @pytest.mark.parametrize("name", ["spanbert", "teams"])
 def test_a_step_on_the_target_buffer_has_no_graph_break(tokenizer, blocks, name):
     """No data-dependent shape, so nothing to sync on: dynamo, which breaks the graph at `.item()`, `.nonzero()`,
