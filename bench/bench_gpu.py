@@ -361,6 +361,8 @@ def parse(argv=None):
                         help="Padding-free packed rows for our models (default: on with a varlen attention kernel).")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["base"],
                         help="Our side once per set of levers, each next to the reference (see above).")
+    parser.add_argument("--keep_going", action="store_true",
+                        help="A variant other than base that fails records its error in the row and the sweep goes on.")
     parser.add_argument("--compile", choices=["none", "ours", "both"], default=None,
                         help="torch.compile our models, or both sides (default: ours on a GPU, none on CPU).")
     parser.add_argument("--compile_scope", choices=["model", "layers"], default="model",
@@ -414,6 +416,9 @@ def markdown(results: dict) -> str:
         pair, length = name.rsplit("@", 1)
         for variant in row.get("variants", ["base"]):
             ours = side(variant)
+            if f"{ours}_error" in row:
+                lines.append(f"| {pair} | {length} | {variant} | failed: {row[f'{ours}_error'][:80]} | | | | | |")
+                continue
             lines.append(f"| {pair} | {length} | {variant} | {row[f'{ours}_tokens_per_s']:,.0f} | "
                          f"{row['reference_tokens_per_s']:,.0f} | {row[f'{ours}_speedup']}x | "
                          f"{row.get(f'{ours}_mfu', '-')} | {row.get('reference_mfu', '-')} | "
@@ -454,15 +459,25 @@ def main(argv=None) -> dict:
         row.update({f"reference_{key}": value for key, value in measure(reference, options, data, device).items()})
         variants = [v for v in options.variants if ours in PACKABLE or v == "base"] or ["base"]  # (cloze: no levers)
         for variant in variants:
-            cell = measure(ours, options, batches(seq_length, batch_size, count, scheme, options.documents,
-                                                  full_width=True) if "cudagraphs" in variant else data,
-                           device, variant)
+            try:
+                cell = measure(ours, options, batches(seq_length, batch_size, count, scheme, options.documents,
+                                                      full_width=True) if "cudagraphs" in variant else data,
+                               device, variant)
+            except Exception as error:  # noqa: BLE001 - a lever that fails on this machine: recorded, the rest runs
+                if variant == "base" or not options.keep_going:
+                    raise
+                row[f"{side(variant)}_error"] = f"{type(error).__name__}: {str(error)[:2000]}"
+                print(f"{pair}@{seq_length} {variant}: {row[f'{side(variant)}_error']}", flush=True)
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                continue
             row.update({f"{side(variant)}_{key}": value for key, value in cell.items()})
             row[f"{side(variant)}_speedup"] = round(row[f"{side(variant)}_tokens_per_s"]
                                                     / row["reference_tokens_per_s"], 2)
         if variants != ["base"]:
             row["variants"] = variants
-        row["speedup"] = row.get("ours_speedup", row[f"{side(variants[0])}_speedup"])
+        row["speedup"] = row.get("ours_speedup", row.get(f"{side(variants[0])}_speedup"))
         results[f"{pair}@{seq_length}"] = row
         print(json.dumps({f"{pair}@{seq_length}": row}), flush=True)
         record[f"{pair}@{seq_length}"] = row

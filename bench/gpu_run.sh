@@ -40,12 +40,12 @@ echo "== 1. gpu_check: ${checks[*]} ($(left) s left)"
 "$PYTHON" bench/gpu_check.py "${smoke[@]}" --only "${checks[@]}" --results_dir "$OUT" || status=1
 
 echo "== 2. bench_gpu: 10 cells, levers off and on, next to the references ($(left) s left)"
-"$PYTHON" bench/bench_gpu.py "${smoke[@]}" --pairs "${pairs[@]}" --compile_scope layers --steps 10 --warmup 3 \
+"$PYTHON" bench/bench_gpu.py "${smoke[@]}" --pairs "${pairs[@]}" --compile_scope layers --steps 10 --warmup 3 --keep_going \
     --variants base buffer unpad+buffer --time_limit $(($(left) - 150)) --output "$OUT/bench_levers.json" || status=1
 
 if [ "$(left)" -gt 120 ] || [ -n "${SMOKE:-}" ]; then
     echo "== 3. bench_gpu: CUDA graphs on bert@512 ($(left) s left)"
-    "$PYTHON" bench/bench_gpu.py "${smoke[@]}" --pairs bert --seq_lengths 512 --steps 10 --warmup 3 \
+    "$PYTHON" bench/bench_gpu.py "${smoke[@]}" --pairs bert --seq_lengths 512 --steps 10 --warmup 3 --keep_going \
         --variants buffer buffer+cudagraphs --output "$OUT/bench_cudagraphs.json" || status=1
 else
     echo "== 3. skipped: $(left) s left" | tee "$OUT/cudagraphs_skipped.txt"

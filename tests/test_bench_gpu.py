@@ -122,3 +122,21 @@ def test_regional_compilation_gives_the_eager_loss_and_gradients():
     for (name, a), b in zip(eager.named_parameters(), regional.parameters()):
         if a.grad is not None:
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_failing_lever_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """--keep_going (bench/gpu_run.sh): a variant that fails on the device records its error; the others still run."""
+    measure = bench_gpu.measure
+
+    def failing(kind, options, data, device, variant="base"):
+        if variant == "buffer":
+            raise RuntimeError("no kernel image is available")
+        return measure(kind, options, data, device, variant)
+
+    monkeypatch.setattr(bench_gpu, "measure", failing)
+    record = bench_gpu.main(["--smoke", "--pairs", "bert", "--variants", "buffer", "unpad", "--keep_going",
+                             "--output", str(tmp_path / "gpu.json")])
+    row = record["bert@32"]
+    assert row["ours[buffer]_error"] == "RuntimeError: no kernel image is available"
+    assert row["ours[unpad]_tokens_per_s"] > 0 and row["ours[unpad]_attention"] == "sdpa_varlen"
+    assert "| bert | 32 | buffer | failed: RuntimeError" in bench_gpu.markdown({"bert@32": row})
