@@ -575,7 +575,7 @@ class GpuCheck:
         slots = torch.from_numpy(target_buffer((labels != -100).numpy(), max_targets(0.15, labels.shape[1])))
         buffered = {**batch, "target_positions": slots}
         unpadded = copy.deepcopy(config)
-        unpadded.unpad = True
+        unpadded.unpad = True  # with SDPA, as pretrain.py --unpad builds it: the model makes it sdpa_varlen
         varlen = "sdpa_varlen"
         module = sys.modules[model_class.__module__]
         noise = getattr(module, "gumbel_noise", None)
@@ -584,8 +584,8 @@ class GpuCheck:
         try:
             reference = self.forward(model_class, config, state, "eager", batch)
             outputs = {"buffer": self.forward(model_class, config, state, "sdpa", buffered),
-                       "unpad": self.forward(model_class, unpadded, state, varlen, batch),
-                       "unpad+buffer": self.forward(model_class, unpadded, state, varlen, pack_batch(buffered))}
+                       "unpad": self.forward(model_class, unpadded, state, "sdpa", batch),
+                       "unpad+buffer": self.forward(model_class, unpadded, state, "sdpa", pack_batch(buffered))}
         finally:
             if noise is not None:
                 module.gumbel_noise = noise

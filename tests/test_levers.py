@@ -5,22 +5,42 @@ only, attention per sequence), each against today's padded gather: the same loss
 import pytest
 import torch
 import torch._dynamo
-from test_packing import losses_and_gradients, spanbert, teams, varied_batch
+from test_packing import NO_DROPOUT, losses_and_gradients, spanbert, varied_batch
 from transformers import AutoTokenizer
 
+from encoder_zoo.models.spanbert.configuration_spanbert import SpanBertConfig
+from encoder_zoo.models.spanbert.modeling_spanbert import SpanBertForPreTraining
 from encoder_zoo.models.teams import modeling_teams
+from encoder_zoo.models.teams.configuration_teams import TeamsConfig
 from encoder_zoo.training.data.blocks import add_example_index, pack_blocks
 from encoder_zoo.training.data.corpus import load_corpus
 from encoder_zoo.training.data.packing import check_unpad, pack_batch, with_target_buffer
 from encoder_zoo.training.data.resources import minilm_path
 from encoder_zoo.training.masking.spans import SpanMaskingCollator, max_targets
 
-RECIPES = {  # name: (model builder, collator options); bert is SpanBERT without SBO, electra TEAMS's RTD-only form
-    "spanbert": (lambda tok: spanbert(tok), dict(scheme="span", span_boundary_targets=True)),
-    "bert": (lambda tok: spanbert(tok, sbo=False), dict(scheme="subword", span_boundary_targets=False)),
-    "teams": (lambda tok: teams(tok), dict(scheme="subword", span_boundary_targets=False)),
-    "electra": (lambda tok: teams(tok, pretraining_tasks="rtd", task_head_type="ffn"),
-                dict(scheme="subword", span_boundary_targets=False)),
+
+def build_spanbert(tokenizer, **overrides):
+    torch.manual_seed(0)
+    return SpanBertForPreTraining(SpanBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, **NO_DROPOUT, **overrides))
+
+
+def build_teams(tokenizer, **overrides):
+    torch.manual_seed(0)
+    return modeling_teams.TeamsForPreTraining(TeamsConfig(
+        vocab_size=len(tokenizer), embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, **NO_DROPOUT, **overrides))
+
+
+SUBWORD = dict(scheme="subword", span_boundary_targets=False)
+RECIPES = {  # name: (model builder(tokenizer, **config), collator options), tiny forms of the recipes
+    "spanbert": (build_spanbert, dict(scheme="span", span_boundary_targets=True)),
+    "bert": (lambda tok, **kw: build_spanbert(tok, use_span_boundary_objective=False, **kw), SUBWORD),
+    "teams": (build_teams, SUBWORD),
+    "electra": (lambda tok, **kw: build_teams(  # ELECTRA's narrower generator has a config of its own
+        tok, pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none", generator_hidden_size=16,
+        generator_num_attention_heads=1, generator_intermediate_size=32, **kw), SUBWORD),
 }
 
 
@@ -87,10 +107,9 @@ def test_target_buffer_gives_the_gathered_losses_and_gradients(tokenizer, blocks
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_unpad_gives_the_padded_losses_and_gradients(tokenizer, blocks, name, layout, monkeypatch):
     buffered, plain = buffered_batch(tokenizer, blocks, name)
-    model = RECIPES[name][0](tokenizer)
-    reference = losses_and_gradients(model, plain)
-    model.config.unpad = True
-    model.config._attn_implementation = "sdpa_varlen"
+    reference = losses_and_gradients(RECIPES[name][0](tokenizer), plain)
+    model = RECIPES[name][0](tokenizer, unpad=True)  # as pretrain.py --unpad builds it: SDPA becomes sdpa_varlen
+    assert {m.config._attn_implementation for m in model.modules() if hasattr(m, "config")} == {"sdpa_varlen"}
     calls = []
     sdpa = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
@@ -103,11 +122,8 @@ def test_unpad_gives_the_padded_losses_and_gradients(tokenizer, blocks, name, la
 
 def test_unpad_puts_the_padding_back_in_teams_per_token_outputs(tokenizer, blocks):
     _, plain = buffered_batch(tokenizer, blocks, "teams")
-    model = teams(tokenizer)
-    padded = model(**plain)
-    model.config.unpad = True
-    model.config._attn_implementation = "sdpa_varlen"
-    unpadded = model(**plain)
+    padded = build_teams(tokenizer)(**plain)
+    unpadded = build_teams(tokenizer, unpad=True)(**plain)
     real = plain["attention_mask"].bool()
     for name in ("rtd_logits", "rtd_labels", "corrupted_input_ids"):
         assert unpadded[name].shape == padded[name].shape
@@ -118,10 +134,8 @@ def test_unpad_keeps_the_attention_dropout(tokenizer, blocks):
     """The unpadded attention gets the layers' dropout rate in training, as SDPA does padded: with attention dropout
     alone, two training draws differ and an evaluation equals the padded model's."""
     _, plain = buffered_batch(tokenizer, blocks, "bert")
-    model = spanbert(tokenizer, sbo=False)
-    padded = model.eval()(**plain).loss
-    model.config.unpad = True
-    model.config._attn_implementation = "sdpa_varlen"
+    padded = RECIPES["bert"][0](tokenizer).eval()(**plain).loss
+    model = RECIPES["bert"][0](tokenizer, unpad=True).eval()
     for layer in model.spanbert.encoder.layer:
         layer.attention.self.dropout.p = 0.3
     torch.testing.assert_close(model(**plain).loss, padded, rtol=1e-5, atol=0)

@@ -333,12 +333,16 @@ class SpanBoundaryHead(nn.Module):
         return F.linear(self.mlp(h0), self.decoder.weight, self.bias)
 
 
-def use_varlen_attention(config) -> None:
+def use_varlen_attention(model: nn.Module) -> None:
     """`config.unpad` runs attention on unpadded sequences: the default SDPA becomes its varlen form (which is SDPA
-    itself on padded batches: evaluation and fine-tuning are unchanged). Any other choice is kept, and checked when
-    a batch runs unpadded (`runs_unpadded`)."""
-    if getattr(config, "unpad", False) and config._attn_implementation == "sdpa":
-        config._attn_implementation = UNPADDED_ATTENTION
+    itself on padded batches: evaluation and fine-tuning are unchanged), in every config the model's modules read (a
+    narrower generator has its own). Any other choice is kept, and checked when a batch runs unpadded
+    (`runs_unpadded`)."""
+    if not getattr(model.config, "unpad", False):
+        return
+    for config in {id(m.config): m.config for m in model.modules() if hasattr(m, "config")}.values():
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            config._attn_implementation = UNPADDED_ATTENTION
 
 
 class SpanBertForPreTraining(SpanBertPreTrainedModel):
@@ -371,7 +375,7 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
                 "sbo.decoder.bias": "sbo.bias",
             }
         self.post_init()
-        use_varlen_attention(config)
+        use_varlen_attention(self)
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder

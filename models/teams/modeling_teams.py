@@ -215,12 +215,16 @@ def buffer_slots(target_positions: torch.Tensor):
 
 
 # Copied from models.spanbert.modeling_spanbert.use_varlen_attention
-def use_varlen_attention(config) -> None:
+def use_varlen_attention(model: nn.Module) -> None:
     """`config.unpad` runs attention on unpadded sequences: the default SDPA becomes its varlen form (which is SDPA
-    itself on padded batches: evaluation and fine-tuning are unchanged). Any other choice is kept, and checked when
-    a batch runs unpadded (`runs_unpadded`)."""
-    if getattr(config, "unpad", False) and config._attn_implementation == "sdpa":
-        config._attn_implementation = UNPADDED_ATTENTION
+    itself on padded batches: evaluation and fine-tuning are unchanged), in every config the model's modules read (a
+    narrower generator has its own). Any other choice is kept, and checked when a batch runs unpadded
+    (`runs_unpadded`)."""
+    if not getattr(model.config, "unpad", False):
+        return
+    for config in {id(m.config): m.config for m in model.modules() if hasattr(m, "config")}.values():
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            config._attn_implementation = UNPADDED_ATTENTION
 
 
 # Copied from models.spanbert.modeling_spanbert.layer_at_positions
@@ -530,7 +534,7 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         self.rtd_head = ElectraDiscriminatorPredictions(config) if config.trains_rtd else None
         self.mws_head = TeamsMultiWordSelectionHead(config) if config.trains_mws else None
         self.post_init()
-        use_varlen_attention(config)
+        use_varlen_attention(self)
 
     @can_return_tuple
     def forward(
