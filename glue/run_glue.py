@@ -416,13 +416,13 @@ def markdown_table(results: dict) -> str:
     lines = ["| task | metric | median | runs |", "| --- | --- | --- | --- |"]
     for task, result in results["tasks"].items():
         for key, value in result["median"].items():
-            runs = ", ".join(f"{run['metrics'][key] * 100:.1f}" for run in result["runs"])
-            lines.append(f"| {task} | {key} | {value * 100:.2f} | {runs} |")
+            runs = ", ".join(f"{run['metrics'][key]:.1f}" for run in result["runs"])
+            lines.append(f"| {task} | {key} | {value:.2f} | {runs} |")
         for key, value in result.get("majority_class", {}).items():
-            lines.append(f"| {task} | {key} of always predicting its most frequent label | {value * 100:.2f} | |")
+            lines.append(f"| {task} | {key} of always predicting its most frequent label | {value:.2f} | |")
     if results.get("glue_average") is not None:
         lines.append(f"| GLUE average | {'with' if results['include_wnli'] else 'without'} WNLI | "
-                     f"{results['glue_average'] * 100:.2f} | |")
+                     f"{results['glue_average']:.2f} | |")
     return "\n".join(lines)
 
 
@@ -477,6 +477,7 @@ def run_tasks(args: GlueArguments, training_args: TrainingArguments, user_flags:
     results["glue_average"] = glue_average({t: r["median"] for t, r in results["tasks"].items()},
                                            args.include_wnli_in_average)
     results["include_wnli"] = args.include_wnli_in_average
+    results = in_points(results)
     if training_args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
         (output / "glue_results.json").write_text(json.dumps(results, indent=2))
@@ -492,6 +493,19 @@ def run_tasks(args: GlueArguments, training_args: TrainingArguments, user_flags:
 
 
 PARTIAL_RESULTS = "glue_results.partial.json"
+# What glue_results.json (and its partial copy) hold: every score in percent points, as GLUE's tables print them.
+SCORE_SCALE = "points (percent, 0-100)"
+
+
+def in_points(results: dict) -> dict:
+    """`results` (scores as the metrics give them, 0-1) with every score in points: each run's, the medians, the
+    majority class's and the GLUE average, as glue_results.json and main() give them."""
+    tasks = {name: {**result, "runs": [{**run, "metrics": percent(run["metrics"])} for run in result["runs"]],
+                    "median": percent(result["median"]),
+                    **({"majority_class": percent(result["majority_class"])} if "majority_class" in result else {})}
+             for name, result in results["tasks"].items()}
+    average = results.get("glue_average")
+    return {**results, "scale": SCORE_SCALE, "tasks": tasks, "glue_average": None if average is None else 100 * average}
 
 
 def interrupted_message(finished: list, output: Path, training_args: TrainingArguments, how: str = "Ctrl-C") -> str:
@@ -502,8 +516,8 @@ def interrupted_message(finished: list, output: Path, training_args: TrainingArg
                 "Run the same command again to start over.")
     if training_args.process_index == 0:
         output.mkdir(parents=True, exist_ok=True)
-        partial = [{"task": task, "seed": seed, "metrics": metrics} for task, seed, _, metrics in finished]
-        (output / PARTIAL_RESULTS).write_text(json.dumps({"finished_runs": partial}, indent=2))
+        partial = [{"task": task, "seed": seed, "metrics": percent(metrics)} for task, seed, _, metrics in finished]
+        (output / PARTIAL_RESULTS).write_text(json.dumps({"scale": SCORE_SCALE, "finished_runs": partial}, indent=2))
     runs = ", ".join(f"{task} seed {seed} ({format_percent(metrics)})" for task, seed, _, metrics in finished)
     return (f"interrupted ({how}). Saved: {len(finished)} finished run{'s' if len(finished) > 1 else ''}: {runs}; "
             f"each model in {output}/TASK/seed-N, the scores in {output / PARTIAL_RESULTS}. Running the same command "
@@ -548,8 +562,8 @@ def percent(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def write_model_index(results: dict, output: Path, extra_card_dir: str | None, train_file: str | None = None) -> None:
-    """Each seed's card gets that seed's scores; --model_card_dir gets the median over the seeds. Percentages. A seed's
-    folder first gets a complete card of its own (`write_seed_card`)."""
+    """Each seed's card gets that seed's scores; --model_card_dir gets the median over the seeds. Points, as `results`
+    holds them (`in_points`). A seed's folder first gets a complete card of its own (`write_seed_card`)."""
     from encoder_zoo.hub_cards import add_eval_results
 
     base_card = base_card_data(results.get("model"))
@@ -561,9 +575,9 @@ def write_model_index(results: dict, output: Path, extra_card_dir: str | None, t
         for run in result["runs"]:
             folder = output / task / f"seed-{run['seed']}"
             write_seed_card(folder, results.get("model"), base_card, task, run["seed"], identity["dataset_name"])
-            add_eval_results(folder, metrics=percent(run["metrics"]), seeds=[run["seed"]], **kwargs)
+            add_eval_results(folder, metrics=run["metrics"], seeds=[run["seed"]], **kwargs)
         if extra_card_dir:
-            add_eval_results(extra_card_dir, metrics=percent(result["median"]),
+            add_eval_results(extra_card_dir, metrics=result["median"],
                              seeds=[run["seed"] for run in result["runs"]], **kwargs)
 
 

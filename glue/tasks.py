@@ -34,8 +34,9 @@ class Scoring:
     description: str  # what the reports and plots call it
     finetuned_by: str | None  # "glue" (glue/run_glue.py), "qa" (qa/run_qa.py); None: the pretraining logs it
     higher_is_better: bool = True
-    # One point of a paper's table in the units the score is stored in: 0.01 for accuracy or a correlation (stored
-    # 0-1, as glue_results.json keeps them), 1.0 for SQuAD F1 (qa_results.json's, already 0-100) and for a loss.
+    # One point of a paper's table in the units repro stores the score in: 0.01 for accuracy or a correlation (0-1 in
+    # repro's cache; repro.jobs.glue_run_scores reads glue_results.json's points back), 1.0 for SQuAD F1
+    # (qa_results.json's, already 0-100) and for a loss.
     point: float = 0.01
     unit: str = "points"  # what the reports show: percent points, or nats for a loss
     # What a model that learned nothing scores: "majority_class" (the accuracy of the scored rows' most frequent

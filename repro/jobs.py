@@ -71,6 +71,15 @@ def cached_output(path: Path, folder: Path) -> bool:
         return False
 
 
+def glue_run_scores(result: dict, task: str | None = None) -> dict[int, dict]:
+    """{seed: metrics} of a glue_results.json's `task` (default: its first), on the scale the cache and the reports
+    read (the metrics' own 0-1, `glue.tasks.Scoring.display_scale` turns it into points): the file holds points
+    since it says so (`scale`), 0-1 before."""
+    runs = (result["tasks"][task] if task else next(iter(result["tasks"].values())))["runs"]
+    divisor = 100.0 if str(result.get("scale", "")).startswith("points") else 1.0
+    return {run["seed"]: {key: value / divisor for key, value in run["metrics"].items()} for run in runs}
+
+
 def flag_value(flags: list[str], name: str) -> str | None:
     return flags[flags.index(name) + 1] if name in flags else None
 
@@ -195,6 +204,11 @@ class Sweep:
     (`floors`), and the pretraining behind each arm's unit (`pretraining`)."""
 
     def __init__(self, setting: Setting, output_dir: Path):
+        if setting.budget.pretrain_text and not setting.dataset:  # the tasks' own text (`Budget.pretrain_text`)
+            from encoder_zoo.repro.tasks import pretraining_text
+
+            setting = setting.with_dataset(str(pretraining_text(setting.budget.pretrain_text, output_dir / "cache"
+                                                                / "text")))
         self.setting, self.experiment, self.budget = setting, setting.experiment, setting.budget
         self.dataset, self.tasks, self.arms = setting.dataset, setting.tasks, setting.arms
         self.warmup_steps, self.schedules = setting.shared_warmup_steps, setting.schedules
@@ -585,8 +599,8 @@ class Sweep:
         run = job.folder / "run"
         if (run / "glue_results.json").exists():
             result = json.loads((run / "glue_results.json").read_text())
-            for entry in next(iter(result["tasks"].values()))["runs"]:
-                write_whole(job.folder / f"seed-{entry['seed']}.json", json.dumps(entry["metrics"], indent=1))
+            for seed, metrics in glue_run_scores(result).items():
+                write_whole(job.folder / f"seed-{seed}.json", json.dumps(metrics, indent=1))
         elif (run / "qa_results.json").exists():
             metrics = json.loads((run / "qa_results.json").read_text())["eval"]
             write_whole(job.folder / f"seed-{job.seeds[0]}.json", json.dumps(metrics, indent=1))

@@ -158,8 +158,10 @@ def finetune_scores(budget, model: str, task: str, preset: str, entry: dict, see
                                check=True)
         (folder / "done").write_text("")
     if facts.finetuned_by == "glue":
-        runs = json.loads((folder / "glue_results.json").read_text())["tasks"][task]["runs"]
-        by_seed = {run["seed"]: float(run["metrics"][facts.metric]) for run in runs}
+        from encoder_zoo.repro.jobs import glue_run_scores
+
+        runs = glue_run_scores(json.loads((folder / "glue_results.json").read_text()), task)
+        by_seed = {seed: float(metrics[facts.metric]) for seed, metrics in runs.items()}
     else:
         by_seed = {seed: float(json.loads((folder / f"seed-{seed}" / "qa_results.json").read_text())["eval"]
                                [facts.metric]) for seed in seeds}

@@ -392,13 +392,19 @@ def test_per_seed_cards_are_complete_and_scores_print_in_percent(tmp_path, caplo
     assert meta["model-index"][0]["name"] == "tiny-spanbert-custom-seed-1"
     assert "base_model" not in meta and "fine-tuned on train.csv (seed 1)" in card  # a local base: named in the text
     assert str(tmp_path) not in card
-    # Scores: fractions in glue_results.json (what repro reads), percent in the log, the table and the card.
+    # Scores in points everywhere: glue_results.json (its `scale` says so; repro reads it back as 0-1), the log, the
+    # table and the card.
     accuracy = results["tasks"]["custom"]["runs"][0]["metrics"]["accuracy"]
-    assert 0 <= accuracy <= 1
-    assert f"custom seed 1: accuracy {100 * accuracy:.2f}" in caplog.text
-    assert f"| custom | accuracy | {100 * accuracy:.2f} |" in capsys.readouterr().out
+    assert 0 <= accuracy <= 100 and results["scale"] == "points (percent, 0-100)"
+    assert f"custom seed 1: accuracy {accuracy:.2f}" in caplog.text
+    assert f"| custom | accuracy | {accuracy:.2f} |" in capsys.readouterr().out
     assert ({m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}["accuracy"]
-            == pytest.approx(100 * accuracy))
+            == pytest.approx(accuracy))
+    from encoder_zoo.repro.jobs import glue_run_scores
+
+    assert glue_run_scores(results)[1]["accuracy"] == pytest.approx(accuracy / 100)
+    before_points = {"tasks": {"custom": {"runs": [{"seed": 1, "metrics": {"accuracy": 0.5}}]}}}  # no `scale`: 0-1
+    assert glue_run_scores(before_points) == {1: {"accuracy": 0.5}}
 
 
 def test_a_seed_card_over_a_hub_model_names_it_as_base_model(tmp_path):

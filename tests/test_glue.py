@@ -153,17 +153,17 @@ def test_tiny_end_to_end_mnli_matched_and_mismatched_with_a_zoo_model(tmp_path, 
     assert "| mnli | accuracy_mismatched |" in (tmp_path / "out" / "glue_results.md").read_text()
     # The floor to read the runs against, one constant answer: 2 of the 6 matched rows share a label (2 each), 2 of
     # the 5 mismatched rows (entailment, neutral, contradiction, entailment, neutral).
-    assert mnli["majority_class"] == pytest.approx({"accuracy_matched": 2 / 6, "accuracy_mismatched": 2 / 5})
+    assert mnli["majority_class"] == pytest.approx({"accuracy_matched": 100 * 2 / 6, "accuracy_mismatched": 40.0})
     assert "| mnli | accuracy_mismatched of always predicting its most frequent label | 40.00 |" in (
         tmp_path / "out" / "glue_results.md").read_text()
     card = (tmp_path / "out" / "mnli" / "seed-1" / "README.md").read_text()
     index = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]
     assert index["dataset"]["type"] == "nyu-mll/glue" and {m["type"] for m in index["metrics"]} == {"accuracy_matched",
                                                                                                     "accuracy_mismatched"}
-    for run in mnli["runs"]:  # each seed's card carries its own score, in percent, and names its seed
+    for run in mnli["runs"]:  # each seed's card carries its own score, in points, and names its seed
         card = (tmp_path / "out" / "mnli" / f"seed-{run['seed']}" / "README.md").read_text()
         metrics = yaml.safe_load(card.split("---")[1])["model-index"][0]["results"][0]["metrics"]
-        assert {m["type"]: m["value"] for m in metrics} == {k: pytest.approx(100 * v, abs=1e-4)
+        assert {m["type"]: m["value"] for m in metrics} == {k: pytest.approx(v, abs=1e-4)
                                                             for k, v in run["metrics"].items()}
         assert all(m["name"].endswith(f"(1 seed: {run['seed']})") for m in metrics)
     # The fine-tuned zoo model reloads with its 3-way head.
@@ -250,12 +250,12 @@ def test_model_index_gives_each_dataset_its_identity_each_seed_its_score_and_the
         median = {k: sorted(r["metrics"][k] for r in runs)[len(runs) // 2] for k in runs[0]["metrics"]}
         return {"runs": runs, "median": median, "validation_splits": list(splits)}
 
-    results = {"tasks": {
-        "rotten_tomatoes": task({1: {"accuracy": 0.81}, 2: {"accuracy": 0.79}, 3: {"accuracy": 0.80}}),
-        "movie_sentiment_regression": task({1: {"pearson": 0.5, "spearmanr": 0.4},
-                                            2: {"pearson": 0.6, "spearmanr": 0.5},
-                                            3: {"pearson": 0.7, "spearmanr": 0.6}}),
-        "sst2": task({1: {"accuracy": 0.66}, 2: {"accuracy": 0.70}, 3: {"accuracy": 0.68}}),
+    results = {"tasks": {  # in points, as run_glue's results hold them
+        "rotten_tomatoes": task({1: {"accuracy": 81.0}, 2: {"accuracy": 79.0}, 3: {"accuracy": 80.0}}),
+        "movie_sentiment_regression": task({1: {"pearson": 50.0, "spearmanr": 40.0},
+                                            2: {"pearson": 60.0, "spearmanr": 50.0},
+                                            3: {"pearson": 70.0, "spearmanr": 60.0}}),
+        "sst2": task({1: {"accuracy": 66.0}, 2: {"accuracy": 70.0}, 3: {"accuracy": 68.0}}),
     }}
     write_model_index(results, tmp_path / "out", str(tmp_path / "export"))
     seed_two = ModelCard.load(tmp_path / "out" / "rotten_tomatoes" / "seed-2" / "README.md").data.eval_results
@@ -360,8 +360,8 @@ def test_early_stopping_stops_and_the_best_checkpoint_is_the_saved_model(tmp_pat
     assert any(not torch.equal(saved[name], last[name]) for name in last)
     state = json.loads((folder / f"checkpoint-{run['trained_steps']}" / "trainer_state.json").read_text())
     logged = next(e for e in state["log_history"] if e.get("step") == run["best_step"] and "eval_accuracy" in e)
-    # Trainer logs percentages (GLUE's scale); glue_results.json keeps the metric's 0-1 value.
-    assert (100 * run["metrics"]["accuracy"] == pytest.approx(logged["eval_accuracy"])
+    # Trainer logs percentages (GLUE's scale), as glue_results.json keeps them.
+    assert (run["metrics"]["accuracy"] == pytest.approx(logged["eval_accuracy"])
             == pytest.approx(logged["eval_score"]))
 
 
@@ -461,7 +461,7 @@ def test_cloze_preset_switches_off_dropout_in_the_language_model_and_keeps_it_be
                     "--preset", "cloze", "--max_train_samples", "16", "--max_eval_samples", "8",
                     "--max_seq_length", "32", "--num_train_epochs", "1", "--per_device_train_batch_size", "8",
                     "--output_dir", str(tmp_path / "out")])
-    assert 0 <= results["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 1
+    assert 0 <= results["tasks"]["rotten_tomatoes"]["median"]["accuracy"] <= 100
     trained = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "rotten_tomatoes" / "seed-42",
                                                                  trust_remote_code=True)
     config = trained.config

@@ -54,7 +54,8 @@ def test_finetuning_sweep_reads_the_control_against_the_floor(tmp_path):
     random_init = json.loads((tmp_path / "ft" / "random-init" / "random_init.json").read_text())
     assert random_init["source"] == str(export) and random_init["seed"] == 1
     results = json.loads((tmp_path / "ft" / "pretrained-rotten_tomatoes-lr0.001-ep1" / "glue_results.json").read_text())
-    assert row["pretrained"] == [run["metrics"]["accuracy"] for run in results["tasks"]["rotten_tomatoes"]["runs"]]
+    assert row["pretrained"] == [pytest.approx(run["metrics"]["accuracy"] / 100)  # the file in points, the row 0-1
+                                 for run in results["tasks"]["rotten_tomatoes"]["runs"]]
     assert len(row["random_init"]) == 2 and row["floor"] == "bag_of_words" and 0 < row["floor_value"] < 1
     assert row["difference"] == pytest.approx(row["pretrained_mean"] - row["random_init_mean"], abs=1e-3)
     assert "| rotten_tomatoes | 0.001 | 1 |" in output.with_suffix(".md").read_text()
