@@ -53,6 +53,19 @@ class Budget:
     max_eval_samples: int | None
     tasks: tuple[str, ...]  # evaluation tasks allowed at this budget (intersected with the experiment's)
     bf16: bool = False
+    # Continued pretraining (issue 48's `adapt`): every pretraining continues this encoder ("minilm": the shipped
+    # MiniLM, `training.run.minilm_path()`) with its own objective (`pretrain.py --init_from`), whose architecture and
+    # tokenizer come from it: `model_size` then only names the size preset whose training defaults the run keeps
+    # (MiniLM's nearest, `small`), and `tokenizer_vocab_size` is unused. None: every pretraining starts from random.
+    init_from: str | None = None
+    # Sentence tasks whose training sentences (labels unused) are the pretraining text of every arm
+    # (`repro.tasks.pretraining_text`): task-adaptive pretraining (Gururangan et al. 2020). (): Wikipedia.
+    pretrain_text: tuple[str, ...] = ()
+    # A continued pretraining's peak rate and warmup, the same for every arm (None: the recipe's at `model_size`).
+    pretrain_learning_rate: float | None = None
+    pretrain_warmup_steps: int | None = None
+    # What a report at this budget tests, where it is not the papers' own runs (shown above its scores and in README).
+    tests_what: str = ""
 
     @staticmethod
     def finetune_seed(unit: int, seed: int) -> int:
@@ -60,7 +73,25 @@ class Budget:
         units are different models; shared by the arms' units of one seed, so that they pair."""
         return 100 * unit + seed
 
+    def starting_weights(self) -> str | None:
+        """The checkpoint every pretraining continues (`init_from` resolved), or None."""
+        if self.init_from is None:
+            return None
+        if self.init_from != "minilm":
+            raise ValueError(f"budget {self.name}: init_from {self.init_from!r} is not 'minilm'")
+        from encoder_zoo.training.run import minilm_path
+
+        return str(minilm_path())
+
     def pretrain_flags(self) -> list[str]:
+        if self.init_from:  # size and tokenizer from the checkpoint (a --model_size that disagreed would be refused)
+            return ["--init_from", self.starting_weights(), "--max_steps", str(self.pretrain_steps),
+                    "--per_device_train_batch_size", str(self.pretrain_batch_size), "--gradient_accumulation_steps",
+                    "1", "--max_seq_length", str(self.max_seq_length),
+                    "--validation_documents", str(self.validation_documents),
+                    *(["--max_documents", str(self.max_documents)] if self.max_documents else []),
+                    *(["--learning_rate", str(self.pretrain_learning_rate)] if self.pretrain_learning_rate else []),
+                    *(["--bf16", "true"] if self.bf16 else [])]
         return ["--model_size", self.model_size, "--max_steps", str(self.pretrain_steps),
                 "--per_device_train_batch_size", str(self.pretrain_batch_size), "--gradient_accumulation_steps", "1",
                 "--max_seq_length", str(self.max_seq_length), "--tokenizer_vocab_size", str(self.tokenizer_vocab_size),
@@ -94,6 +125,11 @@ class Budget:
 HELDOUT = ("heldout_mlm_masked", "heldout_mlm", "heldout_cloze", "heldout_bilm")
 ALL_TASKS = ("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", "wiki_cloze_v2", *HELDOUT)
 
+# The `adapt` budget's continued-pretraining steps (the arithmetic: docs/reproduction.md, "The adapt budget").
+ADAPT_STEPS = 150
+ADAPT_TESTS = ("the paper's objective as a continued-pretraining step on a pretrained encoder (the shipped MiniLM, "
+               "task-adaptive), not the paper's from-scratch run")
+
 BUDGETS = {
     "smoke": Budget(
         name="smoke", description="plumbing only: tiny models, 10 pretraining steps, 32 fine-tuning examples; "
@@ -118,6 +154,24 @@ BUDGETS = {
         finetune_batch_size=32,
         finetune_max_seq_length=128, max_train_samples=2000, max_eval_samples=500,
         tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", *HELDOUT)),
+    # Issue 48: each paper's objective as a continued-pretraining step on the shipped MiniLM, on the evaluation task's
+    # own training sentences; the steps sized from measured per-step costs to fit 2 hours with --jobs 2 on 2 cores
+    # (docs/reproduction.md, "The adapt budget"). Its arms and controls: `Experiment.adapted`.
+    "adapt": Budget(
+        name="adapt", description="the shipped MiniLM (6 layers, 384 wide) continued with each arm's own objective "
+        f"for {ADAPT_STEPS} steps of 32 x 128 tokens at 1e-4 (warmup 10) on rotten_tomatoes' 11,476 training "
+        "sentences, labels unused (task-adaptive pretraining), then fine-tuned as the MiniLM arms are (1,000 rows, 2 "
+        "epochs at 1e-4); 5 units (continued-pretraining seeds) per arm; controls: MiniLM > its random "
+        "initialisation, and MiniLM continued with plain MLM > MiniLM fine-tuned directly; sized to about 2 hours "
+        "per paper with --jobs 2 on 2 CPU cores from measured per-step costs (docs/reproduction.md)",
+        model_size="small", pretrain_steps=ADAPT_STEPS, pretrain_batch_size=32, max_seq_length=128,
+        max_documents=None, validation_documents=200, tokenizer_vocab_size=0, cnn_size="tiny", cnn_steps=0,
+        cnn_documents=None, cnn_batch_size=0, unit_seeds=(1, 2, 3, 4, 5), finetune_seeds=(1,), finetune_epochs=None,
+        finetune_learning_rate=None, minilm_finetune_epochs=2, minilm_max_train_samples=1000,
+        minilm_learning_rate=1e-4, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
+        max_eval_samples=500, tasks=("rotten_tomatoes", *HELDOUT), init_from="minilm",
+        pretrain_text=("rotten_tomatoes",), pretrain_learning_rate=1e-4, pretrain_warmup_steps=10,
+        tests_what=ADAPT_TESTS),
     # What fits one lent GPU session (HIRE's primary and control, via Experiment.budget_arms), and how its time was
     # estimated: docs/reproduction.md, "Budgets".
     "gpu": Budget(

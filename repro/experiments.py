@@ -104,6 +104,10 @@ class Experiment:
     budget_units: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # Budget name -> the pretraining steps at that budget, where the budget's own would not fit its time.
     budget_steps: dict[str, int] = field(default_factory=dict)
+    # The second control of a continued-pretraining budget (`adapted`): (the arm continued with plain MLM, the arm
+    # fine-tuned directly), "adapted > not adapted"; its claims are judged only where it and the positive control
+    # read reproduced. None: no such control.
+    adaptation_control: tuple[str, str] | None = None
 
     def __post_init__(self):
         names = [a.name for a in self.arms]
@@ -154,21 +158,55 @@ class Experiment:
         pretrained = [a for a in self.arms if a.pretrain]
         return self.arm(self.schedule_from) if self.schedule_from else (pretrained[0] if pretrained else None)
 
+    def adapted(self, budget: Budget) -> Experiment:
+        """This experiment at a continued-pretraining budget (`Budget.init_from`): its pretrained arms whose family
+        can start from a BERT-format encoder (`Family.starting_weights`; those `budget_arms` keeps there), each
+        continuing the budget's encoder with its own objective; plain MLM continued on the same text (`bert`, the
+        experiment's own where it has one); the encoder fine-tuned directly (`minilm`), whose random initialisation
+        is the positive control; and the adaptation control, `bert` > `minilm`."""
+        from encoder_zoo.training.recipes import family_of_model_type, get_recipe
+
+        def continues(arm: Arm) -> bool:
+            family = family_of_model_type(get_recipe(arm.recipe).family)
+            return bool(family and family.starting_weights and "bert" in family.starting_weights.model_types)
+
+        kept = self.budget_arms.get(budget.name)
+        arms = [a for a in self.arms if a.pretrain and continues(a) and (kept is None or a.name in kept)]
+        if not arms:
+            raise ValueError(f"experiment {self.name} has no arm that can continue a BERT-format encoder (its arms "
+                             f"pretrain nothing, or their families take no BERT checkpoint): it does not run at the "
+                             f"`{budget.name}` budget, which continues the shipped MiniLM.")
+        mlm = next((a for a in self.arms if a.pretrain == ("--model", "bert")), None)
+        if mlm is None:
+            mlm = Arm("bert", "plain MLM (BERT) continued on the same text: the adaptation control",
+                      pretrain=("--model", "bert"))
+        direct = Arm("minilm", "the shipped MiniLM fine-tuned directly, not adapted")
+        arms = [*arms, *([mlm] if mlm not in arms else []), direct]
+        names = [a.name for a in arms]
+        if len(set(names)) < len(names):
+            raise ValueError(f"experiment {self.name}: an arm's name clashes with the adaptation arms ({names})")
+        return dataclasses.replace(
+            self, arms=tuple(arms), control_of=direct.name, positive_control=True,
+            adaptation_control=(mlm.name, direct.name), budget_arms={**self.budget_arms, budget.name: tuple(names)})
+
     def at(self, budget: Budget, dataset: str | None = None, tasks: list[str] | None = None,
            units: tuple[int, ...] | None = None) -> Setting:
         """What this experiment runs at `budget`: its arms, unit seeds (`units` replaces them) and tasks there (`tasks`
         narrows them), the budget's flags for them, each pretrained arm's schedule, each sentence task's labels;
-        `dataset`: the pretraining corpus."""
+        `dataset`: the pretraining corpus. A continued-pretraining budget runs `adapted`."""
         from encoder_zoo.repro.tasks import task_facts
         from encoder_zoo.training.recipes import get_recipe
 
+        if budget.init_from and self.adaptation_control is None:
+            return self.adapted(budget).at(budget, dataset, tasks, units)
         if budget.name in self.budget_steps:
             budget = dataclasses.replace(budget, pretrain_steps=self.budget_steps[budget.name])
 
         def defaults(arm: Arm):
             return get_recipe(arm.recipe).training_defaults[budget.model_size]
 
-        own = {a.name: defaults(a).warmup_steps_of_run(budget.pretrain_steps) for a in self.arms if a.pretrain}
+        own = {a.name: budget.pretrain_warmup_steps or defaults(a).warmup_steps_of_run(budget.pretrain_steps)
+               for a in self.arms if a.pretrain}
         # One warmup for every pretrained arm: the schedule arm's recipe at this run length (each recipe's own rule
         # would give TEAMS and ELECTRA different warmups at the same steps).
         shared = own[self.schedule_arm().name] if self.shared_warmup and self.schedule_arm() else None
@@ -179,7 +217,8 @@ class Experiment:
             experiment=self, budget=budget, dataset=dataset, arms=arms, tasks=run_tasks, shared_warmup_steps=shared,
             warmup_steps={name: shared or steps for name, steps in own.items()},
             schedules={a.name: {"lr_scheduler_type": defaults(a).lr_scheduler_type,
-                                "learning_rate": defaults(a).learning_rate, "warmup_steps": shared or own[a.name]}
+                                "learning_rate": budget.pretrain_learning_rate or defaults(a).learning_rate,
+                                "warmup_steps": shared or own[a.name]}
                        for a in arms if a.pretrain},
             pretrain_flags=[*budget.pretrain_flags(), *(["--dataset", dataset] if dataset else [])],
             cnn_flags=budget.cnn_flags(),
@@ -213,10 +252,15 @@ class Setting:
 
     def over_minilm(self, arm: Arm) -> bool:
         """Whether `arm` fine-tunes with the budget's MiniLM flags: it reads the offline MiniLM (itself, or a fusion
-        over it); a positive control as the arm whose model it re-creates."""
+        over it), or starts from it (every pretraining at a budget that continues it); a positive control as the arm
+        whose model it re-creates."""
         if arm.random_init_of:
             return self.over_minilm(self.arms_by_name[arm.random_init_of])
-        return arm.pretrain is None and arm.backbone_from is None
+        return (arm.pretrain is None and arm.backbone_from is None) or self.budget.init_from == "minilm"
+
+    def with_dataset(self, dataset: str) -> Setting:
+        """This setting pretraining on `dataset` (a budget's task text, written once the cache is known)."""
+        return dataclasses.replace(self, dataset=dataset, pretrain_flags=[*self.pretrain_flags, "--dataset", dataset])
 
     def train_rows(self, arm: Arm) -> int | None:
         """The training rows `arm`'s fine-tunings read (None: all): its floors are fitted on the same rows."""
@@ -272,7 +316,9 @@ EXPERIMENTS = {e.name: e for e in (
               "SBO row): 5 units of 5 arms (a 4,000-step pretraining takes about 8 minutes on a core) would exceed "
               "2 hours on 2 cores.",
         budget_tasks={"cpu": ("wiki_cloze", "heldout_mlm_masked")},
-        budget_arms={"cpu": ("spanbert", "span_1seq", "bert")}),
+        # At `adapt`, the single-sequence arms (two segments + NSP would need multi-sentence documents, and 5 arms
+        # would not fit 2 hours): docs/reproduction.md, "The adapt budget".
+        budget_arms={"cpu": ("spanbert", "span_1seq", "bert"), "adapt": ("spanbert", "span_1seq", "bert")}),
     Experiment(
         name="teams", paper="TEAMS (Shen et al., 2021), Tables 1 and 2",
         arms=(Arm("teams", "TEAMS: RTD + multi-word selection", pretrain=("--model", "teams")),

@@ -8,7 +8,9 @@ its held-out documents). A task whose spec declares no scoring is no task of rep
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from encoder_zoo.glue.tasks import Scoring
 from encoder_zoo.repro.floors import KINDS as FLOOR_KINDS
@@ -126,3 +128,29 @@ def check(facts: TaskFacts) -> None:
 def display_scale(task: str) -> float:
     """`TaskFacts.display_scale` of `task`."""
     return task_facts(task).display_scale
+
+
+def pretraining_text(tasks: tuple[str, ...], folder: Path) -> Path:
+    """The training sentences of the sentence `tasks` (labels unused, evaluation rows never), one document per row
+    (a pair's texts as one), as a text file under `folder` (blank-line-separated documents, what `pretrain.py
+    --dataset FILE.txt` reads): task-adaptive pretraining's text. Named by its content's hash and written only when
+    absent, so that a sweep's pretraining cache keys (which read the file's size and time) stay put."""
+    import hashlib
+
+    from encoder_zoo.glue.tasks import load_task
+
+    documents = []
+    for name in tasks:
+        if task_facts(name).finetuned_by != "glue":
+            raise ValueError(f"task {name!r} is no sentence task: only a sentence task's training text is read")
+        spec, raw = load_task(name)
+        documents += [" ".join(" ".join(str(part).split()) for part in row)
+                      for row in zip(*(raw["train"][column] for column in spec.text_columns))]
+    text = "\n\n".join(d for d in documents if d) + "\n"
+    path = folder / f"{'+'.join(tasks)}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.txt"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(f".{path.name}.{os.getpid()}")
+        staged.write_text(text, encoding="utf-8")
+        os.replace(staged, path)
+    return path
