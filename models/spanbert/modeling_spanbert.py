@@ -53,9 +53,10 @@ class SpanBertForPreTrainingOutput(ModelOutput):
     nsp_accuracy: detached NSP accuracy, for logging.
     mlm_logits: with `labels`, `(num_masked_tokens, vocab_size)`, one row per `labels != -100` position, row-major
         order; without, `(batch, seq_len, vocab_size)` at every position (BertForPreTraining's `prediction_logits`),
-        or one row per `prediction_mask` position.
+        or one row per `prediction_mask` position. With `target_positions`, one row per buffer slot, `(B * K, V)`.
     sbo_logits: `(num_sbo_targets, vocab_size)`, one row per `span_left >= 0` position (the first
-        `max_span_targets` of each span), row-major order; only when `span_left` / `span_right` are given.
+        `max_span_targets` of each span), row-major order; only when `span_left` / `span_right` are given. With
+        `target_positions`, one row per buffer slot (the slots without an SBO target are not trained).
     nsp_logits: `(batch, 2)`, with the NSP head: column 0 "B continues A", column 1 "B is random".
     """
 

@@ -259,7 +259,8 @@ class TeamsForPreTrainingOutput(ModelOutput):
     loss: `mlm_loss_weight * mlm + rtd_loss_weight * rtd + mws_loss_weight * mws`.
     mlm_loss / mws_loss: means over masked positions. rtd_loss: mean over non-padding tokens.
     rtd_accuracy / mws_accuracy / mlm_accuracy: detached accuracies for logging.
-    mlm_logits: `(num_masked, vocab_size)`, generator logits only at masked positions (row-major order).
+    mlm_logits: `(num_masked, vocab_size)`, generator logits only at masked positions (row-major order); with
+        `target_positions`, one row per buffer slot (as `mws_logits` and `candidate_ids`).
     rtd_logits: `(B, T)` "replaced" logits. rtd_labels: `(B, T)` 1.0 where the corrupted token differs from the
         original.
     mws_logits: `(num_masked, K+1)` candidate scores; the original is candidate 0.
