@@ -166,7 +166,9 @@ def write_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
     plot(results, sweep, folder / "plot.png")
     experiment, budget = sweep.experiment, sweep.budget
     lines = [f"# {experiment.name} at the `{budget.name}` budget", "",
-             f"**Paper:** {experiment.paper}. **Budget:** {budget.description}.", "", code_line(results["code"]), "",
+             f"**Paper:** {experiment.paper}. **Budget:** {budget.description}.", "",
+             *([f"**What this tests:** {budget.tests_what}.", ""] if budget.tests_what else []),
+             code_line(results["code"]), "",
              "## The paper's numbers", "", "```", experiment.paper_table, "```", "", PAPER_SCALE, "",
              *primary_line(results), *scores_section(results, sweep), *verdicts_section(results, sweep),
              *failures_section(results, sweep),
@@ -288,6 +290,26 @@ def control_section(results: dict) -> list[str]:
                    f"{d['units']['arm']}/{d['units']['baseline']} "
                    "units; " if d else "")
         lines.append(f"- **pretrained > random** on {task_facts(task).description} ({entry['arm']} > "
+                     f"{entry['baseline']}): {numbers}{verdict_text(entry)}")
+    return [*lines, "", *adaptation_section(results)]
+
+
+def adaptation_section(results: dict) -> list[str]:
+    """The second control of a continued-pretraining budget: adapted > not adapted."""
+    adaptation = results.get("adaptation_control") or {}
+    if not adaptation:
+        return []
+    lines = ["## Adaptation control: adapted > not adapted", "",
+             "The same encoder continued with plain MLM on the same text for the same steps, against it fine-tuned "
+             "directly, both fine-tuned alike: a one-sided t-test on unit means at 5%, alone. Claims are judged only "
+             "where this control and the positive control both read *reproduced*; elsewhere they read *no signal: "
+             "this budget does not detect pretraining*.", ""]
+    for task, entry in adaptation.items():
+        d = entry.get("decision")
+        numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
+                   f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
+                   f"{d['units']['arm']}/{d['units']['baseline']} units; " if d else "")
+        lines.append(f"- **adapted > not adapted** on {task_facts(task).description} ({entry['arm']} > "
                      f"{entry['baseline']}): {numbers}{verdict_text(entry)}")
     return [*lines, ""]
 

@@ -279,24 +279,37 @@ def control_arguments(sweep, runs: dict, floors: dict) -> tuple[dict | None, dic
     """The positive control's `decide` arguments per task (not the held-out loss): its source arm, pretrained,
     against the same model at random initialisation, gated by the floors; and an entry per task for the report
     (a task where either has no result: 'unavailable'). (None, {}) without a control."""
-    from encoder_zoo.repro.stats import learned
-
     control = control_source(sweep)
     if control is None:
         return None, {}
-    source, arguments, entries = control.random_init_of, {}, {}
+    return pair_arguments(sweep, runs, floors, control.random_init_of, control.name)
+
+
+def adaptation_arguments(sweep, runs: dict, floors: dict) -> tuple[dict | None, dict]:
+    """The adaptation control's (`Experiment.adaptation_control`: adapted > not adapted), as `control_arguments`;
+    (None, {}) where the experiment has none."""
+    pair = sweep.experiment.adaptation_control
+    return (None, {}) if pair is None else pair_arguments(sweep, runs, floors, *pair)
+
+
+def pair_arguments(sweep, runs: dict, floors: dict, arm: str, baseline: str) -> tuple[dict, dict]:
+    """A control's `decide` arguments per fine-tuned task, `arm` > `baseline`, gated by the floors, and its report
+    entries."""
+    from encoder_zoo.repro.stats import learned
+
+    arguments, entries = {}, {}
     for task in sweep.tasks:
         metric = task_facts(task)
         if metric.pretraining_metric:  # the random copy has no pretraining
             continue
-        entries[task] = {"arm": source, "baseline": control.name, "task": task, "metric": metric.metric}
-        a, b = runs.get((source, task)), runs.get((control.name, task))
+        entries[task] = {"arm": arm, "baseline": baseline, "task": task, "metric": metric.metric}
+        a, b = runs.get((arm, task)), runs.get((baseline, task))
         if not a or not b:
-            entries[task]["verdict"] = f"unavailable ({source if not a else control.name} has no results)"
+            entries[task]["verdict"] = f"unavailable ({arm if not a else baseline} has no results)"
             continue
         arguments[task] = {"arm": a, "baseline": b, "direction": "better", "higher_is_better": metric.higher_is_better,
-                           "learned": learned(a, b, (floors[(source, task)]["value"],
-                                                     floors[(control.name, task)]["value"]), metric.higher_is_better)}
+                           "learned": learned(a, b, (floors[(arm, task)]["value"], floors[(baseline, task)]["value"]),
+                                              metric.higher_is_better)}
     return arguments, entries
 
 
@@ -326,7 +339,7 @@ def analyse(sweep, seed: int = 0) -> dict:
     others (secondary) one Holm family, each claim gated by its task's control and its floors, with the arms'
     FLOPs and tokens ratios and, where the arms read indistinguishable, the share of rows their predictions differ
     on. `seed` is kept for the command line's --bootstrap_seed (nothing is resampled now)."""
-    from encoder_zoo.repro.stats import ALPHA, decide_experiment, learned
+    from encoder_zoo.repro.stats import ALPHA, decide_gated, learned
 
     experiment = sweep.experiment
     chance = {task: chance_level(task, sweep.budget) for task in sweep.tasks}
@@ -335,6 +348,7 @@ def analyse(sweep, seed: int = 0) -> dict:
     for arm in sweep.arms:
         arms[arm.name]["compute"] = {str(u): unit_compute(sweep, arm, u) for u in sweep.units}
     controls, control = control_arguments(sweep, runs, floors)
+    adaptations, adaptation = adaptation_arguments(sweep, runs, floors)
     claims, decided = [], []
     tested = experiment.claims_at(sweep.budget.name)
     for claim in tested:
@@ -356,12 +370,14 @@ def analyse(sweep, seed: int = 0) -> dict:
             decided.append((entry, {"task": task, "primary": entry["role"] == "primary", "arm": a, "baseline": b,
                                     "direction": claim.direction, "higher_is_better": metric.higher_is_better,
                                     "margin": entry["margin"], "learned": entry["learned"]}))
-    control_decisions, decisions = decide_experiment([arguments for _, arguments in decided], controls, ALPHA)
-    for task, decision in control_decisions.items():
-        control[task].update(decision=decision, verdict=decision["verdict"])
+    gates, decisions = decide_gated([arguments for _, arguments in decided],
+                                    {"positive": controls, "adaptation": adaptations}, ALPHA)
+    for entries, name in ((control, "positive"), (adaptation, "adaptation")):
+        for task, decision in gates.get(name, {}).items():
+            entries[task].update(decision=decision, verdict=decision["verdict"])
     for (entry, _), decision in zip(decided, decisions):
         entry.update(decision=decision, verdict=decision["verdict"], control=decision["control"])
-    add_prediction_differences(sweep, [*control.values(), *(entry for entry, _ in decided)])
+    add_prediction_differences(sweep, [*control.values(), *adaptation.values(), *(entry for entry, _ in decided)])
     claims.sort(key=lambda c: c["role"] != "primary")  # the primary first, then the claims in their order
     return {"experiment": experiment.name, "paper": experiment.paper, "budget": asdict(sweep.budget),
             "units": list(sweep.units), "bootstrap_seed": seed, "chance": chance,
@@ -369,6 +385,8 @@ def analyse(sweep, seed: int = 0) -> dict:
             "untested_tasks": [t for t in experiment.tasks if t not in sweep.tasks],
             "untested_claims": [asdict(c) for c in experiment.claims if c not in tested],
             "primary": primary_status(experiment, sweep, tested), "control": control,
+            **({"adaptation_control": adaptation, "tests_what": sweep.budget.tests_what}
+               if experiment.adaptation_control else {}),
             "arms": arms, "claims": claims}
 
 

@@ -36,8 +36,9 @@ better); `estimate`, `low`, `high` are reported as arm - baseline in the metric'
   a `reason`.
 - Fewer than 2 units in either arm (after pairing): INSUFFICIENT, never REPRODUCED.
 - `control=False` (the experiment's positive control, pretrained > the same architecture at random initialisation,
-  is not reproduced on this task): NO_CONTROL, "this budget does not detect pretraining", whatever the claim's data;
-  `control=None`: no control gates the claim.
+  is not reproduced on this task; at a continued-pretraining budget also its adaptation control, the encoder
+  continued with plain MLM > the encoder fine-tuned directly, `decide_gated`): NO_CONTROL, "this budget does not
+  detect pretraining", whatever the claim's data; `control=None`: no control gates the claim.
 - `learned=False` (neither arm clears its floor, see `clears_floor` and `learned`): NO_SIGNAL, since two models that
   learned no more than a trivial model differ by noise.
 - Every unit of the two arms scores the same (paired: each difference is exactly 0; unpaired: neither arm has spread
@@ -224,7 +225,8 @@ def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
         return INSUFFICIENT, (f"{result['units']['arm']} unit(s) in the arm and {result['units']['baseline']} in "
                               "the baseline (fine-tuning seeds are not units)")
     if result["control"] is False:
-        return NO_CONTROL, "the positive control (pretrained > random initialisation) is not reproduced on this task"
+        return NO_CONTROL, ("a control (pretrained > random initialisation; at a continued-pretraining budget also "
+                            "adapted > not adapted) is not reproduced on this task")
     if not result["learned"]:
         return NO_SIGNAL, "neither arm clears its floor"
     if result["identical"]:
@@ -339,10 +341,22 @@ def decide_experiment(claims: list[dict], controls: dict | None = None, alpha: f
     `controls`: task -> `decide`'s keyword arguments (pretrained arm, random baseline, "better"); None where the
     experiment has no positive control (nothing gates). A task the controls lack has no control result: its claims
     are not judged. Returns ({task: control decision}, [claim decisions, in the order of `claims`])."""
-    control_results = {task: decide(**arguments, alpha=alpha) for task, arguments in (controls or {}).items()}
+    decided, results = decide_gated(claims, {"positive": controls}, alpha)
+    return decided.get("positive", {}), results
 
-    def gate(task):
-        return None if controls is None else control_results.get(task, {}).get("verdict") == REPRODUCED
+
+def decide_gated(claims: list[dict], controls: dict[str, dict | None], alpha: float = ALPHA) -> tuple[dict, list]:
+    """`decide_experiment` under several controls, one rule: each control on each task alone at `alpha`, and a claim
+    judged only where every control (`controls`: name -> task -> `decide`'s arguments, or None for a control the
+    experiment does not have, which gates nothing) reads REPRODUCED on its task; a task a control lacks is not
+    judged. A continued-pretraining budget has two: pretrained > random ("positive") and adapted > not adapted
+    ("adaptation"). Returns ({name: {task: decision}} for each control that is not None, [claim decisions])."""
+    decided = {name: {task: decide(**arguments, alpha=alpha) for task, arguments in per_task.items()}
+               for name, per_task in controls.items() if per_task is not None}
+
+    def gate(task):  # None: no control at all
+        return all(per_task.get(task, {}).get("verdict") == REPRODUCED for per_task in decided.values()) if decided \
+            else None
 
     def arguments(claim):
         return {**{k: v for k, v in claim.items() if k not in ("task", "primary")}, "control": gate(claim["task"])}
@@ -355,4 +369,4 @@ def decide_experiment(claims: list[dict], controls: dict | None = None, alpha: f
     secondary = [i for i, claim in enumerate(claims) if not claim["primary"]]
     for i, r in zip(secondary, decide_family([arguments(claims[i]) for i in secondary], alpha)):
         results[i] = r
-    return control_results, results
+    return decided, results

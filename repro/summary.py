@@ -55,13 +55,15 @@ def shown(x, task: str | None) -> str:
 def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     lines = ["| paper | claim | task | difference, points [90% CI] | units | MDD | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    missing, before_controls = [], []
+    missing, before_controls, tests = [], [], set()
     for name in EXPERIMENTS:
         path = reports / name / budget / "results.json"
         if not path.exists():
-            missing.append(name)
+            if runs_at(name, budget):
+                missing.append(name)
             continue
         results = json.loads(path.read_text(encoding="utf-8"))
+        tests.add(results.get("tests_what") or "")
         if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
             missing.append(f"{name} (a report of the former statistics)")
             continue
@@ -75,7 +77,8 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
             paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is rows[0] else ""
             task, verdict = ((task_facts(claim["task"]).description, claim["verdict"]) if "task" in claim else
                              ("—", f"not tested at `{budget}` (its arm is not trained there)"))
-            role = {"primary": " (primary)", "control": " (positive control)"}.get(claim.get("role"), "")
+            role = {"primary": " (primary)", "control": " (positive control)",
+                    "adaptation": " (adaptation control)"}.get(claim.get("role"), "")
             on = claim.get("task")
             mdd = shown(d.get("mdd"), on) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
                                              and "mdd_alpha" in d else "")
@@ -85,6 +88,7 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
         if secondary:
             lines.append(f"|  | {secondary} | | | | | |")
     lines += ["", DIFFERENCE_KEY]
+    lines += [line for what in sorted(tests - {""}) for line in ("", f"At `{budget}` every row tests {what}.")]
     if before_controls:
         its, reports_show = ("their", "reports show") if len(before_controls) > 1 else ("its", "report shows")
         lines += ["", "Run before floors, positive controls and primary claims: "
@@ -95,6 +99,20 @@ def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
     return "\n".join(lines)
 
 
+def runs_at(name: str, budget: str) -> bool:
+    """Whether experiment `name` runs at `budget`: a continued-pretraining budget runs only the experiments with an
+    arm that can continue its encoder (`Experiment.adapted`)."""
+    from encoder_zoo.repro.budgets import BUDGETS
+
+    if budget not in BUDGETS or not BUDGETS[budget].init_from:
+        return True
+    try:
+        EXPERIMENTS[name].adapted(BUDGETS[budget])
+    except ValueError:
+        return False
+    return True
+
+
 def paper_rows(results: dict) -> tuple[list[dict], str]:
     """A report's rows in README: with a primary claim, the positive control on its task and the primary itself,
     the secondary claims counted by verdict in one line (each report lists them); a report made before primaries,
@@ -102,9 +120,10 @@ def paper_rows(results: dict) -> tuple[list[dict], str]:
     from collections import Counter
 
     controls = {task: {**c, "role": "control"} for task, c in (results.get("control") or {}).items()}
+    adapted = {task: {**c, "role": "adaptation"} for task, c in (results.get("adaptation_control") or {}).items()}
     primary = [c for c in results["claims"] if c.get("role") == "primary"]
     if not primary:
-        return [*controls.values(), *results["claims"], *results.get("untested_claims", [])], ""
+        return [*controls.values(), *adapted.values(), *results["claims"], *results.get("untested_claims", [])], ""
     task = primary[0]["task"]
     secondary = [c for c in results["claims"] if c.get("role") != "primary"]
     untested = len(results.get("untested_claims", []))
@@ -112,7 +131,8 @@ def paper_rows(results: dict) -> tuple[list[dict], str]:
     counted = "; ".join(f"{n} {verdict}" for verdict, n in verdicts.items())
     line = (f"secondary claims (Holm): {len(secondary)} tested{f' ({counted})' if counted else ''}"
             f"{f', {untested} not tested here' if untested else ''}; in the report")
-    return [*([controls[task]] if task in controls else []), *primary], line
+    return [*([controls[task]] if task in controls else []), *([adapted[task]] if task in adapted else []),
+            *primary], line
 
 
 def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
