@@ -350,7 +350,10 @@ def decide_gated(claims: list[dict], controls: dict[str, dict | None], alpha: fl
     judged only where every control (`controls`: name -> task -> `decide`'s arguments, or None for a control the
     experiment does not have, which gates nothing) reads REPRODUCED on its task; a task a control lacks is not
     judged. A continued-pretraining budget has two: pretrained > random ("positive") and adapted > not adapted
-    ("adaptation"). Returns ({name: {task: decision}} for each control that is not None, [claim decisions])."""
+    ("adaptation"). A claim on a control's own arm (spanbert > bert, bert > minilm the control) is selected on that
+    arm drawing high, which makes it rarer to read reproduced, not likelier: simulated with 5 equal units, 2.8% of
+    the papers the gate lets through against 5.1% ungated (tests/test_repro_adapt.py).
+    Returns ({name: {task: decision}} for each control that is not None, [claim decisions])."""
     decided = {name: {task: decide(**arguments, alpha=alpha) for task, arguments in per_task.items()}
                for name, per_task in controls.items() if per_task is not None}
 
