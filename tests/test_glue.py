@@ -402,6 +402,8 @@ def test_selection_settings_and_l2_through_adam(tmp_path):
     assert optimizer.defaults["eps"] == 1e-6 and optimizer.defaults["lr"] == 1e-5
     assert [(len(g["params"]), g["weight_decay"]) for g in optimizer.param_groups] == [(1, 0.1), (3, 0.0)]
     weight = model[0].weight
+    with torch.no_grad():  # weights far from 0: Adam's eps (1e-6) is negligible beside the gradient 0.1 |w|
+        weight.copy_(torch.tensor([[0.5, -0.3, 0.2], [-0.4, 0.6, -0.25], [0.35, -0.45, 0.3]]))
     before = weight.detach().clone()
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
