@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import shutil
 import statistics
 import sys
@@ -673,8 +674,8 @@ def carried_code_section(base: str | None, folder: Path) -> str:
         return ""
     end = text.find("\n## ", start + len(CARRIED_CODE_HEADING))
     section = text[start:end if end >= 0 else None].strip()
-    files = [name for name in section.split("| files |")[1].split("|")[0].split("`")[1::2]] if "| files |" in section \
-        else []
+    row = next((line for line in section.splitlines() if line.startswith("| files |")), "")
+    files = re.findall(r"`([^`]+)`", row)  # the files the section names: claimed only if this folder holds them
     return "\n" + section + "\n" if files and all((folder / name).is_file() for name in files) else ""
 
 
