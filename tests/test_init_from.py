@@ -154,6 +154,16 @@ def test_ignore_mismatched_sizes_starts_those_parameters_new_and_lists_them(tmp_
     assert set(init.mismatched) <= set(init.new) and "new (shape mismatch ignored)" in init.table()
 
 
+def test_a_checkpoint_that_is_no_size_preset_keeps_the_nearest_presets_optimiser_not_its_paper_batch(tmp_path):
+    """MiniLM (384 wide) is none of TEAMS's presets: the nearest, small, lends its optimiser and schedule, but not
+    TEAMS-Small's 256-sequence batch (32 accumulation steps a step) or its 512 tokens."""
+    args, training_args = pretrain_module.parse_args(["--model", "teams", "--init_from", minilm_path(),
+                                                      "--output_dir", str(tmp_path / "run")])
+    assert (args.model_size, args.starting_point.size_matches) == ("small", False)
+    assert (training_args.gradient_accumulation_steps, args.max_seq_length) == (1, 128)
+    assert (training_args.learning_rate, training_args.adam_epsilon) == (5e-4, 1e-6)  # TEAMS-Small's
+
+
 @pytest.mark.slow
 def test_a_killed_init_from_run_resumes_bitwise_without_reloading_the_starting_weights(tmp_path, bert_checkpoint):
     args = ["--model", "spanbert", "--init_from", str(bert_checkpoint), "--max_seq_length", "64", "--max_documents",

@@ -269,8 +269,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     if args.model_size not in recipe.training_defaults:
         raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from "
                          f"{', '.join(recipe.sizes)}.")
+    # A checkpoint that is no size preset keeps the nearest preset's optimiser and schedule, not its paper's batch,
+    # length and masking rate (as the sizes a paper lacks do).
+    paper_size = args.model_size if point is None or point.size_matches else None
     recipe_flags = recipe.training_defaults[args.model_size].flags(
-        model_size=args.model_size, max_steps=training_args.max_steps,
+        model_size=paper_size, max_steps=training_args.max_steps,
         per_device_batch_size=training_args.per_device_train_batch_size,
         world_size=int(os.environ.get("WORLD_SIZE", "1")),
         set_by_user=lambda flag: any(a == flag or a.startswith(flag + "=") for a in argv),

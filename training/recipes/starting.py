@@ -101,9 +101,9 @@ def _size_of(recipe: Recipe, architecture: dict, model_size: str, size_given: bo
     width = architecture.get("hidden_size", 0)
     nearest = min(recipe.sizes, key=lambda s: (abs(recipe.sizes[s].get("hidden_size", 0) - width),
                                                 -recipe.sizes[s].get("hidden_size", 0)))
-    logger.info("%s %s (%s) is none of --model %s's size presets: it trains with the %s preset's training defaults "
-                "(the nearest in width); its architecture is the checkpoint's.", MAIN, init_from, shape, recipe.name,
-                nearest)
+    logger.info("%s %s (%s) is none of --model %s's size presets: it trains with the %s preset's optimiser and "
+                "schedule (the nearest in width), not its paper's batch or length; its architecture is the "
+                "checkpoint's.", MAIN, init_from, shape, recipe.name, nearest)
     return nearest, False
 
 
