@@ -66,7 +66,7 @@ FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answ
                "unigram": "unigram", "bigram": "bigram"}
 # A unigram floor's job also scores the bigram model (repro/floors.py): shown beside it, never the floor an arm must
 # clear (it reads neighbours a masked model may not see). A floor cached before it has none.
-NO_BIGRAM = "not computed: its floor job ran before the bigram floor (issue 51)"
+NO_BIGRAM = "not computed: its floor job ran before the bigram floor was added"
 
 
 def read_floor(job) -> dict | None:
