@@ -13,7 +13,7 @@ import signal
 import pytest
 import torch
 import transformers
-from helpers import call_cli, pretrain, run_isolated
+from helpers import call_cli, pretrain, run_isolated, save_tiny_spanbert
 from test_resume import assert_same_weights, start, step_logs, wait_for
 
 from encoder_zoo import models
@@ -116,6 +116,19 @@ def test_teams_from_electra_copies_the_top_layer_into_its_task_layers_and_starts
     assert torch.equal(model.teams.rtd_layer.output.dense.weight, model.teams.layer[1].output.dense.weight)
     assert {name.split(".")[0] for name in init.new} == {"generator", "mws_head"}  # its MLM head, bias and MWS head
     assert any("MWS head (no counterpart in ELECTRA): new." in note for note in init.notes)
+
+
+def test_a_zoo_export_continues_name_for_name_with_this_runs_recipe_and_settings(tmp_path):
+    """A SpanBERT export (SBO head, saved by a run with --unpad) continued as `bert`: every parameter loads under its
+    own name, the SBO head is named as not used, and how the export ran (`unpad`) is not inherited."""
+    export = tmp_path / "export"
+    save_tiny_spanbert(export, "SpanBertForPreTraining", max_position_embeddings=128)
+    config = json.loads((export / "config.json").read_text())
+    (export / "config.json").write_text(json.dumps({**config, "use_span_boundary_objective": True, "unpad": True}))
+    model, init = started_model(tmp_path, "--model", "bert", "--init_from", str(export))
+    assert not init.new and all(flag == "--init_from" and key == name for name, (flag, key) in init.loads.items())
+    assert {key.split(".")[0] for _, key in init.unused} == {"sbo"}
+    assert not model.config.unpad and not model.config.use_span_boundary_objective
 
 
 def refusal(tmp_path, *flags):

