@@ -779,7 +779,11 @@ def load_starting_weights(model, args, training_args, output_dir: Path, resuming
     log. A resumed run's checkpoint holds its weights: the starting ones are not read again."""
     from encoder_zoo.training.run.init_from import RECORD, apply
 
-    init = args.init_plan
+    init, point = args.init_plan, args.starting_point
+    if not point.size_matches:
+        logger.info("%s is none of --model %s's size presets: it trains with the %s preset's optimiser and schedule "
+                    "(the nearest in width), not its paper's batch or length.", args.init_from, args.model,
+                    point.size)
     if resuming:
         logger.info("Resuming: the weights come from the checkpoint (the run started from %s; %s).", args.init_from,
                     output_dir / RECORD)
@@ -787,7 +791,7 @@ def load_starting_weights(model, args, training_args, output_dir: Path, resuming
     apply(model, init)
     if training_args.process_index == 0:
         init.write(output_dir)
-    logger.info("Started from %s: %s.\n%s%s", args.starting_point.main.display, init.summary(), init.table(),
+    logger.info("Started from %s: %s.\n%s%s", point.main.display, init.summary(), init.table(),
                 "".join(f"\n- {note}" for note in init.notes))
 
 

@@ -5,7 +5,6 @@ give, the `--model_size` whose training defaults the run keeps, and the plan of 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +18,6 @@ from encoder_zoo.training.run.init_from import (
     find_checkpoint,
     plan,
 )
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -101,9 +98,6 @@ def _size_of(recipe: Recipe, architecture: dict, model_size: str, size_given: bo
     width = architecture.get("hidden_size", 0)
     nearest = min(recipe.sizes, key=lambda s: (abs(recipe.sizes[s].get("hidden_size", 0) - width),
                                                 -recipe.sizes[s].get("hidden_size", 0)))
-    logger.info("%s %s (%s) is none of --model %s's size presets: it trains with the %s preset's optimiser and "
-                "schedule (the nearest in width), not its paper's batch or length; its architecture is the "
-                "checkpoint's.", MAIN, init_from, shape, recipe.name, nearest)
     return nearest, False
 
 
