@@ -283,15 +283,18 @@ def control_section(results: dict) -> list[str]:
              "repro/random_init.py) and fine-tuned exactly as that arm, against the pretrained one: a one-sided t-test "
              "on unit means at 5%, alone. Where it is not *reproduced*, this budget cannot show what pretraining does "
              "on that task, and every claim there reads *no signal: this budget does not detect pretraining*.", ""]
-    for task, entry in control.items():
-        d = entry.get("decision")
-        numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
-                   f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
-                   f"{d['units']['arm']}/{d['units']['baseline']} "
-                   "units; " if d else "")
-        lines.append(f"- **pretrained > random** on {task_facts(task).description} ({entry['arm']} > "
-                     f"{entry['baseline']}): {numbers}{verdict_text(entry)}")
+    lines += [control_line("pretrained > random", task, entry) for task, entry in control.items()]
     return [*lines, "", *adaptation_section(results)]
+
+
+def control_line(label: str, task: str, entry: dict) -> str:
+    """One control's line on one task: its difference, interval, MDD, p and units, and its verdict."""
+    d = entry.get("decision")
+    numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
+               f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
+               f"{d['units']['arm']}/{d['units']['baseline']} units; " if d else "")
+    return (f"- **{label}** on {task_facts(task).description} ({entry['arm']} > {entry['baseline']}): "
+            f"{numbers}{verdict_text(entry)}")
 
 
 def adaptation_section(results: dict) -> list[str]:
@@ -304,13 +307,7 @@ def adaptation_section(results: dict) -> list[str]:
              "directly, both fine-tuned alike: a one-sided t-test on unit means at 5%, alone. Claims are judged only "
              "where this control and the positive control both read *reproduced*; elsewhere they read *no signal: "
              "this budget does not detect pretraining*.", ""]
-    for task, entry in adaptation.items():
-        d = entry.get("decision")
-        numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
-                   f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
-                   f"{d['units']['arm']}/{d['units']['baseline']} units; " if d else "")
-        lines.append(f"- **adapted > not adapted** on {task_facts(task).description} ({entry['arm']} > "
-                     f"{entry['baseline']}): {numbers}{verdict_text(entry)}")
+    lines += [control_line("adapted > not adapted", task, entry) for task, entry in adaptation.items()]
     return [*lines, ""]
 
 
