@@ -39,6 +39,21 @@ def digest(payload) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def portable(payload, places: dict[str, str]):
+    """`payload` with every path under one of `places` (a folder -> its name) written from that name: a key that names
+    the cache's own folders and the installed MiniLM so is the same wherever they lie."""
+    if isinstance(payload, str):
+        for folder, name in places.items():
+            if payload == folder or payload.startswith(folder.rstrip("/") + "/"):
+                return name + payload[len(folder.rstrip("/")):]
+        return payload
+    if isinstance(payload, (list, tuple)):
+        return [portable(item, places) for item in payload]
+    if isinstance(payload, dict):
+        return {key: portable(value, places) for key, value in payload.items()}
+    return payload
+
+
 def dataset_fingerprint(dataset: str | None):
     """A local dataset is keyed by its files' names, sizes and modification times; a Hub id by its name."""
     if not dataset:
@@ -129,9 +144,13 @@ class Job:
             return {}
         return record if isinstance(record, dict) else {}
 
+    def input_name(self, path: Path) -> str:
+        """How the record names a model it read: relative to the job's folder, so that a moved cache keeps it."""
+        return os.path.relpath(path, self.folder)
+
     def write_record(self, code: str | None) -> None:
         write_whole(self.folder / RECORD, json.dumps({"code": code, "inputs": {
-            str(path): model_hash(path) for path in self.inputs}}, indent=1))
+            self.input_name(path): model_hash(path) for path in self.inputs}}, indent=1))
 
     def ran_code(self) -> str | None:
         """The code hash (`provenance.code_hash`) of the run behind the cached outputs; None where it is unknown."""
@@ -143,10 +162,11 @@ class Job:
         outputs."""
         recorded = self.record().get("inputs") or {}
         for path in self.inputs:
-            if str(path) in recorded:
+            name = self.input_name(path)
+            if name in recorded:
                 now = model_hash(path)
-                if recorded[str(path)] != now:
-                    return f"the model it read, {path}, has changed since (content {recorded[str(path)]} -> {now})"
+                if recorded[name] != now:
+                    return f"the model it read, {path}, has changed since (content {recorded[name]} -> {now})"
             elif any(p.stat().st_mtime_ns > min(o.stat().st_mtime_ns for o in self.outputs) for p in model_files(path)):
                 return f"the model it read, {path}, was written after its results (no content recorded)"
         return None
@@ -166,7 +186,7 @@ class Job:
             set_aside(self, why)
             return False
         record = self.record()
-        if self.inputs and set(record.get("inputs") or {}) != {str(p) for p in self.inputs}:
+        if self.inputs and set(record.get("inputs") or {}) != {self.input_name(p) for p in self.inputs}:
             self.write_record(record.get("code"))
         return True
 
@@ -214,6 +234,11 @@ class Sweep:
         self.warmup_steps, self.schedules = setting.shared_warmup_steps, setting.schedules
         self.units = setting.unit_seeds or self.budget.unit_seeds
         self.cache = output_dir / "cache"
+        from encoder_zoo.training.run import minilm_path
+
+        # A job's key names the cache's folders and the installed MiniLM by name (`portable`), not by where they lie:
+        # a cache moved, copied to another machine or shared by sweeps with other output folders keeps its keys.
+        self.places = {str(self.cache): "OUTPUT_DIR/cache", minilm_path(): "MINILM"}
         self.jobs: list[Job] = []
         # (arm, task, unit, finetune_seed or None) -> (job producing the number, the file it is read from)
         self.sources: dict = {}
@@ -230,10 +255,21 @@ class Sweep:
         self.add_floors()
 
     # --------------------------------------------------------------------------------------------- building jobs
+    def dataset_key(self):
+        """The pretraining corpus in a key: a file the sweep wrote into its cache (the tasks' text, named by its
+        content's hash) by its name; any other by `dataset_fingerprint`."""
+        if self.dataset and portable(self.dataset, self.places) != self.dataset:
+            return portable(self.dataset, self.places)
+        return dataset_fingerprint(self.dataset)
+
+    def digest(self, key: dict) -> str:
+        """The hash that names a job's folder: of its key with its paths made portable."""
+        return digest(portable(key, self.places))
+
     def pretrain_job(self, arm: Arm, flags: list[str], seed: int, label: str) -> Job:
-        key = {"flags": flags, "seed": seed, "data": dataset_fingerprint(self.dataset) if label == "pretrain" else None}
+        key = {"flags": flags, "seed": seed, "data": self.dataset_key() if label == "pretrain" else None}
         model = flag_value(flags, "--model")
-        folder = self.cache / "pretrain" / f"{model}-{digest(key)}"
+        folder = self.cache / "pretrain" / f"{model}-{self.digest(key)}"
         for job in self.jobs:  # the same recipe and data in another arm: one run
             if job.folder == folder:
                 return job
@@ -246,7 +282,7 @@ class Sweep:
         job = Job("pretrain", arm.name, f"{label} {arm.name} ({model}) seed {seed}", folder, command,
                   [folder / "export" / "model.safetensors", folder / "export" / EXPORT_MARKER])
         (folder / "key.json").parent.mkdir(parents=True, exist_ok=True)
-        (folder / "key.json").write_text(json.dumps(key, indent=1))
+        (folder / "key.json").write_text(json.dumps(portable(key, self.places), indent=1))
         self.jobs.append(job)
         return job
 
@@ -315,7 +351,7 @@ class Sweep:
         """The positive control's model: `model` (another arm's) re-created from its config at random
         initialisation, seed `unit` (repro/random_init.py)."""
         key = {"random_init": model, "seed": unit}
-        folder = self.cache / "random" / f"{arm.random_init_of}-{digest(key)}"
+        folder = self.cache / "random" / f"{arm.random_init_of}-{self.digest(key)}"
         for job in self.jobs:
             if job.folder == folder:
                 return job
@@ -341,7 +377,7 @@ class Sweep:
         flags = [*arm.init_flags, *backbone, *(head if arm.init == "bertac" else head[-2:] if not qa else []),
                  "--seed", str(unit)]
         key = {"init": arm.init, "flags": flags, "cnn": str(cnn_job.folder) if cnn_job else None}
-        folder = self.cache / "init" / f"{arm.init}-{digest(key)}"
+        folder = self.cache / "init" / f"{arm.init}-{self.digest(key)}"
         for job in self.jobs:
             if job.folder == folder:
                 return job
@@ -358,7 +394,7 @@ class Sweep:
         """A fine-tuning's cache folder, named by its arm, task and a hash of its model, flags and seeds. The same run
         made by another experiment under its own arm's name (the zoo's hire+minilm is hire's `hire`) is reused: the
         hash names the run, the arm only labels the folder."""
-        run = f"{task}-{digest(key)}"
+        run = f"{task}-{self.digest(key)}"
         own = self.cache / "finetune" / f"{arm.name}-{run}"
         return own if own.exists() else next(iter(sorted(own.parent.glob(f"*-{run}"))), own)
 
@@ -419,7 +455,7 @@ class Sweep:
         """Named by its task and a hash of the fine-tunings it reads, not by its arm: another experiment's arm reading
         the same runs (the zoo's hire+minilm is HIRE's `hire`) reuses it."""
         key = {"predict": [str(job.folder) for job in finetunes], "seeds": [list(job.seeds) for job in finetunes]}
-        folder = self.cache / "predict" / f"{task}-{digest(key)}"
+        folder = self.cache / "predict" / f"{task}-{self.digest(key)}"
         for job in self.jobs:
             if job.folder == folder:
                 return job
@@ -466,7 +502,7 @@ class Sweep:
     def floor_job(self, task: str, kind: str, train_rows: int | None) -> Job:
         key = {"floor": kind, "task": task, "train_rows": train_rows, "eval_rows": self.budget.max_eval_samples,
                "seed": 0}
-        folder = self.cache / "floor" / f"{task}-{digest(key)}"
+        folder = self.cache / "floor" / f"{task}-{self.digest(key)}"
         command = [sys.executable, str(FLOORS), kind, "--task", task,
                    *(["--max_train_samples", str(train_rows)] if train_rows else []),
                    *(["--max_eval_samples", str(self.budget.max_eval_samples)] if self.budget.max_eval_samples else []),
@@ -478,7 +514,7 @@ class Sweep:
         """The `kind` floor (unigram) of a pretraining's metric `task`: its own tokenizer, documents and split (the
         pretraining's flags, read again by repro/floors.py)."""
         key = {"floor": kind, "pretraining": str(pretraining.folder)}
-        folder = self.cache / "floor" / f"{task}-{digest(key)}"
+        folder = self.cache / "floor" / f"{task}-{self.digest(key)}"
         export = pretraining.folder / "export"
         command = [sys.executable, str(FLOORS), kind, "--export", str(export), "--output",
                    str(folder / "floor.json"), "--", *pretraining.command[2:]]

@@ -1,4 +1,7 @@
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -11,6 +14,29 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def smoke_cache(tmp_path_factory) -> Path:
+    """One repro cache for every `smoke`-budget sweep of the session, pytest-xdist workers included: the zoo's, the
+    papers' and README's smoke sweeps train the runs they share once (per-job locks let sweeps share a cache, as
+    `repro/run.py --jobs` does). A test that must see its runs train uses a folder of its own."""
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "repro-smoke-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
+
+
+@pytest.fixture
+def share_smoke_cache(smoke_cache):
+    """`share(folder)`: `folder`, made ready for `repro/run.py --output_dir folder`: its reports its own, its `cache/`
+    the session's `smoke_cache`."""
+    def share(output_dir: Path) -> Path:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "cache").symlink_to(smoke_cache, target_is_directory=True)
+        return output_dir
+
+    return share
 
 
 def pytest_collection_modifyitems(config, items):

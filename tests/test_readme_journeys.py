@@ -43,7 +43,11 @@ def test_readme_marks_a_small_command_for_every_journey():
 
 
 @pytest.mark.slow
-def test_readme_small_commands_run_as_written(tmp_path):
+def test_readme_small_commands_run_as_written(tmp_path, share_smoke_cache):
+    # README's smoke sweeps run as written; the runs they share with tests/test_repro.py's smoke sweeps (the same
+    # jobs, keyed by their flags and data) come from the session's cache, trained once.
+    for folder in ("repro", "zoo"):
+        share_smoke_cache(tmp_path / "runs" / "small" / folder)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     for words in small_commands():
         assert words[0] == "python", words

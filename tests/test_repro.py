@@ -419,10 +419,34 @@ def test_every_paper_names_one_primary_claim_among_its_claims_and_tasks():
 def test_existing_jobs_keep_their_cache_keys():
     """A job's key is its flags, data and seeds, not the code: pinned (smoke budget) from before the tiny size got
     its own rate (which pretrain.py applies, not repro's flags), so a cache made before stays valid; the `cpu` keys
-    changed with that budget's own flags (4,000 steps, 3 epochs at 3e-4)."""
-    names = {j.folder.name for j in sweep_jobs("teams", budget="smoke")}
-    assert {"teams-2d60aee767dc", "electra-1087c59b6501", "teams-rotten_tomatoes-2e09b22851f1",
-            "electra-rotten_tomatoes-6046b7d5543c", "electra_random-rotten_tomatoes-1de7cd0e2ae5"} <= names
+    changed with that budget's own flags (4,000 steps, 3 epochs at 3e-4). The keys of jobs that read another job's
+    model changed once, when they stopped naming where the cache lies (`test_a_moved_cache_keeps_its_keys`)."""
+    names = {str(j.folder.relative_to("/nonexistent/cache")) for j in sweep_jobs("teams", budget="smoke")}
+    assert {"pretrain/teams-2d60aee767dc", "pretrain/electra-be225ca6dde3", "random/electra-20fd2a0c1c24",
+            "finetune/teams-rotten_tomatoes-1683705f1fad", "finetune/electra-rotten_tomatoes-3e8e928d9e7b",
+            "finetune/electra_random-rotten_tomatoes-3d6aa1098681", "predict/rotten_tomatoes-1aafcb7e1046"} <= names
+
+
+@pytest.mark.parametrize("experiment", ["hire", "bertac"])
+def test_a_moved_cache_keeps_its_keys(experiment, tmp_path, monkeypatch):
+    """Keys name the cache's folders and the installed MiniLM, not where they lie: sweeps with other output folders
+    (relative or absolute) and another machine's MiniLM name the same jobs, so a cache copied elsewhere or shared by
+    two output folders is reused; the records of the models a job read are relative to its folder."""
+    from encoder_zoo.repro.jobs import Job, Sweep
+    from encoder_zoo.training import run
+
+    def names(output_dir):
+        jobs = Sweep(EXPERIMENTS[experiment].at(BUDGETS["smoke"]), output_dir).jobs
+        assert any(j.kind in ("random_init", "init") for j in jobs)  # jobs whose keys name other jobs' models
+        return {j.folder.relative_to(output_dir) for j in jobs}
+
+    here = names(tmp_path / "a")
+    assert names(Path("relative") / "b") == here
+    monkeypatch.setattr(run, "minilm_path", lambda: "/elsewhere/minilm")
+    assert names(tmp_path / "c") == here
+    job = Job("finetune", "arm", "a run", tmp_path / "cache" / "finetune" / "x", [], [],
+              inputs=[tmp_path / "cache" / "pretrain" / "y" / "export"])
+    assert job.input_name(job.inputs[0]) == "../../pretrain/y/export"
 
 
 def test_floors_a_bag_of_words_model_on_the_same_rows_and_the_best_first_words_answer(tmp_path, monkeypatch):
@@ -660,10 +684,12 @@ def check_report(out, name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["spanbert", "cloze", "hire", "bertac"])
-def test_smoke_budget_end_to_end(name, tmp_path):
-    sweep(name, tmp_path)
-    check_report(tmp_path, name)
-    assert all(entry["status"] == "done" for entry in run_log(tmp_path))
+def test_smoke_budget_end_to_end(name, tmp_path, share_smoke_cache):
+    """Runs the zoo's smoke sweep trained too come from the session's shared cache (`smoke_cache`): each trained once."""
+    out = share_smoke_cache(tmp_path)
+    sweep(name, out)
+    check_report(out, name)
+    assert all(entry["status"] == "done" for entry in run_log(out))
 
 
 @pytest.mark.slow
@@ -1093,13 +1119,14 @@ def test_every_committed_report_names_no_machine_path():
 
 
 @pytest.mark.slow
-def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path):
+def test_zoo_smoke_trains_every_method_and_reports_compute_and_pairs(tmp_path, share_smoke_cache):
     """`repro/run.py zoo --budget smoke`: every encoder and both fusions over MiniLM and over the best encoder, with
     each unit's pretraining FLOPs (Trainer's total_flos, the bench's count) next to its scores, and every pair of
     methods tested per task."""
     from encoder_zoo.repro.zoo import zoo_encoders
 
     ENCODERS = zoo_encoders()
+    share_smoke_cache(tmp_path)  # the papers' smoke sweeps read the runs they share with it
     sweep("zoo", tmp_path)
     folder = tmp_path / "zoo" / "smoke"
     results = json.loads((folder / "results.json").read_text())
@@ -1211,8 +1238,9 @@ def test_a_fine_tuning_runs_again_once_the_export_it_read_is_retrained(tmp_path,
     pretrain = next(j for j in sweep.jobs if j.kind == "pretrain" and j.arm == "teams")
     finetune = next(j for j in sweep.jobs if j.kind == "finetune" and pretrain in j.needs)
     export = pretrain.folder / "export"
+    read = "../../pretrain/" + pretrain.folder.name + "/export"  # relative to its folder: a moved cache keeps it
     assert json.loads((finetune.folder / RECORD).read_text()) == {"code": code_hash(),
-                                                                    "inputs": {str(export): model_hash(export)}}
+                                                                    "inputs": {read: model_hash(export)}}
     weights = export / "model.safetensors"
     weights.write_bytes(weights.read_bytes())  # written again: the same model
     executed.clear()
@@ -1224,7 +1252,7 @@ def test_a_fine_tuning_runs_again_once_the_export_it_read_is_retrained(tmp_path,
     assert f"the model it read, {export}, has changed since" in capsys.readouterr().err
     [aside] = finetune.folder.parent.glob(f"{finetune.folder.name}.stale-*")
     assert json.loads((aside / "seed-101.json").read_text()) == {"accuracy": 0.7}
-    assert json.loads((finetune.folder / RECORD).read_text())["inputs"] == {str(export): model_hash(export)}
+    assert json.loads((finetune.folder / RECORD).read_text())["inputs"] == {read: model_hash(export)}
 
 
 def test_a_fine_tuning_cached_before_records_is_checked_by_time_then_pinned_to_its_exports_content(tmp_path,
@@ -1251,7 +1279,7 @@ def test_a_fine_tuning_cached_before_records_is_checked_by_time_then_pinned_to_i
     assert len(kept) == 5
     for job in kept:
         assert json.loads((job.folder / RECORD).read_text()) == {
-            "code": None, "inputs": {str(job.inputs[0]): model_hash(job.inputs[0])}}
+            "code": None, "inputs": {job.input_name(job.inputs[0]): model_hash(job.inputs[0])}}
 
 
 def test_a_cached_export_is_complete_only_with_its_completeness_marker(tmp_path, monkeypatch):
