@@ -746,7 +746,7 @@ class GpuCheck:
                      "" if finite else "a loss or score is not finite, or nothing was logged",
                      summary=f"rotten_tomatoes, {plan.glue_train} examples, {len(losses)} steps, loss "
                      f"{losses[0] if losses else math.nan:.3f} → {losses[-1] if losses else math.nan:.3f}, "
-                     + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+                     + ", ".join(f"{k} {v:.1f} points" for k, v in metrics.items()))  # glue_results.json: points
 
     def qa_files(self) -> tuple[Path, Path]:
         from encoder_zoo.qa.data import build_wiki_cloze

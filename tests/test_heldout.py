@@ -86,11 +86,12 @@ def test_the_card_heads_its_held_out_rows_with_the_masked_only_figures():
     rows = validation_rows({"eval_loss": 6.3, "eval_mlm_loss": 6.26, "eval_mlm_ppl": 523.0, "eval_mlm_masked_loss": 6.8,
                             "eval_mlm_masked_accuracy": 0.05, "eval_mlm_masked_targets": 4321, "eval_runtime": 1.0})
     assert list(rows) == ["validation MLM loss at [MASK]ed targets only, nats (the headline: tokens predicted unseen)",
-                          "validation MLM top-1 accuracy at [MASK]ed targets only",
+                          "validation MLM top-1 accuracy at [MASK]ed targets only, points",
                           "validation [MASK]ed targets scored", "validation loss",
                           "validation MLM loss over all 80/10/10 targets, nats (a tenth left unchanged: copied, not "
                           "predicted)", "validation MLM perplexity over all 80/10/10 targets"]
-    assert list(rows.values()) == [6.8, 0.05, 4321, 6.3, 6.26, 523.0]
+    assert list(rows.values()) == [6.8, 5.0, 4321, 6.3, 6.26, 523.0]  # an accuracy in points, as every score shown
+    assert validation_rows({"eval_rtd_accuracy": 0.9125})["validation rtd_accuracy, points"] == 91.25
     cloze = validation_rows({"eval_loss": 5.0, "eval_cloze_loss": 5.0})
     assert "validation cloze loss, nats (every token predicted from both sides without seeing it)" in cloze
 

@@ -685,7 +685,7 @@ def check_report(out, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["spanbert", "cloze", "hire", "bertac"])
 def test_smoke_budget_end_to_end(name, tmp_path, share_smoke_cache):
-    """Runs the zoo's smoke sweep trained too come from the session's shared cache (`smoke_cache`): each trained once."""
+    """The runs this shares with the zoo's smoke sweep come from the session's cache (`smoke_cache`), trained once."""
     out = share_smoke_cache(tmp_path)
     sweep(name, out)
     check_report(out, name)

@@ -156,11 +156,11 @@ def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | Non
 # which the model copies from its input; the masked-only figure (training.run.trainer.add_masked_only) is the headline.
 HELD_OUT_NAMES = {
     "mlm_masked_loss": "MLM loss at [MASK]ed targets only, nats (the headline: tokens predicted unseen)",
-    "mlm_masked_accuracy": "MLM top-1 accuracy at [MASK]ed targets only",
+    "mlm_masked_accuracy": "MLM top-1 accuracy at [MASK]ed targets only, points",
     "mlm_masked_targets": "[MASK]ed targets scored",
     "mlm_loss": "MLM loss over all 80/10/10 targets, nats (a tenth left unchanged: copied, not predicted)",
     "mlm_ppl": "MLM perplexity over all 80/10/10 targets",
-    "mlm_accuracy": "MLM top-1 accuracy over all 80/10/10 targets",
+    "mlm_accuracy": "MLM top-1 accuracy over all 80/10/10 targets, points",
     "cloze_loss": "cloze loss, nats (every token predicted from both sides without seeing it)",
     "cloze_ppl": "cloze perplexity (every token predicted without seeing it)",
     "bilm_loss": "bilm loss, nats (each tower's next token, unseen)",
@@ -174,11 +174,18 @@ def validation_rows(metrics: dict) -> dict:
                 if f"eval_{name}" in metrics]
     others = [key.removeprefix("eval_") for key in metrics if key.startswith("eval_") and key != "eval_loss"
               and key.endswith(("_loss", "_ppl", "_accuracy")) and key.removeprefix("eval_") not in headline]
-    rows = {f"validation {HELD_OUT_NAMES[name]}": metrics[f"eval_{name}"] for name in headline}
+    rows = {f"validation {HELD_OUT_NAMES[name]}": shown(name, metrics[f"eval_{name}"]) for name in headline}
     if "eval_loss" in metrics:
         rows["validation loss"] = round(metrics["eval_loss"], 4)
-    rows.update({f"validation {HELD_OUT_NAMES.get(name, name)}": metrics[f"eval_{name}"] for name in others})
+    rows.update({f"validation {HELD_OUT_NAMES.get(name, name + ', points' if name.endswith('_accuracy') else name)}":
+                 shown(name, metrics[f"eval_{name}"]) for name in others})
     return rows
+
+
+def shown(name: str, value):
+    """A figure as the card shows it: an accuracy in points, as every score this project shows (Trainer's own logs,
+    trainer_state.json and training_log.json, keep the fraction it logs)."""
+    return round(100 * value, 2) if name.endswith("_accuracy") else value
 
 
 def optimisation_comparison(trainer, paper, max_seq_length: int,

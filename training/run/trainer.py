@@ -343,8 +343,8 @@ class PretrainingTrainer(ExactResume, Trainer):
                         means[MASKED_ACCURACY], f"{prefix}_{MASKED_TARGETS}": int(count)})
         if self.args.should_log:
             mixed = metrics.get(f"{prefix}_mlm_loss")
-            logger.info("Held-out MLM loss at [MASK] targets only: %.4f nats, top-1 accuracy %.4f (%d targets)%s.",
-                        means[MASKED_LOSS], means[MASKED_ACCURACY], count,
+            logger.info("Held-out MLM loss at [MASK] targets only: %.4f nats, top-1 accuracy %.2f points "
+                        "(%d targets)%s.", means[MASKED_LOSS], 100 * means[MASKED_ACCURACY], count,
                         "" if mixed is None else f"; over all 80/10/10 targets (mlm_loss): {mixed:.4f}")
 
     # ------------------------------------------------------------------ checkpoints: complete or invisible
