@@ -187,7 +187,18 @@ class Experiment:
             raise ValueError(f"experiment {self.name}: an arm's name clashes with the adaptation arms ({names})")
         return dataclasses.replace(
             self, arms=tuple(arms), control_of=direct.name, positive_control=True,
-            adaptation_control=(mlm.name, direct.name), budget_arms={**self.budget_arms, budget.name: tuple(names)})
+            adaptation_control=(mlm.name, direct.name), budget_arms={**self.budget_arms, budget.name: tuple(names)},
+            primary=self.adapted_primary(budget))
+
+    def adapted_primary(self, budget: Budget) -> Primary | None:
+        """The primary claim at a continued-pretraining budget: the paper's headline pair, on the task whose text the
+        arms continue on (task-adaptive: what the continuation can change); its QA task is not run there."""
+        p = self.primary
+        task = next(iter(budget.pretrain_text), None)
+        if p is None or task is None or task == p.task or task not in self.tasks:
+            return p
+        return Primary(p.arm, p.baseline, task, f"{p.source}; at `{budget.name}` on {task}, the task whose training "
+                       "text every arm continues on (task-adaptive pretraining)")
 
     def at(self, budget: Budget, dataset: str | None = None, tasks: list[str] | None = None,
            units: tuple[int, ...] | None = None) -> Setting:

@@ -694,8 +694,10 @@ def test_smoke_budget_end_to_end(name, tmp_path, share_smoke_cache):
 
 @pytest.mark.slow
 def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
-    """teams at smoke: SIGKILL the sweep once the first arm's units are finished, rerun (only the second arm trains),
-    then rerun again (nothing trains, same numbers)."""
+    """teams at smoke: SIGKILL the sweep once the first arm's units are finished, rerun with `--jobs 2` (only the
+    second arm trains, each job once, by this sweep and a helper sweep of the same command on the same cache, each
+    run with cores / 2 torch threads; the helper is gone when the command returns and the report is the main
+    sweep's), then rerun again (nothing trains, same numbers)."""
     process = subprocess.Popen([sys.executable, "repro/run.py", "teams", "--budget", "smoke", "--output_dir",
                                 str(tmp_path)], cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
@@ -708,12 +710,16 @@ def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
     process.wait()
     first = run_log(tmp_path)
     assert {e["arm"] for e in first} == {"teams"}
-    sweep("teams", tmp_path)
+    sweep("teams", tmp_path, "--jobs", "2")
     second = run_log(tmp_path)[len(first):]
     assert any(e["arm"] == "electra" for e in second) and all(e["status"] == "done" for e in second)
+    assert sorted(e["folder"] for e in second) == sorted({e["folder"] for e in second})  # no job run twice
+    assert all(e["torch_threads"] == max(1, os.cpu_count() // 2) for e in second)
+    assert (tmp_path / "cache" / "helper-1.log").stat().st_size > 0
     # teams reused: neither pretrained nor fine-tuned again (its predictions come once every arm is fine-tuned)
     assert not [e for e in second if e["arm"] == "teams" and e["kind"] in ("pretrain", "finetune")]
     results = check_report(tmp_path, "teams")
+    assert "--jobs 2" in results["command"]
     sweep("teams", tmp_path)
     assert len(run_log(tmp_path)) == len(first) + len(second)  # nothing trained the third time
     assert json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())["arms"] == results["arms"]
@@ -765,19 +771,6 @@ def test_a_failed_run_shows_no_earlier_score_and_the_sweep_exits_1(tmp_path, mon
     assert "| teams | failed |" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
     set_aside_damaged_export(export)  # what the real run does before pretraining again: nothing deleted
     assert not export.exists() and len(list(export.parent.glob("export.damaged-*/model.safetensors"))) == 1
-
-
-@pytest.mark.slow
-def test_jobs_2_runs_two_sweeps_side_by_side_each_job_once_and_one_report(tmp_path):
-    """`--jobs 2`: a helper sweep of the same command shares the cache; every job runs once, each with cores / 2
-    torch threads, the helper is gone when the command returns, and the report is the main sweep's."""
-    sweep("teams", tmp_path, "--tasks", "rotten_tomatoes", "--jobs", "2")
-    log = run_log(tmp_path)
-    assert sorted(e["folder"] for e in log) == sorted({e["folder"] for e in log})  # no job run twice
-    assert all(e["status"] == "done" and e["torch_threads"] == max(1, os.cpu_count() // 2) for e in log)
-    assert (tmp_path / "cache" / "helper-1.log").stat().st_size > 0
-    check_report(tmp_path, "teams")
-    assert "--jobs 2" in json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())["command"]
 
 
 def test_jobs_starts_helpers_of_the_same_command_and_sweep_only_writes_no_report(tmp_path, monkeypatch):

@@ -42,6 +42,10 @@ def test_every_arm_continues_minilm_with_its_own_objective_on_the_same_text_and_
     assert [a.name for a in sweep.arms] == arms
     assert sweep.experiment.adaptation_control == ("bert", "minilm")
     assert sweep.experiment.control_arm().random_init_of == "minilm"
+    # The primary: the paper's headline pair, on the task whose text the arms continue on (its QA task is not run)
+    primary, paper = sweep.experiment.primary, EXPERIMENTS[name].primary
+    assert (primary.arm, primary.baseline, primary.task) == (paper.arm, paper.baseline, "rotten_tomatoes")
+    assert primary.source.startswith(paper.source) and primary.task in sweep.tasks
     assert all(sweep.setting.over_minilm(arm) for arm in sweep.arms)
     pretrainings = [j for j in sweep.jobs if j.kind == "pretrain"]
     assert len(pretrainings) == 3 * len(ADAPT.unit_seeds)  # three continued arms, one model per unit
