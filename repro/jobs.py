@@ -487,17 +487,23 @@ class Sweep:
                 if not runs or facts.floor is None:
                     continue
                 if facts.pretraining_metric:
-                    if self.logs(arm, facts.spec.logged_output):  # the cloze model's held-out loss is no MLM loss
-                        self.floors[(arm.name, task)] = self.pretraining_floor_job(task, facts.floor, runs[0])
+                    # Only a loss the arm's model logs (the cloze model's is no MLM loss, a cloze arm's no bilm loss);
+                    # one floor per pretraining, under whichever of its losses (one tokenizer, one held-out split).
+                    if self.logs(arm, facts.spec.logged_output):
+                        made = next((job for job in self.jobs if job.kind == "floor" and job.needs == [runs[0]]
+                                     and job.command[2] == facts.floor), None)
+                        self.floors[(arm.name, task)] = made or self.pretraining_floor_job(task, facts.floor, runs[0])
                 else:
                     self.floors[(arm.name, task)] = self.floor_job(task, facts.floor, self.setting.train_rows(arm))
 
     @staticmethod
     def logs(arm: Arm, output: str) -> bool:
-        """Whether `arm`'s recipe logs `output` (`Recipe.logged_outputs`)."""
+        """Whether `arm`'s model logs `output`: its recipe's under the arm's `--config_overrides` (`Recipe.logs`)."""
         from encoder_zoo.training.recipes import get_recipe
+        from encoder_zoo.training.run import parse_overrides
 
-        return output in get_recipe(arm.recipe).logged_outputs
+        overrides = parse_overrides(flag_value(list(arm.pretrain), "--config_overrides"))
+        return output in get_recipe(arm.recipe).logs(overrides)
 
     def floor_job(self, task: str, kind: str, train_rows: int | None) -> Job:
         key = {"floor": kind, "task": task, "train_rows": train_rows, "eval_rows": self.budget.max_eval_samples,

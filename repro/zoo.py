@@ -43,10 +43,16 @@ def zoo_encoders() -> dict[str, str]:
     return {BASELINE: found.pop(BASELINE), **found}
 
 
-# A pretraining metric (held-out MLM loss) is comparable only between models predicting the same masked words with
-# their own encoder: ELECTRA's and TEAMS's is their generator's, the cloze model has no masks (its own is the cloze
-# loss). The others are shown against their unigram floor, in no pair.
-HELDOUT_COMPARABLE = ("bert", "bert_2seq_nsp", "spanbert")
+def heldout_comparable(arm: Arm, task: str) -> bool:
+    """Whether `arm`'s pretraining metric `task` (a held-out loss) is paired with other methods': its recipe declares
+    that loss comparable (`Recipe.comparable_outputs`: a masked LM's own MLM loss, predicting the masked words with
+    its own encoder; not ELECTRA's or TEAMS's, their generator's). The others are shown against their unigram floor, in
+    no pair."""
+    from encoder_zoo.training.recipes import get_recipe
+
+    return arm.recipe is not None and task_facts(task).spec.logged_output in get_recipe(arm.recipe).comparable_outputs
+
+
 PROTOCOL = "teams_small"  # ELECTRA/TEAMS-Small fine-tuning: the one preset made for small encoders trained from scratch
 
 
@@ -113,13 +119,13 @@ def analyse_zoo(sweep, best: str, seed: int = 0) -> dict:
     arms, runs = describe_arms(sweep, floors)
     for arm in sweep.arms:
         arms[arm.name]["compute"] = {str(u): unit_compute(sweep, arm, u) for u in sweep.units}
-    methods = [a.name for a in sweep.arms if not a.random_init_of]
+    methods = {a.name: a for a in sweep.arms if not a.random_init_of}
     pairs = []
     for task in sweep.tasks:
         metric = task_facts(task)
-        # Every held-out loss is shown against its floor; only comparable ones are paired (HELDOUT_COMPARABLE).
-        names = [n for n in methods if task in arms[n]["tasks"]
-                 and (not metric.pretraining_metric or n in HELDOUT_COMPARABLE)]
+        # Every held-out loss is shown against its floor; only comparable ones are paired (`heldout_comparable`).
+        names = [n for n, arm in methods.items() if task in arms[n]["tasks"]
+                 and (not metric.pretraining_metric or heldout_comparable(arm, task))]
         family = []
         for a, b in itertools.combinations(names, 2):
             means = {n: sum(unit_means(runs[(n, task)]).values()) / arms[n]["tasks"][task]["n_units"] for n in (a, b)}

@@ -10,7 +10,10 @@ import torch
 
 from encoder_zoo import models
 from encoder_zoo.training.recipes import (
+    CLIENTS,
+    ClientColumn,
     all_recipes,
+    client_columns,
     families,
     family_of_model_type,
     flop_kinds,
@@ -145,9 +148,28 @@ def test_common_test_declarations_build_their_models():
                 assert sum(p.numel() for p in model.parameters()) < 2_000_000, f"{spec.name}: not a tiny config"
 
 
+def test_client_matrix_columns_name_known_clients_and_every_common_test_column():
+    """Each family's columns of the client matrix (tests/test_clients.py builds and runs them) list clients of the one
+    vocabulary; every column a family's common tests add their count to is one of them."""
+    columns = client_columns()
+    assert all(set(column.clients) <= set(CLIENTS) and column.clients for column in columns.values())
+    assert {spec.works_with_column for family in families().values() for spec in family.common_tests} <= set(columns)
+    with pytest.raises(ValueError, match="'fill mask', no client of the matrix"):
+        ClientColumn("toy", ("fill mask",), build=None)
+
+
+def test_a_recipe_logs_the_outputs_its_config_trains():
+    """The two-tower model logs the losses its loss_type trains (repro gives an arm floors for those only); a recipe
+    that declares no rule logs all its outputs."""
+    cloze, teams = all_recipes()["cloze"], all_recipes()["teams"]
+    assert cloze.logs() == ("cloze_loss",) and cloze.logs({"loss_type": "bilm"}) == ("bilm_loss",)
+    assert cloze.logs({"loss_type": "cloze+bilm"}) == ("cloze_loss", "bilm_loss")
+    assert teams.logs({"rtd_loss_weight": 1.0}) == teams.logged_outputs
+
+
 def test_a_family_module_is_found_not_listed_and_clashes_are_refused(tmp_path, monkeypatch):
     """A module beside the recipes that defines FAMILY is a family, with no list to edit; a folder declared twice, a
-    family of no model folder, and a preset or FLOP kind two families both declare are refused."""
+    family of no model folder, and a preset, FLOP kind or client column two families both declare are refused."""
     import sys
 
     import encoder_zoo.training.recipes as package
@@ -157,7 +179,7 @@ def test_a_family_module_is_found_not_listed_and_clashes_are_refused(tmp_path, m
 
     def declare(family: str):
         (tmp_path / "toy_family.py").write_text(
-            "from encoder_zoo.training.recipes import Family, FineTuningPreset\n"
+            "from encoder_zoo.training.recipes import ClientColumn, Family, FineTuningPreset\n"
             "from encoder_zoo.training.run.flops import FlopCount\n"
             f"FAMILY = {family}\n")
         monkeypatch.delitem(sys.modules, "encoder_zoo.training.recipes.toy_family", raising=False)
@@ -171,6 +193,9 @@ def test_a_family_module_is_found_not_listed_and_clashes_are_refused(tmp_path, m
     declare("Family(name='nowhere', flops=None)")
     with pytest.raises(ValueError, match="'nowhere', which is no folder under models/"):
         families()
+    declare("Family(name='toy', flops=None, client_matrix=(ClientColumn('electra', (), None),))")
+    with pytest.raises(ValueError, match="client column 'electra' is declared by teams and toy"):
+        client_columns()
     declare("Family(name='toy', flops=None, glue_presets={'hire': FineTuningPreset(flags=[])})")
     with pytest.raises(ValueError, match="--preset 'hire' is declared by hire and toy"):
         glue_presets()

@@ -131,6 +131,27 @@ def test_the_plugin_family_is_registered_with_the_auto_classes_in_a_fresh_proces
                            "['query',", "'value']", "BertLayer"]
 
 
+def test_the_plugin_family_joins_the_client_matrix_with_no_test_file_edited(tmp_path):
+    """The client matrix (tests/test_clients.py) and its table (tests/works_with.py) read their columns from the
+    families' declarations: the toy family's is among them, after the built-in ones, and its tiny export, built as it
+    declares, passes one of its clients in a process where neither this repository nor the plugin is importable."""
+    out = run("-c", (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+        "from pathlib import Path\n"
+        "import test_clients, works_with\n"
+        "from encoder_zoo.training.recipes import client_columns\n"
+        "column = client_columns()['toyenc']\n"
+        f"export = test_clients.build_export(column, Path({str(tmp_path / 'toyenc')!r}))\n"
+        "clients = ['pretraining-head inference']\n"
+        "print(json.dumps({'columns': works_with.FAMILIES, 'clients': column.clients,\n"
+        "                  'results': test_clients.run_clients(export, clients)}))\n")).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["columns"][-1] == "toyenc" and {"spanbert", "electra", "hire"} < set(found["columns"])
+    assert "fill-mask" in found["clients"] and "quiet load (AutoModel, no load report)" not in found["clients"]
+    assert found["results"] == {"pretraining-head inference": "ok"}
+
+
 @pytest.mark.slow
 def test_the_plugin_pretrains_exports_fine_tunes_and_runs_a_repro_sweep(tmp_path):
     """pretrain.py --model toyenc, run_glue.py on the export over toy_sentiment, and repro/run.py toy_masking at the

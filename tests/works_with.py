@@ -3,6 +3,9 @@
     UPDATE_WORKS_WITH=1 pytest tests/test_clients.py   # refreshes tests/works_with.json
     UPDATE_WORKS_WITH=1 pytest -m common tests/test_transformers_common.py   # refreshes tests/common_tests.json
     python tests/works_with.py                         # rewrites the table between the markers of docs/clients.md
+
+Its columns and rows are what the families declare (`Family.client_matrix`, `CLIENTS`); a column already in the page
+keeps its place, a new one is added after them, in declaration order.
 """
 
 import argparse
@@ -10,14 +13,12 @@ import json
 import sys
 from pathlib import Path
 
-from encoder_zoo.training.recipes import families
+from encoder_zoo.training.recipes import CLIENTS, client_columns, families
 
 HERE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- works-with:begin -->", "<!-- works-with:end -->"
-FAMILIES = ["spanbert", "teams", "electra", "cloze", "bertac", "hire"]
-ORDER = ["feature-extraction", "fill-mask", "text-classification", "pretraining-head inference",
-         "resize_token_embeddings", "PEFT LoRA (sequence classification)", "sentence-transformers",
-         "gradient checkpointing", "torch.compile"]
+FAMILIES = list(client_columns())  # the table's columns, in declaration order
+ORDER = list(CLIENTS)
 
 
 # transformers' own common tests (tests/test_transformers_common.py): test class -> the family column it counts for,
@@ -27,10 +28,19 @@ COMMON_TEST_FAMILIES = {f"{spec.name}ModelTest": spec.works_with_column
 COMMON_TESTS = "transformers common tests (passed / skipped)"
 
 
-def common_tests_row(counts: dict[str, dict[str, int]]) -> str:
+def stable_columns(page: str | None) -> list[str]:
+    """`FAMILIES`, those the table of `page` (docs/clients.md's text) already shows first, in its order."""
+    shown = []
+    if page and BEGIN in page:
+        header = page.split(BEGIN, 1)[1].strip().splitlines()[0]
+        shown = [cell.strip() for cell in header.strip("|").split("|")[1:]]
+    return [name for name in shown if name in FAMILIES] + [name for name in FAMILIES if name not in shown]
+
+
+def common_tests_row(counts: dict[str, dict[str, int]], columns: list[str]) -> str:
     """`counts`: family -> {"passed": n, "skipped": n, "failed": n} (written by tests/conftest.py)."""
     cells = []
-    for family in FAMILIES:
+    for family in columns:
         count = counts.get(family)
         if count is None:
             cells.append("–")
@@ -41,18 +51,20 @@ def common_tests_row(counts: dict[str, dict[str, int]]) -> str:
     return f"| {COMMON_TESTS} | " + " | ".join(cells) + " |"
 
 
-def table(results: dict[str, dict[str, str]], common: dict[str, dict[str, int]] | None = None) -> str:
-    clients = set(name for family in FAMILIES for name in results.get(family, {}))
+def table(results: dict[str, dict[str, str]], common: dict[str, dict[str, int]] | None = None,
+          columns: list[str] | None = None) -> str:
+    columns = columns or FAMILIES
+    clients = set(name for family in columns for name in results.get(family, {}))
     clients = sorted(clients, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name))
-    lines = ["| client | " + " | ".join(FAMILIES) + " |", "|---" * (len(FAMILIES) + 1) + "|"]
+    lines = ["| client | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name in clients:
         cells = []
-        for family in FAMILIES:
+        for family in columns:
             outcome = results.get(family, {}).get(name)
             cells.append("–" if outcome is None else "✓" if outcome == "ok" else "✗")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if common:
-        lines.append(common_tests_row(common))
+        lines.append(common_tests_row(common, columns))
     lines.append("\n✓ passes, ✗ fails, – not applicable (no such head: HIRE has no pretraining head, BERTAC's is its "
                  "part-1 CNN's). Pretraining-head inference: `AutoModelForPreTraining` without labels. torch.compile: "
                  "the `aot_eager` backend, output = eager. transformers common tests: transformers' `ModelTesterMixin` "
@@ -71,11 +83,11 @@ def main() -> None:
     parser.add_argument("--print", action="store_true", help="print the table instead of writing the README")
     args = parser.parse_args()
     common = json.loads(Path(args.common).read_text()) if Path(args.common).exists() else None
-    rendered = table(json.loads(Path(args.results).read_text()), common)
+    readme = Path(args.readme).read_text() if Path(args.readme).exists() else None
+    rendered = table(json.loads(Path(args.results).read_text()), common, stable_columns(readme))
     if args.print:
         print(rendered)
         return
-    readme = Path(args.readme).read_text()
     if BEGIN not in readme or END not in readme:
         sys.exit(f"{args.readme} has no {BEGIN} ... {END} markers; add them where the table belongs.")
     head, rest = readme.split(BEGIN, 1)

@@ -28,7 +28,19 @@ from encoder_zoo.training.data.bertac_pairs import (
     read_word_vectors,
     train_word_tokenizer,
 )
-from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import (
+    ENCODER_CLIENTS,
+    PRETRAINING_HEAD,
+    TINY_EXPORT,
+    ClientColumn,
+    CommonTests,
+    Family,
+    FineTuningPreset,
+    Recipe,
+    TinyExport,
+    TrainingDefaults,
+    save_tiny_export,
+)
 from encoder_zoo.training.recipes.hire import common_test_backbone
 from encoder_zoo.training.run.trainer import GanTrainer
 
@@ -257,6 +269,27 @@ def entity_targets(input_ids, tester) -> dict:
     return {"entity_ids": torch.arange(tester.batch_size * 3).view(-1, 3) % (tester.vocab_size - 4) + 4}
 
 
+def tiny_export(folder: Path, tokenizer) -> TinyExport:
+    """The client matrix's BERTAC: a tiny random classifier over a tiny random BERT and a tiny random part-1 CNN export
+    (with a word tokenizer of a few sentences' words), which is what `AutoModelForPreTraining` loads."""
+    from transformers import BertConfig, BertModel
+
+    from encoder_zoo import models
+
+    encoder = save_tiny_export(BertModel(BertConfig(vocab_size=len(tokenizer), **TINY_EXPORT)), folder / "encoder",
+                               tokenizer).folder
+    words = train_word_tokenizer(["The quick brown fox jumps over the lazy dog.", "A short second sentence.",
+                                  "The airport replaced the old one as the main hub."], vocab_size=100)
+    cnn_config = models.get_class("bertac_cnn", "AutoConfig")(
+        vocab_size=len(words), pad_token_id=words.pad_token_id, mask_token_id=words.mask_token_id,
+        **BERTAC_CNN_SIZES["tiny"])
+    cnn = save_tiny_export(models.get_class("bertac_cnn", "AutoModelForPreTraining")(cnn_config), folder / "cnn",
+                           words).folder
+    model = models.get_class("bertac", "AutoModelForSequenceClassification").from_pretrained_parts(
+        str(encoder), str(cnn), num_labels=2)
+    return TinyExport(save_tiny_export(model, folder / "export", tokenizer).folder, pretraining=cnn)
+
+
 RANDOM_WORD_TABLE = ("the frozen word table is a buffer initialised at random by design (the authors' U(-0.1, 0.1) "
                      "for words without a fastText vector), so it cannot equal its zero __init__ value")
 
@@ -292,4 +325,6 @@ FAMILY = Family(
             },
         ),
     ),
+    # No masked-LM head; the pretraining head is the part-1 CNN's (the GAN's F and D).
+    client_matrix=(ClientColumn("bertac", (PRETRAINING_HEAD, *ENCODER_CLIENTS), tiny_export),),
 )

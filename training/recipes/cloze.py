@@ -12,7 +12,18 @@ import torch
 
 from encoder_zoo.hub_cards.papers import CLOZE_PAPER
 from encoder_zoo.training.data.tokenizer import boundary_token_ids, train_word_tokenizer, train_wordpiece_tokenizer
-from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset, Recipe, TrainingDefaults
+from encoder_zoo.training.recipes import (
+    ENCODER_CLIENTS,
+    FILL_MASK,
+    PRETRAINING_HEAD,
+    ClientColumn,
+    CommonTests,
+    Family,
+    FineTuningPreset,
+    Recipe,
+    TrainingDefaults,
+    pretraining_export,
+)
 from encoder_zoo.training.run.flops import FlopCount, attention, dense, layer, step_sizes
 
 logger = logging.getLogger(__name__)
@@ -137,6 +148,11 @@ class ClozeCollator:
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
+def trained_losses(config: dict) -> tuple[str, ...]:
+    """The losses a two-tower model of `config` returns: those its `loss_type` trains (cloze, bilm, or both)."""
+    return tuple(f"{loss}_loss" for loss in config.get("loss_type", "cloze").split("+"))
+
+
 RECIPES = {
     "cloze": Recipe(
         name="cloze",
@@ -149,6 +165,7 @@ RECIPES = {
         build_dataset=paragraph_examples,
         document_packer=paragraph_packer,
         logged_outputs=("cloze_loss", "bilm_loss"),
+        logged_outputs_of=trained_losses,
         perplexity_of=("cloze_loss", "bilm_loss"),
         default_masking_scheme=None,
         paper=CLOZE_PAPER,
@@ -249,5 +266,8 @@ FAMILY = Family(
             },
             **_CLOZE_COMMON_TESTS,
         ),
+    ),
+    client_matrix=(
+        ClientColumn("cloze", (FILL_MASK, PRETRAINING_HEAD, *ENCODER_CLIENTS), pretraining_export("cloze")),
     ),
 )

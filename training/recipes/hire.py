@@ -3,7 +3,15 @@ family declares lives here as every family's does."""
 
 from __future__ import annotations
 
-from encoder_zoo.training.recipes import CommonTests, Family, FineTuningPreset
+from encoder_zoo.training.recipes import (
+    ENCODER_CLIENTS,
+    TINY_EXPORT,
+    ClientColumn,
+    CommonTests,
+    Family,
+    FineTuningPreset,
+    save_tiny_export,
+)
 
 # HIRE App. A.2: Adam (beta2 0.98, eps 1e-6), lr {1e-5, 2e-5}, warmup 6%, "L2 weight decay" 0.1, gradient norm clipped
 # at 1, batch {16, 32, 48}, 3 to 27 epochs with early stopping, max length 128. We take 1e-5, batch 32 and at most 10
@@ -41,6 +49,17 @@ def common_test_config(tester):
                                                   num_labels=tester.num_labels)
 
 
+def tiny_export(folder, tokenizer):
+    """A tiny random HIRE classifier over a tiny random BERT encoder (the client matrix's export)."""
+    from transformers import BertConfig
+
+    from encoder_zoo import models
+
+    config = models.get_class("hire", "AutoConfig")(
+        backbone_config=BertConfig(vocab_size=len(tokenizer), **TINY_EXPORT).to_dict(), num_labels=2, gru_hidden_size=8)
+    return save_tiny_export(models.get_class("hire", "AutoModelForSequenceClassification")(config), folder, tokenizer)
+
+
 FAMILY = Family(
     name="hire",
     flops=None,  # fine-tuned only: no pretraining step to count
@@ -57,4 +76,6 @@ FAMILY = Family(
             },
         ),
     ),
+    # No masked-LM or pretraining head: HIRE is built over a pretrained encoder.
+    client_matrix=(ClientColumn("hire", ENCODER_CLIENTS, tiny_export),),
 )

@@ -5,10 +5,10 @@ A recipe names the model family, its size presets, how to build the collator (th
 which model outputs to log, the paper's optimisation recipe per size (`TrainingDefaults`) and the paper metadata the
 model card needs. A family adds its recipes in a module of this package, `training/recipes/<family>.py`, that
 defines `RECIPES: dict[str, Recipe]`, and declares beside them, as `FAMILY = Family(...)`, what the rest of the
-project reads of it: its model-FLOP count, its fine-tuning presets and its transformers common-test settings (a family
-without pretraining recipes, HIRE, has a module with `FAMILY` only). Every such module is found here, none is listed.
-What names the model's own modules (LoRA's targets, the FSDP layer) stays in the model folder, which travels without
-this package (`models/<family>/__init__.py`); `Family` shows it too.
+project reads of it: its model-FLOP count, its fine-tuning presets, its transformers common-test settings and its
+columns of the client matrix (a family without pretraining recipes, HIRE, has a module with `FAMILY` only). Every such
+module is found here, none is listed. What names the model's own modules (LoRA's targets, the FSDP layer) stays in the
+model folder, which travels without this package (`models/<family>/__init__.py`); `Family` shows it too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import math
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from encoder_zoo.hub_cards.papers import Paper
@@ -207,7 +208,14 @@ class Recipe:
             applies to documents as they arrive; the default packs blocks (`training.data.block_packer`) when
             `build_dataset` is the default. A recipe with its own `build_dataset` and no packer cannot stream (its
             examples need the whole corpus, e.g. a random other document).
-        logged_outputs: scalar `ModelOutput` fields averaged over each logging interval (e.g. `mlm_loss`).
+        logged_outputs: scalar `ModelOutput` fields averaged over each logging interval (e.g. `mlm_loss`): every
+            one a model of the recipe may return.
+        logged_outputs_of: `(config values) -> the logged_outputs a model of them returns`, where that depends on
+            its config (the two-tower model's on `loss_type`); `config values`: the recipe's `config_overrides` and
+            the run's `--config_overrides`. None: all of `logged_outputs` (`Recipe.logs`).
+        comparable_outputs: the logged outputs whose held-out value measures what another recipe's output of the
+            same name does, so that methods are compared on it (repro's zoo pairs them): a masked LM's own
+            `mlm_loss`. Not TEAMS's or ELECTRA's, their generator's.
         perplexity_of: loss fields whose exp() is logged as `<name>_ppl`.
         default_masking_scheme: the collator scheme this recipe uses unless `--masking_scheme` says otherwise.
         training_defaults: `--model_size` -> the paper's optimisation recipe it trains with (`TrainingDefaults`);
@@ -239,6 +247,8 @@ class Recipe:
     build_dataset: Callable[..., Any] | None = None
     document_packer: Callable[..., Any] | None = None
     logged_outputs: tuple[str, ...] = ()
+    logged_outputs_of: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
+    comparable_outputs: tuple[str, ...] = ()
     perplexity_of: tuple[str, ...] = ()
     default_masking_scheme: str | None = None
     paper: Paper | None = None
@@ -251,6 +261,13 @@ class Recipe:
     trainer_class: type | None = None
     describe_training: Callable[..., dict[str, Any]] | None = None
     card_plots: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def logs(self, config_overrides: dict[str, Any] | None = None) -> tuple[str, ...]:
+        """The `logged_outputs` a model of this recipe returns under `config_overrides` (a run's `--config_overrides`,
+        on top of the recipe's own)."""
+        if self.logged_outputs_of is None:
+            return self.logged_outputs
+        return self.logged_outputs_of({**self.config_overrides, **(config_overrides or {})})
 
     def build_examples(self, documents, tokenizer, args):
         """The training examples of `documents` (a Dataset with a `text` column): `build_dataset`, or single-document
@@ -411,6 +428,78 @@ def encoder_fields(checkpoint_config: dict) -> dict:
     return fields
 
 
+# The clients of the client matrix (tests/test_clients.py; docs/clients.md's "Works with" table), in the table's order:
+# the names a `ClientColumn` lists. Every encoder export answers ENCODER_CLIENTS; a masked-LM head adds FILL_MASK, a
+# head `AutoModelForPreTraining` loads adds PRETRAINING_HEAD.
+FILL_MASK, PRETRAINING_HEAD = "fill-mask", "pretraining-head inference"
+CLIENTS = ("feature-extraction", FILL_MASK, "text-classification", PRETRAINING_HEAD, "resize_token_embeddings",
+           "PEFT LoRA (sequence classification)", "sentence-transformers", "gradient checkpointing", "torch.compile",
+           "attn_implementation (explicit, set_attn_implementation)", "quiet load (AutoModel, no load report)")
+ENCODER_CLIENTS = tuple(name for name in CLIENTS if name not in (FILL_MASK, PRETRAINING_HEAD))
+# The size of every tiny export of the client matrix (`ClientColumn.build`).
+TINY_EXPORT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                   max_position_embeddings=64)
+
+
+@dataclass(frozen=True)
+class TinyExport:
+    """Where a tiny export builder (`ClientColumn.build`) wrote its export.
+
+    Attributes:
+        folder: the export every client loads (config with auto_map, code, safetensors, tokenizer).
+        pretraining: the export `AutoModelForPreTraining` loads where it is another, with its own tokenizer (BERTAC's:
+            its part-1 CNN's); None: `folder`.
+    """
+
+    folder: Path
+    pretraining: Path | None = None
+
+
+@dataclass(frozen=True)
+class ClientColumn:
+    """One column of the client matrix: a tiny random export of a family (or of one configuration of it), run through
+    each client it supports in a process where this project is not importable (tests/test_clients.py).
+
+    Attributes:
+        name: the column: the family's name, or its configuration's (TEAMS's ELECTRA); `CommonTests.works_with_column`
+            names it.
+        clients: the clients it supports, names of `CLIENTS` (no `fill-mask` without a masked-LM head).
+        build: `(folder, tokenizer) -> TinyExport`: writes a tiny random export, `TINY_EXPORT` wide, under `folder` (an
+            empty folder of its own) with `tokenizer` (a tokenizer object, saved with it); torch is seeded before.
+    """
+
+    name: str
+    clients: tuple[str, ...]
+    build: Callable[[Path, Any], TinyExport]
+
+    def __post_init__(self):
+        unknown = [name for name in self.clients if name not in CLIENTS]
+        if unknown:
+            raise ValueError(f"The client column {self.name!r} names {', '.join(map(repr, unknown))}, no client of the "
+                             f"matrix ({', '.join(CLIENTS)}).")
+
+
+def save_tiny_export(model, folder: Path, tokenizer) -> TinyExport:
+    """`model` and `tokenizer` saved into `folder`: a tiny export of one folder."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return TinyExport(Path(folder))
+
+
+def pretraining_export(model_type: str, **config) -> Callable[[Path, Any], TinyExport]:
+    """A `ClientColumn.build` that saves a tiny random `AutoModelForPreTraining` of `model_type` (`TINY_EXPORT` wide,
+    `config` on top)."""
+
+    def build(folder: Path, tokenizer) -> TinyExport:
+        from encoder_zoo import models
+
+        model_config = models.get_class(model_type, "AutoConfig")(vocab_size=len(tokenizer), **TINY_EXPORT, **config)
+        return save_tiny_export(models.get_class(model_type, "AutoModelForPreTraining")(model_config), folder,
+                                tokenizer)
+
+    return build
+
+
 @dataclass(frozen=True)
 class Family:
     """What one model family (a folder under `models/`) declares beside its recipes, for the rest of the project.
@@ -423,6 +512,8 @@ class Family:
         common_tests: the classes of transformers' common tests its models run.
         starting_weights: the other architectures `pretrain.py --init_from` takes (None: only the family's own
             exports).
+        client_matrix: its columns of the client matrix (tests/test_clients.py): the clients each tiny export
+            supports and how to build it.
     """
 
     name: str
@@ -430,6 +521,7 @@ class Family:
     glue_presets: dict[str, FineTuningPreset] = field(default_factory=dict)
     common_tests: tuple[CommonTests, ...] = ()
     starting_weights: StartingWeights | None = None
+    client_matrix: tuple[ClientColumn, ...] = ()
 
     @property
     def model_types(self) -> list[str]:
@@ -507,6 +599,19 @@ def train_step_flops(kind: str, model, inputs: dict) -> int:
     if family is None:
         raise ValueError(f"unknown kind {kind!r}")
     return family.flops.count(kind, model, inputs)
+
+
+def client_columns() -> dict[str, ClientColumn]:
+    """Every family's client-matrix columns by name, in declaration order; a name two families both use is refused."""
+    columns: dict[str, ClientColumn] = {}
+    owners: dict[str, str] = {}
+    for family in families().values():
+        for column in family.client_matrix:
+            if column.name in columns:
+                raise ValueError(f"The client column {column.name!r} is declared by {owners[column.name]} and "
+                                 f"{family.name}.")
+            columns[column.name], owners[column.name] = column, family.name
+    return columns
 
 
 def glue_presets() -> dict[str, FineTuningPreset]:

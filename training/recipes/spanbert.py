@@ -13,6 +13,10 @@ from encoder_zoo.hub_cards.papers import SPANBERT_PAPER
 from encoder_zoo.training.data.blocks import pack_segment_pairs
 from encoder_zoo.training.masking.spans import INDEX_COLUMN, LINGUISTIC_SCHEMES, SpanMaskingCollator
 from encoder_zoo.training.recipes import (
+    ENCODER_CLIENTS,
+    FILL_MASK,
+    PRETRAINING_HEAD,
+    ClientColumn,
     CommonTests,
     Family,
     FineTuningPreset,
@@ -20,6 +24,7 @@ from encoder_zoo.training.recipes import (
     StartingWeights,
     TrainingDefaults,
     encoder_fields,
+    pretraining_export,
 )
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
@@ -180,6 +185,7 @@ def two_segment_recipe(name: str, summary: str, *, next_sentence_prediction: boo
         config_overrides={"use_span_boundary_objective": False,
                           "use_next_sentence_prediction": next_sentence_prediction},
         logged_outputs=("mlm_loss", "sbo_loss", *(("nsp_loss", "nsp_accuracy") if next_sentence_prediction else ())),
+        comparable_outputs=("mlm_loss",),
         perplexity_of=("mlm_loss",),
         default_masking_scheme="subword",
         paper=SPANBERT_PAPER,
@@ -203,6 +209,7 @@ RECIPES = {
         build_collator=lambda tokenizer, args: build_span_collator(tokenizer, args, span_boundary_targets=True),
         config_overrides={"use_span_boundary_objective": True},
         logged_outputs=("mlm_loss", "sbo_loss"),
+        comparable_outputs=("mlm_loss",),
         perplexity_of=("mlm_loss", "sbo_loss"),
         default_masking_scheme="span",
         paper=SPANBERT_PAPER,
@@ -218,6 +225,7 @@ RECIPES = {
         build_collator=lambda tokenizer, args: build_span_collator(tokenizer, args, span_boundary_targets=False),
         config_overrides={"use_span_boundary_objective": False},
         logged_outputs=("mlm_loss",),
+        comparable_outputs=("mlm_loss",),
         perplexity_of=("mlm_loss",),
         default_masking_scheme="subword",
         paper=None,
@@ -337,5 +345,8 @@ FAMILY = Family(
                     heads=("AutoModelForPreTraining", "AutoModelForSequenceClassification"),
                     pretraining_heads=("AutoModelForPreTraining",), pretraining_labels=span_and_nsp_targets,
                     config_tester={"hidden_size": 37}),
+    ),
+    client_matrix=(
+        ClientColumn("spanbert", (FILL_MASK, PRETRAINING_HEAD, *ENCODER_CLIENTS), pretraining_export("spanbert")),
     ),
 )

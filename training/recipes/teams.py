@@ -7,6 +7,10 @@ import re
 
 from encoder_zoo.hub_cards.papers import ELECTRA_PAPER, TEAMS_PAPER
 from encoder_zoo.training.recipes import (
+    ENCODER_CLIENTS,
+    FILL_MASK,
+    PRETRAINING_HEAD,
+    ClientColumn,
     CommonTests,
     Family,
     FineTuningPreset,
@@ -14,6 +18,7 @@ from encoder_zoo.training.recipes import (
     StartingWeights,
     TrainingDefaults,
     encoder_fields,
+    pretraining_export,
 )
 from encoder_zoo.training.recipes.spanbert import build_span_collator
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
@@ -297,5 +302,14 @@ FAMILY = Family(
                                           "covers the heads at one width)",
             },
         ),
+    ),
+    # Both configurations through every client; TEAMS's and ELECTRA's generator is the masked-LM head.
+    client_matrix=(
+        ClientColumn("teams", (FILL_MASK, PRETRAINING_HEAD, *ENCODER_CLIENTS),
+                     pretraining_export("teams", embedding_size=32)),
+        ClientColumn("electra", (FILL_MASK, PRETRAINING_HEAD, *ENCODER_CLIENTS),
+                     pretraining_export("teams", embedding_size=32, pretraining_tasks="rtd", task_head_type="ffn",
+                                        layer_tying="none", generator_hidden_size=16, generator_intermediate_size=32,
+                                        generator_num_attention_heads=1)),
     ),
 )
