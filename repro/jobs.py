@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -647,3 +648,36 @@ class Sweep:
             metrics = json.loads((run / "qa_results.json").read_text())["eval"]
             write_whole(job.folder / f"seed-{job.seeds[0]}.json", json.dumps(metrics, indent=1))
 
+
+# ------------------------------------------------------------------------------ sweeps side by side (--jobs)
+def start_helpers(script: Path, argv: list[str], jobs: int, output_dir: Path) -> list[subprocess.Popen]:
+    """`--jobs` of a command (`script` with `argv`) that sweeps OUTPUT_DIR's cache: every run (this sweep's and the
+    helpers') gets cores / jobs torch threads, and jobs - 1 helper sweeps, the same command with `--jobs 1
+    --sweep_only`, share the cache: each takes the next job no other sweep holds (`Sweep.run`)."""
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads  # inherited by every run
+    try:
+        import torch
+
+        torch.set_num_threads(int(threads))  # what runs.jsonl records per run
+    except ImportError:
+        pass
+    (output_dir / "cache").mkdir(parents=True, exist_ok=True)
+    helpers = []
+    for i in range(1, jobs):
+        with open(output_dir / "cache" / f"helper-{i}.log", "a") as log:
+            helpers.append(subprocess.Popen([sys.executable, str(script), *argv, "--jobs", "1",
+                                             "--sweep_only"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                            start_new_session=True))  # stopped as a group, with the run it holds
+    return helpers
+
+
+def stop_helpers(helpers: list[subprocess.Popen], finished: bool) -> None:
+    """Wait for the helpers once this sweep has finished (every job is then done or failed, so they only confirm it);
+    if it was interrupted, stop them with the runs they started (a killed pretraining resumes on the next sweep). A
+    helper that failed is named with its log."""
+    for i, helper in enumerate(helpers, 1):
+        if not finished and helper.poll() is None:
+            os.killpg(helper.pid, signal.SIGTERM)
+        if helper.wait() != 0 and finished:
+            print(f"Helper sweep {i} exited with {helper.returncode}: see its log, cache/helper-{i}.log")

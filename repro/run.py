@@ -21,17 +21,13 @@ OUTPUT_DIR/<experiment>/<budget>/report.md, results.json, plot.png.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.experiments import all_experiments
-from encoder_zoo.repro.jobs import Sweep
-from encoder_zoo.repro.provenance import REPO
+from encoder_zoo.repro.jobs import Sweep, start_helpers, stop_helpers
 from encoder_zoo.repro.report import write_report, write_zoo_report
 from encoder_zoo.repro.results import analyse
 from encoder_zoo.repro.tasks import scored_tasks
@@ -71,38 +67,6 @@ def parse_args(argv):
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more sweeps to run side by side")
     return args
-
-
-def start_helpers(argv: list[str], jobs: int, output_dir: Path) -> list[subprocess.Popen]:
-    """`--jobs`: every run (this sweep's and the helpers') gets cores / jobs torch threads, and jobs - 1 helper sweeps
-    of the same command share the cache: each takes the next job no other sweep holds (jobs.Sweep.run)."""
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads  # inherited by every run
-    try:
-        import torch
-
-        torch.set_num_threads(int(threads))  # what runs.jsonl records per run
-    except ImportError:
-        pass
-    (output_dir / "cache").mkdir(parents=True, exist_ok=True)
-    helpers = []
-    for i in range(1, jobs):
-        with open(output_dir / "cache" / f"helper-{i}.log", "a") as log:
-            helpers.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv, "--jobs", "1",
-                                             "--sweep_only"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                            start_new_session=True))  # stopped as a group, with the run it holds
-    return helpers
-
-
-def stop_helpers(helpers: list[subprocess.Popen], finished: bool) -> None:
-    """Wait for the helpers once this sweep has finished (every job is then done or failed, so they only confirm it);
-    if it was interrupted, stop them with the runs they started (a killed pretraining resumes on the next sweep). A
-    helper that failed is named with its log."""
-    for i, helper in enumerate(helpers, 1):
-        if not finished and helper.poll() is None:
-            os.killpg(helper.pid, signal.SIGTERM)
-        if helper.wait() != 0 and finished:
-            print(f"Helper sweep {i} exited with {helper.returncode}: see its log, cache/helper-{i}.log")
 
 
 def run_experiment(experiment, budget, output_dir: Path, args, argv: list[str]) -> tuple[dict, list[Sweep]]:
@@ -153,7 +117,7 @@ def main(argv=None) -> dict:
 
         budget = dataclasses.replace(budget, finetune_seeds=tuple(args.seeds))
     output_dir = Path(args.output_dir).resolve()
-    helpers = start_helpers(argv, args.jobs, output_dir) if args.jobs > 1 else []
+    helpers = start_helpers(Path(__file__).resolve(), argv, args.jobs, output_dir) if args.jobs > 1 else []
     finished = False
     try:  # this sweep's run returns once every job is done or failed (it waits for those a helper holds)
         if args.experiment == "zoo":

@@ -28,7 +28,7 @@ class PretrainingTask:
 
     name: str
     scoring: Scoring
-    # The recipe output (`Recipe.logged_outputs`) the score is the held-out mean of: an arm whose recipe logs no such
+    # The recipe output (`Recipe.logs`) the score is the held-out mean of: an arm whose recipe logs no such
     # output (the cloze model's loss is no MLM loss) gets no floor for it.
     logged_output: str
     num_labels = None  # no classes (a class attribute, as every task spec answers it)
@@ -134,7 +134,7 @@ def pretraining_text(tasks: tuple[str, ...], folder: Path) -> Path:
     """The training sentences of the sentence `tasks` (labels unused, evaluation rows never), one document per row
     (a pair's texts as one), as a text file under `folder` (blank-line-separated documents, what `pretrain.py
     --dataset FILE.txt` reads): task-adaptive pretraining's text. Named by its content's hash and written only when
-    absent, so that a sweep's pretraining cache keys (which read the file's size and time) stay put."""
+    absent: a sweep's pretraining cache keys name it (`Sweep.dataset_key`), and its time stays put."""
     import hashlib
 
     from encoder_zoo.glue.tasks import load_task

@@ -8,15 +8,24 @@ outcome.
     python repro/tune.py finetune --budget cpu --export runs/tune/bert-.../export --preset teams_small \
         --grid 1e-4:5 3e-4:5 1e-3:5 --seeds 1 2 3 --output repro/reports/tuning/cpu_finetuning.json
 
+    python repro/tune.py adapt --budget adapt --jobs 2 --output repro/reports/tuning/adapt_control.json \
+        --grid 140:1e-4 280:1e-4 140:3e-4
+
 A pretraining entry is MODEL:LEARNING_RATE:WARMUP_STEPS:STEPS (the budget's other flags); a fine-tuning entry is
-LEARNING_RATE:EPOCHS (the budget's other fine-tuning flags, on --task). Runs are cached in --cache (a
-finished run is read again, not retrained); the table is written after every run, so a stopped sweep keeps what it
+LEARNING_RATE:EPOCHS (the budget's other fine-tuning flags, on --task); an adaptation entry is
+STEPS:LEARNING_RATE[:TEXT] (TEXT: sentence tasks joined by +, whose training text the encoder continues on; default
+the budget's). `adapt` reads a continued-pretraining budget's adaptation control alone, at each entry: the budget's
+encoder continued with plain MLM (`bert`) against it fine-tuned directly (`minilm`), per unit, with the MLM's held-out
+loss against its floors; the sweep is the reproduction's own (repro.jobs.Sweep: its cache, --jobs helpers and the
+decision of its reports), with no paper arm and no claim. Runs are cached in --cache (a finished run is read again,
+not retrained); the table is written after every run (`adapt`: every entry), so a stopped sweep keeps what it
 measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -218,6 +227,107 @@ def finetuning_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def parse_adaptation_entry(text: str) -> dict:
+    try:
+        steps, learning_rate, *texts = text.split(":")
+        if len(texts) > 1 or (texts and not texts[0]):
+            raise ValueError
+        entry = {"steps": int(steps), "learning_rate": float(learning_rate)}
+        return {**entry, "text": tuple(texts[0].split("+"))} if texts else entry
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected STEPS:LEARNING_RATE[:TEXT], for example "
+                                         "140:1e-4 or 280:1e-4:rotten_tomatoes+movie_sentiment_regression") from None
+
+
+# The adaptation control's arms: an experiment whose plain-MLM arm is `bert`, kept alone (`Experiment.adapted` adds
+# the encoder fine-tuned directly and its random initialisation); no paper arm, so no claim is read.
+ADAPTATION_ONLY = {"experiment": "spanbert", "arms": ("bert",)}
+
+
+def adaptation_setting(budget, entry: dict, units: tuple[int, ...]):
+    """The adaptation control alone at `budget` with `entry`'s steps, rate and text: its fine-tuned task (the first
+    text task) and the MLM's held-out loss."""
+    from encoder_zoo.repro.experiments import EXPERIMENTS
+
+    text = entry.get("text", budget.pretrain_text)
+    tuned = dataclasses.replace(budget, pretrain_steps=entry["steps"], pretrain_learning_rate=entry["learning_rate"],
+                                pretrain_text=text)
+    experiment = EXPERIMENTS[ADAPTATION_ONLY["experiment"]]
+    experiment = dataclasses.replace(experiment, budget_arms={**experiment.budget_arms,
+                                                              budget.name: ADAPTATION_ONLY["arms"]})
+    return experiment.at(tuned, tasks=[budget.pretrain_text[0], "heldout_mlm_masked"], units=units)
+
+
+def adaptation_row(entry: dict, results: dict) -> dict:
+    """An entry's row: the control's decision (adapted > not adapted) on its task, each arm's per-unit scores, and
+    the continued MLM's held-out [MASK] loss against the unigram and bigram floors."""
+    (task, control), = results["adaptation_control"].items()
+    decision = control.get("decision") or {}
+    arms = results["arms"]
+    scores = {name: [run["value"] for run in arms[name]["tasks"].get(task, {}).get("runs", [])]
+              for name in ("bert", "minilm", "minilm_random")}
+    heldout = arms["bert"]["tasks"].get("heldout_mlm_masked", {})
+    floors = {f["kind"]: f["value"] for f in results["floors"].get("heldout_mlm_masked", []) if f["value"] is not None}
+    return {**entry, "text": "+".join(entry.get("text", ())) or results["budget"]["pretrain_text"][0], "task": task,
+            "units": results["units"], "adapted": scores["bert"], "not_adapted": scores["minilm"],
+            "random_init": scores["minilm_random"], "difference": decision.get("estimate"),
+            "low": decision.get("low"), "high": decision.get("high"), "p_value": decision.get("p_value"),
+            "mdd": decision.get("mdd"), "verdict": control.get("verdict"),
+            "positive_control": results["control"].get(task, {}).get("verdict"),
+            "heldout_mlm_masked": heldout.get("mean"), "unigram_floor": floors.get("unigram"),
+            "bigram_floor": floors.get("bigram"), "scale": task_facts(task).display_scale}
+
+
+def run_adaptation(budget, options) -> list[dict]:
+    """The adaptation control at every grid entry, one reproduction sweep each on one cache (the directly fine-tuned
+    MiniLM and its random copy are shared by every entry); --jobs helpers of this command share its runs."""
+    from encoder_zoo.repro.jobs import Sweep, start_helpers, stop_helpers
+    from encoder_zoo.repro.results import analyse
+
+    if not budget.init_from:
+        raise SystemExit(f"tune.py adapt: budget {budget.name!r} continues no encoder (Budget.init_from); use "
+                         "--budget adapt")
+    helpers = (start_helpers(Path(__file__).resolve(), options.argv, options.jobs, options.cache)
+               if options.jobs > 1 else [])
+    rows, finished = [], False
+    try:
+        for entry in options.grid:
+            sweep = Sweep(adaptation_setting(budget, entry, tuple(options.units)), options.cache)
+            sweep.run(options.cache / "cache" / "runs.jsonl")
+            if sweep.failed_jobs():
+                print(sweep.failure_advice(), file=sys.stderr)
+                raise SystemExit(1)
+            if options.sweep_only:
+                continue
+            rows.append(adaptation_row(entry, analyse(sweep)))
+            print(json.dumps(rows[-1]), flush=True)
+            options.output.parent.mkdir(parents=True, exist_ok=True)
+            options.output.write_text(json.dumps({"budget": budget.name, "rows": rows}, indent=2))
+            options.output.with_suffix(".md").write_text(adaptation_markdown(rows) + "\n")
+        finished = True
+    finally:
+        stop_helpers(helpers, finished)
+    return rows
+
+
+def adaptation_markdown(rows: list[dict]) -> str:
+    lines = ["| steps | lr | text | adapted (per unit) | not adapted (per unit) | difference, points [90% CI] | p | "
+             "MDD | control | pretrained > random | held-out [MASK] loss | unigram / bigram floor |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        def points(value, scale=row["scale"]):
+            return "—" if value is None else f"{scale * value:.1f}"
+
+        per_unit = " / ".join(map(points, row["adapted"])), " / ".join(map(points, row["not_adapted"]))
+        p_value = "—" if row["p_value"] is None else f"{row['p_value']:.3f}"
+        loss = "—" if row["heldout_mlm_masked"] is None else f"{row['heldout_mlm_masked']:.3f}"
+        floors = " / ".join("—" if row[k] is None else f"{row[k]:.2f}" for k in ("unigram_floor", "bigram_floor"))
+        lines.append(f"| {row['steps']} | {row['learning_rate']:g} | {row['text']} | {per_unit[0]} | {per_unit[1]} | "
+                     f"{points(row['difference'])} [{points(row['low'])}, {points(row['high'])}] | {p_value} | "
+                     f"{points(row['mdd'])} | {row['verdict']} | {row['positive_control']} | {loss} | {floors} |")
+    return "\n".join(lines)
+
+
 def sweep(options, budget, one, entries: list, table) -> list[dict]:
     """Run `one(entry)` for every entry, --jobs at a time, writing the table after each (in the entries' order)."""
     rows: list[dict] = []
@@ -241,16 +351,26 @@ def main(argv=None) -> list[dict]:
     finetuning.add_argument("--export", type=Path, required=True, help="A pretraining's export folder.")
     finetuning.add_argument("--task", default="rotten_tomatoes", help="A sentence task or a QA set repro scores.")
     finetuning.add_argument("--preset", default="teams_small", help="run_glue.py's --preset under the grid's flags.")
-    for mode in (pretraining, finetuning):
+    adaptation = modes.add_parser("adapt", help="the adaptation control of a continued-pretraining budget")
+    adaptation.add_argument("--grid", type=parse_adaptation_entry, nargs="+", required=True)
+    adaptation.add_argument("--units", type=int, nargs="+", default=[1, 2, 3, 4, 5],
+                            help="Continued-pretraining seeds: one adapted model per unit and entry (5, as the "
+                            "budget's: with fewer a paired test cannot reach 5%%).")
+    adaptation.add_argument("--sweep_only", action="store_true", help="Run the jobs and write no table (what a "
+                            "--jobs helper does).")
+    for mode in (pretraining, finetuning, adaptation):
         mode.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
         mode.add_argument("--seeds", type=int, nargs="+", default=[1])
         mode.add_argument("--jobs", type=int, default=2, help="Runs at a time, one thread each.")
         mode.add_argument("--cache", type=Path, default=REPO / "runs" / "tune")
         mode.add_argument("--output", type=Path, required=True, help="The sweep table (JSON; a .md beside it).")
     options = parser.parse_args(argv)
+    options.argv = list(sys.argv[1:] if argv is None else argv)
     budget = BUDGETS[options.budget]
     if options.mode == "finetune":
         return run_finetuning(budget, options)
+    if options.mode == "adapt":
+        return run_adaptation(budget, options)
     options.cache.mkdir(parents=True, exist_ok=True)
     entries = [(entry, seed) for entry in options.grid for seed in options.seeds]
     return sweep(options, budget, lambda item: run_one(budget, item[0], options.cache, item[1]), entries, markdown)

@@ -59,3 +59,41 @@ def test_finetuning_sweep_reads_the_control_against_the_floor(tmp_path):
     assert len(row["random_init"]) == 2 and row["floor"] == "bag_of_words" and 0 < row["floor_value"] < 1
     assert row["difference"] == pytest.approx(row["pretrained_mean"] - row["random_init_mean"], abs=1e-3)
     assert "| rotten_tomatoes | 0.001 | 1 |" in output.with_suffix(".md").read_text()
+
+
+def test_adaptation_sweep_reads_the_adaptation_control_alone_at_each_entry(tmp_path, monkeypatch):
+    """`tune.py adapt`: per entry (steps, rate, text), MiniLM continued with plain MLM against MiniLM fine-tuned
+    directly, over the units, decided as the reports decide it; no paper arm trains, so no claim can be read; the
+    directly fine-tuned arms run once for every entry; the table is written after each entry."""
+    from test_repro import leave_outputs
+
+    from encoder_zoo.repro.jobs import Sweep
+
+    assert tune.parse_adaptation_entry("280:3e-4:rotten_tomatoes+movie_sentiment_regression") == {
+        "steps": 280, "learning_rate": 3e-4, "text": ("rotten_tomatoes", "movie_sentiment_regression")}
+    with pytest.raises(Exception, match="STEPS:LEARNING_RATE"):
+        tune.parse_adaptation_entry("140")
+    units = (1, 2, 3, 4, 5)  # the default: fewer units could not reach 5% (a paired test's 2^-units)
+    scores = {(arm, unit): base + step * unit + 0.002 * (unit % 2) for unit in units
+              for arm, base, step in (("bert", 0.80, 0.012), ("minilm", 0.70, 0.01), ("minilm_random", 0.6, 0.0))}
+    ran = []
+    monkeypatch.setattr(Sweep, "execute", lambda self, job: ran.append(job) or leave_outputs(job, scores) or "done")
+    output = tmp_path / "adapt.json"
+    rows = tune.main(["adapt", "--budget", "adapt", "--grid", "10:1e-4", "20:3e-4:rotten_tomatoes+movie_sentiment_"
+                      "regression", "--jobs", "1", "--cache", str(tmp_path / "cache"),
+                      "--output", str(output)])
+    assert json.loads(output.read_text())["rows"] == rows and len(rows) == 2
+    assert {job.arm for job in ran} <= {"bert", "minilm", "minilm_random", "floors"}
+    pretrainings = [job.command for job in ran if job.kind == "pretrain"]
+    assert [(c[c.index("--max_steps") + 1], c[c.index("--learning_rate") + 1]) for c in pretrainings] == (
+        [("10", "0.0001")] * 5 + [("20", "0.0003")] * 5)
+    assert "movie_sentiment_regression" in pretrainings[-1][pretrainings[-1].index("--dataset") + 1]
+    assert len([job for job in ran if job.arm == "minilm" and job.kind == "finetune"]) == 5  # shared by both entries
+    for row in rows:
+        assert row["task"] == "rotten_tomatoes" and row["verdict"] == "reproduced" and row["units"] == list(units)
+        assert row["adapted"] == pytest.approx([scores[("bert", u)] for u in units])
+        assert row["difference"] == pytest.approx(0.106) and row["positive_control"] == "reproduced"
+    assert rows[1]["text"] == "rotten_tomatoes+movie_sentiment_regression"
+    table = output.with_suffix(".md").read_text()
+    assert "| 10 | 0.0001 | rotten_tomatoes | 81.4 / 82.4 / 83.8 / 84.8 / 86.2 | 71.2 / 72.0 / 73.2 / 74.0 / 75.2 | " \
+           "10.6 [" in table
