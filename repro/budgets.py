@@ -163,10 +163,11 @@ BUDGETS = {
         "sentences, labels unused (task-adaptive pretraining), then fine-tuned as the MiniLM arms are (1,000 rows, 2 "
         "epochs at 1e-4); 5 units (continued-pretraining seeds) per arm; controls: MiniLM > its random "
         "initialisation, and MiniLM continued with plain MLM > MiniLM fine-tuned directly; sized to about 2 hours "
-        "per paper with --jobs 2 on 2 CPU cores from measured per-step costs (docs/reproduction.md)",
+        "per paper with --jobs 2 on 2 CPU cores from measured per-step costs (docs/reproduction.md); BERTAC's CNN "
+        "(the zoo's) as at `cpu`",
         model_size="small", pretrain_steps=ADAPT_STEPS, pretrain_batch_size=32, max_seq_length=128,
-        max_documents=None, validation_documents=200, tokenizer_vocab_size=0, cnn_size="tiny", cnn_steps=0,
-        cnn_documents=None, cnn_batch_size=0, unit_seeds=(1, 2, 3, 4, 5), finetune_seeds=(1,), finetune_epochs=None,
+        max_documents=None, validation_documents=200, tokenizer_vocab_size=0, cnn_size="tiny", cnn_steps=400,
+        cnn_documents=60, cnn_batch_size=64, unit_seeds=(1, 2, 3, 4, 5), finetune_seeds=(1,), finetune_epochs=None,
         finetune_learning_rate=None, minilm_finetune_epochs=2, minilm_max_train_samples=1000,
         minilm_learning_rate=1e-4, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
         max_eval_samples=500, tasks=("rotten_tomatoes", *HELDOUT), init_from="minilm",

@@ -163,7 +163,8 @@ class Experiment:
         can start from a BERT-format encoder (`Family.starting_weights`; those `budget_arms` keeps there), each
         continuing the budget's encoder with its own objective; plain MLM continued on the same text (`bert`, the
         experiment's own where it has one); the encoder fine-tuned directly (`minilm`), whose random initialisation
-        is the positive control; and the adaptation control, `bert` > `minilm`."""
+        is the positive control; the fusions over the encoder, or over an arm that continues it (the zoo's); and the
+        adaptation control, `bert` > `minilm`."""
         from encoder_zoo.training.recipes import family_of_model_type, get_recipe
 
         def continues(arm: Arm) -> bool:
@@ -181,7 +182,11 @@ class Experiment:
             mlm = Arm("bert", "plain MLM (BERT) continued on the same text: the adaptation control",
                       pretrain=("--model", "bert"))
         direct = Arm("minilm", "the shipped MiniLM fine-tuned directly, not adapted")
-        arms = [*arms, *([mlm] if mlm not in arms else []), direct]
+        # Fusions (the zoo's HIRE and BERTAC) over the budget's encoder itself, or over an arm that continues it.
+        continued = {a.name for a in arms}
+        fusions = [a for a in self.arms if a.init and (kept is None or a.name in kept)
+                   and (a.backbone_from is None or a.backbone_from in continued)]
+        arms = [*arms, *([mlm] if mlm not in arms else []), direct, *fusions]
         names = [a.name for a in arms]
         if len(set(names)) < len(names):
             raise ValueError(f"experiment {self.name}: an arm's name clashes with the adaptation arms ({names})")

@@ -416,6 +416,7 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
     described = sorted({f"{floor_label(f)}: {f['description']}" for t in sweep.tasks
                         for f in results["floors"].get(t, []) if f["kind"] != "chance"})
     lines = [f"# The zoo at the `{budget.name}` budget", "", f"**Budget:** {budget.description}.", "",
+             *([f"**What this tests:** {budget.tests_what}.", ""] if budget.tests_what else []),
              code_line(results["code"]), "",
              f"Every method trained by this repository's code on the same data, steps and batch; units: "
              f"{len(results['units'])} independently trained models per method (seeds {results['units']}). "
@@ -427,9 +428,13 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
              "![score against pretraining FLOPs](plot.png)", "", *control_section(results),
              *pairs_section(results, sweep),
              "## What this can and cannot say", "",
-             "Tiny models pretrained for minutes rank methods at tiny scale only: a difference here is real for this "
-             "budget, and the absence of one says nothing of the papers' scale. Compute differs per method (TEAMS "
-             "and ELECTRA run a generator, the cloze model two towers): read each score next to its FLOPs.", "",
+             ("Every method continues the same pretrained encoder for minutes on the task's own text: a difference "
+              "here is what each objective adds as a continued-pretraining step at this budget, and says nothing of "
+              "its from-scratch run at the papers' scale. " if budget.init_from else
+              "Tiny models pretrained for minutes rank methods at tiny scale only: a difference here is real for this "
+              "budget, and the absence of one says nothing of the papers' scale. ") +
+             "Compute differs per method (TEAMS and ELECTRA run a generator, the cloze model two towers): read each "
+             "score next to its FLOPs.", "",
              "## How this was run", "", f"- Command: `{results['command']}`", f"- Commit: `{results['commit']}`",
              f"- Machine: {results['machine']}", time_line(results, zoo=True), "",
              "Every subprocess from the repository root; a folder name carries its flags' hash, and `cached` in "

@@ -313,11 +313,12 @@ def pair_arguments(sweep, runs: dict, floors: dict, arm: str, baseline: str) -> 
     return arguments, entries
 
 
-def control_results(sweep, runs: dict, floors: dict) -> dict:
-    """The positive control on each task alone (the zoo's line; a paper's comes with its claims, `analyse`)."""
+def control_results(sweep, runs: dict, floors: dict, adaptation: bool = False) -> dict:
+    """The positive control (`adaptation`: the adaptation control) on each task alone (the zoo's lines; a paper's
+    come with its claims, `analyse`)."""
     from encoder_zoo.repro.stats import decide_experiment
 
-    arguments, entries = control_arguments(sweep, runs, floors)
+    arguments, entries = (adaptation_arguments if adaptation else control_arguments)(sweep, runs, floors)
     for task, decision in decide_experiment([], arguments)[0].items():
         entries[task].update(decision=decision, verdict=decision["verdict"])
     add_prediction_differences(sweep, entries.values())

@@ -354,8 +354,8 @@ def main(argv=None) -> list[dict]:
     adaptation = modes.add_parser("adapt", help="the adaptation control of a continued-pretraining budget")
     adaptation.add_argument("--grid", type=parse_adaptation_entry, nargs="+", required=True)
     adaptation.add_argument("--units", type=int, nargs="+", default=[1, 2, 3, 4, 5],
-                            help="Continued-pretraining seeds: one adapted model per unit and entry (5, as the "
-                            "budget's: with fewer a paired test cannot reach 5%%).")
+                            help="Continued-pretraining seeds: one adapted model per unit and entry (default: 5, "
+                            "as the budget's reports read the control).")
     adaptation.add_argument("--sweep_only", action="store_true", help="Run the jobs and write no table (what a "
                             "--jobs helper does).")
     for mode in (pretraining, finetuning, adaptation):

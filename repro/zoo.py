@@ -23,6 +23,7 @@ import math
 import statistics
 from dataclasses import asdict
 
+from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.experiments import CNN_GAN, ZOO_TASKS, Arm, Experiment, all_experiments
 from encoder_zoo.repro.results import chance_level, values
 from encoder_zoo.repro.tasks import task_facts
@@ -30,14 +31,14 @@ from encoder_zoo.repro.tasks import task_facts
 BASELINE = "bert"
 
 
-def zoo_encoders() -> dict[str, str]:
+def zoo_encoders(budget: str | None = None) -> dict[str, str]:
     """Every method that a registered experiment (`all_experiments`, plugins included) pretrains under its plain recipe
     (an arm whose pretraining is `--model NAME` and nothing else), by `--model` name with its arm's description, in
     the experiments' order and the baseline first: found, not listed, so an experiment that pretrains a new method
-    brings it into the zoo."""
+    brings it into the zoo. `budget`: only the arms the experiments train at that budget (`Experiment.arms_at`)."""
     found: dict[str, str] = {}
     for experiment in all_experiments().values():
-        for arm in experiment.arms:
+        for arm in experiment.arms_at(budget) if budget else experiment.arms:
             if arm.plain_recipe:
                 found.setdefault(arm.recipe, arm.description)
     return {BASELINE: found.pop(BASELINE), **found}
@@ -65,11 +66,17 @@ def zoo_experiment(best: str | None = None) -> Experiment:
         arms += [Arm(f"hire+{best}", f"HIRE + fusion over {best} (same unit)", init="hire", backbone_from=best),
                  Arm(f"bertac+{best}", f"BERTAC over {best} (same unit)", init="bertac", cnn=CNN_GAN,
                      backbone_from=best)]
+    # At a continued-pretraining budget (`Experiment.adapted`: every encoder that can continue the shipped MiniLM, the
+    # fusions over it, MiniLM itself and its random copy): the encoders the papers' experiments train there (the
+    # two-segment recipe needs multi-sentence documents, which the task's text is not).
+    fusions = [a.name for a in arms if a.init]
+    continued = {name: (*zoo_encoders(name), *fusions) for name, budget in BUDGETS.items() if budget.init_from}
     return Experiment(
         name="zoo", paper="every method of the zoo on one budget", arms=tuple(arms), baseline=BASELINE, claims=(),
         tasks=ZOO_TASKS, glue_preset=PROTOCOL, paper_table="", shared_warmup=False,
-        # 3 units at cpu: six encoders' pretrainings (the papers' units 1-3 reused) would not fit 5 units in a day
-        budget_units={"cpu": (1, 2, 3)},
+        # 3 units at cpu: six encoders' pretrainings (the papers' units 1-3 reused) would not fit 5 units in a day;
+        # at adapt: four continued encoders, MiniLM and six fusions (docs/reproduction.md, "The adapt zoo")
+        budget_units={"cpu": (1, 2, 3), "adapt": (1, 2, 3)}, budget_arms=continued,
         notes=f"Encoders and the fusions over one fine-tune with one protocol (`--preset {PROTOCOL}`); the fusions "
               "over MiniLM with their papers' presets (`hire`, `bertac`), so that the papers' runs are reused.")
 
@@ -140,7 +147,9 @@ def analyse_zoo(sweep, best: str, seed: int = 0) -> dict:
             if decision["verdict"] == INDISTINGUISHABLE:
                 decision["prediction_difference"] = prediction_difference(sweep, entry["better"], entry["worse"], task)
             pairs.append({**entry, "significant": decision["verdict"] == REPRODUCED, "decision": decision})
+    adaptation = ({"adaptation_control": control_results(sweep, runs, floors, adaptation=True),
+                   "tests_what": sweep.budget.tests_what} if sweep.experiment.adaptation_control else {})
     return {"experiment": "zoo", "budget": asdict(sweep.budget), "units": list(sweep.units), "tasks": list(sweep.tasks),
             "best_encoder": best, "protocol": PROTOCOL, "bootstrap_seed": seed, "chance": chance,
-            "floors": floor_rows(sweep, chance), "control": control_results(sweep, runs, floors),
+            "floors": floor_rows(sweep, chance), "control": control_results(sweep, runs, floors), **adaptation,
             "significance_rule": SIGNIFICANCE_RULE, "schedules": sweep.schedules, "arms": arms, "pairs": pairs}

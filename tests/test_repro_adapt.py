@@ -167,6 +167,40 @@ def test_an_adapt_report_gives_both_controls_and_says_what_it_tests(tmp_path):
     assert results["claims"][0]["verdict"] == NO_CONTROL and results["claims"][0]["decision"]["estimate"] > 0.03
 
 
+def test_the_adapt_zoo_continues_every_method_that_can_and_reports_both_controls(tmp_path):
+    """The zoo at `adapt`: every encoder the papers continue there (not cloze, whose family takes no BERT checkpoint,
+    nor the two-segment recipe, which needs multi-sentence documents), HIRE and BERTAC over MiniLM (BERTAC's CNN as at
+    `cpu`) and over the best continued encoder, MiniLM itself and its random copy; 3 units; its report gives both
+    controls, says what it tests, and pairs MiniLM with every method."""
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.report import write_zoo_report
+    from encoder_zoo.repro.zoo import analyse_zoo, zoo_experiment
+
+    sweep = Sweep(zoo_experiment("spanbert").at(ADAPT, tasks=["rotten_tomatoes"]), tmp_path)
+    names = [a.name for a in sweep.arms]
+    assert names == ["bert", "spanbert", "teams", "electra", "minilm", "hire+minilm", "bertac+minilm",
+                     "hire+spanbert", "bertac+spanbert", "minilm_random"]
+    assert sweep.units == (1, 2, 3) and sweep.experiment.adaptation_control == ("bert", "minilm")
+    cnn = [j.command for j in sweep.jobs if j.kind == "pretrain" and flag(j.command, "--model") == "bertac_cnn"]
+    assert len(cnn) == 3 and {flag(c, "--max_steps") for c in cnn} == {str(BUDGETS["cpu"].cnn_steps)}
+    encoders = [j for j in sweep.jobs if j.kind == "pretrain" and flag(j.command, "--model") != "bertac_cnn"]
+    assert len(encoders) == 4 * 3 and all("--init_from" in j.command for j in encoders)
+    base = {"minilm": 0.74, "minilm_random": 0.55, "bert": 0.77, "spanbert": 0.78, "teams": 0.76, "electra": 0.75,
+            "hire+minilm": 0.75, "bertac+minilm": 0.74, "hire+spanbert": 0.78, "bertac+spanbert": 0.77}
+    scores = {(arm, u): value + 0.01 * u + 0.003 * ((u + len(arm)) % 3)  # unit-to-unit spread, unequal per arm
+              for arm, value in base.items() for u in (1, 2, 3)}
+    sweep.execute = lambda job: leave_outputs(job, scores)
+    sweep.run(tmp_path / "cache" / "runs.jsonl")
+    results = analyse_zoo(sweep, "spanbert")
+    assert results["control"]["rotten_tomatoes"]["verdict"] == REPRODUCED
+    assert results["adaptation_control"]["rotten_tomatoes"]["verdict"] == REPRODUCED
+    assert any("minilm" in (p["better"], p["worse"]) for p in results["pairs"])
+    write_zoo_report(results, sweep, tmp_path / "report", ["zoo", "--budget", "adapt"])
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Adaptation control: adapted > not adapted" in report and "## Positive control" in report
+    assert "**What this tests:** the paper's objective as a continued-pretraining step" in report
+
+
 @pytest.mark.slow
 def test_adapt_at_smoke_size_continues_the_real_minilm_end_to_end(tmp_path):
     """The real entry points at a smoke-size `adapt`: TEAMS, ELECTRA and plain MLM continue the shipped MiniLM for a

@@ -73,7 +73,7 @@ def test_adaptation_sweep_reads_the_adaptation_control_alone_at_each_entry(tmp_p
         "steps": 280, "learning_rate": 3e-4, "text": ("rotten_tomatoes", "movie_sentiment_regression")}
     with pytest.raises(Exception, match="STEPS:LEARNING_RATE"):
         tune.parse_adaptation_entry("140")
-    units = (1, 2, 3, 4, 5)  # the default: fewer units could not reach 5% (a paired test's 2^-units)
+    units = (1, 2, 3, 4, 5)  # the default: as the budget's reports read the control
     scores = {(arm, unit): base + step * unit + 0.002 * (unit % 2) for unit in units
               for arm, base, step in (("bert", 0.80, 0.012), ("minilm", 0.70, 0.01), ("minilm_random", 0.6, 0.0))}
     ran = []
