@@ -13,7 +13,9 @@ TORCH_INDEX ?=
 # The fast tier (README's `make test`, about 5 minutes on 2 CPU cores) leaves out the marks below; `make test-all`
 # runs them too, and .ci/run runs both tiers (each test once).
 SLOW_MARKS := slow or common or multiprocess or install
-PYTEST := HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 -q --durations=25
+# worksteal: a worker that runs out of tests takes half of the other's queue. With the default `load`, the first
+# worker got every slow test (they sort before transformers' common tests) and the other sat idle for most of a tier.
+PYTEST := HF_HUB_OFFLINE=1 $(PYTHON) -m pytest -n 2 --dist worksteal -q --durations=25
 
 .PHONY: install demo test test-rest test-all bench gpu-check gpu-run
 

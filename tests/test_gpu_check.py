@@ -4,6 +4,7 @@ CUDA machine, the real check passes within its 9 minutes."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +21,21 @@ SCRIPT = str(Path(REPO) / "bench" / "gpu_check.py")
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """One `--smoke` run (a couple of minutes on 2 cores): its exit status and its JSON record."""
-    root = tmp_path_factory.mktemp("gpu_check")
-    result = subprocess.run([sys.executable, SCRIPT, "--smoke", "--work_dir", str(root / "work"), "--results_dir",
-                             str(root / "results")], capture_output=True, text=True, env=pretrain_env(), timeout=900,
-                            cwd=REPO)
+    """One `--smoke` run (a couple of minutes on 2 cores) per session, whichever pytest-xdist worker asks first (the
+    other waits and reads it): its exit status, output and JSON record."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "gpu_check_smoke"
+    with FileLock(f"{root}.lock"):
+        if not (root / "result.json").exists():
+            root.mkdir(parents=True, exist_ok=True)
+            result = subprocess.run([sys.executable, SCRIPT, "--smoke", "--work_dir", str(root / "work"),
+                                     "--results_dir", str(root / "results")], capture_output=True, text=True,
+                                    env=pretrain_env(), timeout=900, cwd=REPO)
+            (root / "result.json").write_text(json.dumps([result.args, result.returncode, result.stdout,
+                                                          result.stderr]))
+    result = subprocess.CompletedProcess(*json.loads((root / "result.json").read_text()))
     files = list((root / "results").glob("gpu_check_*.json"))
     assert files, f"no record written ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     record = json.loads(files[0].read_text())
