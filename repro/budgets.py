@@ -159,9 +159,9 @@ BUDGETS = {
     # (docs/reproduction.md, "The adapt budget"). Its arms and controls: `Experiment.adapted`.
     "adapt": Budget(
         name="adapt", description="the shipped MiniLM (6 layers, 384 wide) continued with each arm's own objective "
-        f"for {ADAPT_STEPS} steps of 32 x 128 tokens at 1e-4 (warmup 10) on rotten_tomatoes' 11,476 training "
-        "sentences, labels unused (task-adaptive pretraining), then fine-tuned as the MiniLM arms are (1,000 rows, 2 "
-        "epochs at 1e-4); 5 units (continued-pretraining seeds) per arm; controls: MiniLM > its random "
+        f"for {ADAPT_STEPS} steps of 32 sentences (at most 128 tokens) at 1e-4 (warmup 10) on rotten_tomatoes' 11,476 "
+        "training sentences, labels unused (task-adaptive pretraining), then fine-tuned as the MiniLM arms are (1,000 "
+        "rows, 2 epochs at 1e-4); 5 units (continued-pretraining seeds) per arm; controls: MiniLM > its random "
         "initialisation, and MiniLM continued with plain MLM > MiniLM fine-tuned directly; sized to about 2 hours "
         "per paper with --jobs 2 on 2 CPU cores from measured per-step costs (docs/reproduction.md); BERTAC's CNN "
         "(the zoo's) as at `cpu`",
