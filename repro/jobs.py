@@ -259,9 +259,8 @@ class Sweep:
     def dataset_key(self):
         """The pretraining corpus in a key: a file the sweep wrote into its cache (the tasks' text, named by its
         content's hash) by its name; any other by `dataset_fingerprint`."""
-        if self.dataset and portable(self.dataset, self.places) != self.dataset:
-            return portable(self.dataset, self.places)
-        return dataset_fingerprint(self.dataset)
+        named = portable(self.dataset, self.places)
+        return named if named != self.dataset else dataset_fingerprint(self.dataset)
 
     def digest(self, key: dict) -> str:
         """The hash that names a job's folder: of its key with its paths made portable."""
