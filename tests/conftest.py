@@ -21,8 +21,9 @@ def smoke_cache(tmp_path_factory) -> Path:
     """One repro cache for every `smoke`-budget sweep of the session, pytest-xdist workers included: the zoo's, the
     papers' and README's smoke sweeps train the runs they share once (per-job locks let sweeps share a cache, as
     `repro/run.py --jobs` does). A test that must see its runs train uses a folder of its own."""
-    base = tmp_path_factory.getbasetemp()
-    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "repro-smoke-cache"
+    from helpers import session_dir
+
+    cache = session_dir(tmp_path_factory) / "repro-smoke-cache"
     cache.mkdir(exist_ok=True)
     return cache
 

@@ -7,11 +7,18 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(REPO, "training", "pretrain.py")
 # Blocking this makes `import encoder_zoo.models` etc. fail inside the child, as on a machine without this repository.
 PROJECT_PACKAGES = ("encoder_zoo",)
+
+
+def session_dir(tmp_path_factory) -> Path:
+    """This session's temporary root, shared by every pytest-xdist worker (each worker's own is a folder under it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_isolated
+from helpers import run_isolated, session_dir
 from huggingface_hub import ModelCard
 from test_bertac_cnn import TINY as CNN_TINY
 from test_pretrain import pretrain
@@ -46,10 +46,7 @@ PAIRS = [
 ]
 
 
-def shared_dir(tmp_path_factory) -> Path:
-    """This session's temporary root, shared by pytest-xdist workers."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+shared_dir = session_dir  # this session's temporary root, shared by pytest-xdist workers
 
 
 @pytest.fixture(scope="module")

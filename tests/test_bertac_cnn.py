@@ -4,14 +4,13 @@ entity-masked pair builder, the word tokenizer and vectors, and `pretrain.py --m
 import bz2
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_isolated, terminate_when, two_process_launcher
+from helpers import run_isolated, session_dir, terminate_when, two_process_launcher
 from safetensors.torch import load_file
 from test_pretrain import PRETRAIN, env, pretrain
 from torch.nn import functional as F
@@ -60,8 +59,7 @@ def reference_run(tmp_path_factory):
     once for every pytest-xdist worker (they share the parent of their temporary folders)."""
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp()
-    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared  # this session's folder either way
+    shared = session_dir(tmp_path_factory)
     out = shared / "bertac_reference_run"
     with FileLock(str(shared / "bertac_reference_run.lock")):
         if not (out / "export" / "model.safetensors").exists():

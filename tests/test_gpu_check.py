@@ -4,14 +4,13 @@ CUDA machine, the real check passes within its 9 minutes."""
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, pretrain_env
+from helpers import REPO, pretrain_env, session_dir
 
 sys.path.insert(0, str(Path(REPO) / "bench"))
 import gpu_check  # noqa: E402
@@ -25,8 +24,7 @@ def smoke(tmp_path_factory):
     other waits and reads it): its exit status, output and JSON record."""
     from filelock import FileLock
 
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "gpu_check_smoke"
+    root = session_dir(tmp_path_factory) / "gpu_check_smoke"
     with FileLock(f"{root}.lock"):
         if not (root / "result.json").exists():
             root.mkdir(parents=True, exist_ok=True)
