@@ -1,12 +1,13 @@
 """README's reproduction tables, generated from the committed reports (`repro/reports/<name>/<budget>/results.json`):
-- the papers': per paper, the positive control on the primary claim's task and the primary claim, each with the
-  difference [interval], units, minimum detectable difference and verdict, then the secondary claims counted by
-  verdict (a report made before primary claims: every claim);
-- the zoo's: one row per method with its scores and compute (`repro.report.score_table`), its plot and its significant
-  pairs.
+- the papers': per paper and budget (README: `README_BUDGETS`, a paper's budgets side by side), the positive control
+  on the primary claim's task and the primary claim, each with the difference [interval], units, minimum detectable
+  difference and verdict, then the secondary claims counted by verdict (a report made before primary claims: every
+  claim);
+- the zoo's (README: at `README_ZOO_BUDGET`, the budget that fits one sitting): one row per method with its scores
+  and compute (`repro.report.score_table`), its plot and its significant pairs.
 
-    python repro/summary.py [--budget cpu] [--write]   # prints the tables; --write puts each into README between its
-                                                      # markers
+    python repro/summary.py [--budget adapt] [--write]  # prints README's tables (or one budget's); --write puts
+                                                       # README's into it between their markers
 
 `tests/test_repro.py` checks that README's tables are this output, so they are never edited by hand.
 """
@@ -24,6 +25,10 @@ REPORTS = Path(__file__).resolve().parent / "reports"
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- repro-table: begin (python repro/summary.py) -->", "<!-- repro-table: end -->"
 ZOO_BEGIN, ZOO_END = "<!-- zoo-table: begin (python repro/summary.py) -->", "<!-- zoo-table: end -->"
+# README's tables: the papers' at each budget a CPU runs, paper by paper; the zoo at `adapt`, which fits one sitting
+# with floors, both controls and one scale (issue 48).
+README_BUDGETS = ("cpu", "adapt")
+README_ZOO_BUDGET = "adapt"
 
 
 # The papers' table's one scale (`display_scale`); no paper claims a difference in held-out loss, which is in nats.
@@ -52,51 +57,70 @@ def shown(x, task: str | None) -> str:
     return fmt(None if x is None or task is None else x * display_scale(task))
 
 
-def table(budget: str = "cpu", reports: Path = REPORTS) -> str:
+def readme_tables(reports: Path = REPORTS) -> tuple[str, str]:
+    """What README holds between its two pairs of markers: the papers' table and the zoo's."""
+    return table(README_BUDGETS, reports), zoo_table(README_ZOO_BUDGET, reports)
+
+
+def table(budgets: str | tuple[str, ...] = README_BUDGETS, reports: Path = REPORTS) -> str:
+    """The papers' rows at each of `budgets`, a paper's budgets side by side, then what each budget's rows test and
+    which reports are missing or predate the current statistics."""
+    budgets = (budgets,) if isinstance(budgets, str) else tuple(budgets)
     lines = ["| paper | claim | task | difference, points [90% CI] | units | MDD | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    missing, before_controls, tests = [], [], set()
+    missing = {budget: [] for budget in budgets}
+    before_controls, tests = [], {}
     for name in EXPERIMENTS:
-        path = reports / name / budget / "results.json"
-        if not path.exists():
-            if runs_at(name, budget):
-                missing.append(name)
-            continue
-        results = json.loads(path.read_text(encoding="utf-8"))
-        tests.add(results.get("tests_what") or "")
-        if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
-            missing.append(f"{name} (a report of the former statistics)")
-            continue
-        if made_before_controls(results):
-            before_controls.append(name)
-        rows, secondary = paper_rows(results)
-        for claim in rows:
-            d = claim.get("decision") or {}
-            units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
-            relation = ">" if claim.get("direction", "better") == "better" else "≤"
-            paper = f"[{name}](repro/reports/{name}/{budget}/report.md)" if claim is rows[0] else ""
-            task, verdict = ((task_facts(claim["task"]).description, claim["verdict"]) if "task" in claim else
-                             ("—", f"not tested at `{budget}` (its arm is not trained there)"))
-            role = {"primary": " (primary)", "control": " (positive control)",
-                    "adaptation": " (adaptation control)"}.get(claim.get("role"), "")
-            on = claim.get("task")
-            mdd = shown(d.get("mdd"), on) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
-                                             and "mdd_alpha" in d else "")
-            lines.append(f"| {paper} | {claim['arm']} {relation} {claim['baseline']}{role} | {task} | "
-                         f"{shown(d.get('estimate'), on)} [{shown(d.get('low'), on)}, {shown(d.get('high'), on)}] | "
-                         f"{units} | {mdd} | {verdict} |")
-        if secondary:
-            lines.append(f"|  | {secondary} | | | | | |")
+        for budget in budgets:
+            path = reports / name / budget / "results.json"
+            if not path.exists():
+                if runs_at(name, budget):
+                    missing[budget].append(name)
+                continue
+            results = json.loads(path.read_text(encoding="utf-8"))
+            tests.setdefault(budget, results.get("tests_what") or "")
+            if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
+                missing[budget].append(f"{name} (a report of the former statistics)")
+                continue
+            if made_before_controls(results):
+                before_controls.append(name if len(budgets) == 1 else f"{name} at `{budget}`")
+            label = name if len(budgets) == 1 else f"{name}, `{budget}`"
+            lines += paper_lines(results, f"[{label}](repro/reports/{name}/{budget}/report.md)", budget)
     lines += ["", DIFFERENCE_KEY]
-    lines += [line for what in sorted(tests - {""}) for line in ("", f"At `{budget}` every row tests {what}.")]
+    lines += [line for budget, what in tests.items() if what
+              for line in ("", f"At `{budget}` every row tests {what}.")]
     if before_controls:
         its, reports_show = ("their", "reports show") if len(before_controls) > 1 else ("its", "report shows")
         lines += ["", "Run before floors, positive controls and primary claims: "
                   f"{', '.join(before_controls)}; {its} verdicts were not gated by a control, {its} MDD is at the "
                   f"unadjusted 5%, and {its} {reports_show} accuracy and Pearson as 0-1 (here in points)."]
-    if missing:
-        lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(missing)}."]
+    for budget, names in missing.items():
+        if names:
+            lines += ["", f"Not yet run at `{budget}` with the current statistics: {', '.join(names)}."]
     return "\n".join(lines)
+
+
+def paper_lines(results: dict, paper: str, budget: str) -> list[str]:
+    """One report's rows (`paper_rows`), the first naming the paper with a link to its report."""
+    rows, secondary = paper_rows(results)
+    lines = []
+    for claim in rows:
+        d = claim.get("decision") or {}
+        units = f"{d['units']['arm']}/{d['units']['baseline']}" if d else "—"
+        relation = ">" if claim.get("direction", "better") == "better" else "≤"
+        task, verdict = ((task_facts(claim["task"]).description, claim["verdict"]) if "task" in claim else
+                         ("—", f"not tested at `{budget}` (its arm is not trained there)"))
+        role = {"primary": " (primary)", "control": " (positive control)",
+                "adaptation": " (adaptation control)"}.get(claim.get("role"), "")
+        on = claim.get("task")
+        mdd = shown(d.get("mdd"), on) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
+                                         and "mdd_alpha" in d else "")
+        lines.append(f"| {paper if claim is rows[0] else ''} | {claim['arm']} {relation} {claim['baseline']}{role} | "
+                     f"{task} | {shown(d.get('estimate'), on)} [{shown(d.get('low'), on)}, {shown(d.get('high'), on)}]"
+                     f" | {units} | {mdd} | {verdict} |")
+    if secondary:
+        lines.append(f"|  | {secondary} | | | | | |")
+    return lines
 
 
 def runs_at(name: str, budget: str) -> bool:
@@ -135,7 +159,7 @@ def paper_rows(results: dict) -> tuple[list[dict], str]:
             *primary], line
 
 
-def zoo_table(budget: str = "cpu", reports: Path = REPORTS) -> str:
+def zoo_table(budget: str = README_ZOO_BUDGET, reports: Path = REPORTS) -> str:
     from encoder_zoo.repro.report import score_table, table_key
 
     path = reports / "zoo" / budget / "results.json"
@@ -175,10 +199,14 @@ def write_readme(text: str, readme: Path = README, markers: tuple[str, str] = (B
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budget", default="cpu")
-    parser.add_argument("--write", action="store_true", help=f"Write the table into {README.name} too.")
+    parser.add_argument("--budget", help="Print this budget's tables only (default: README's, the papers' at "
+                        f"{', '.join(README_BUDGETS)} and the zoo's at {README_ZOO_BUDGET}).")
+    parser.add_argument("--write", action="store_true", help=f"Write README's tables into {README.name}.")
     args = parser.parse_args(argv)
-    papers, zoo = table(args.budget), zoo_table(args.budget)
+    if args.write and args.budget:
+        parser.error(f"--write writes README's tables ({', '.join(README_BUDGETS)}; zoo {README_ZOO_BUDGET}): "
+                     "leave out --budget")
+    papers, zoo = (table(args.budget), zoo_table(args.budget)) if args.budget else readme_tables()
     print(f"{papers}\n\n{zoo}")
     if args.write:
         write_readme(papers)

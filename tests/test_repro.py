@@ -989,10 +989,10 @@ def test_a_corrupted_cache_entry_is_named_moved_aside_and_recomputed(tmp_path, m
 
 
 def test_readme_reproduction_table_is_generated_from_the_committed_reports():
-    from encoder_zoo.repro.summary import BEGIN, END, ZOO_BEGIN, ZOO_END, table, zoo_table
+    from encoder_zoo.repro.summary import BEGIN, END, ZOO_BEGIN, ZOO_END, readme_tables
 
     readme = (REPO / "README.md").read_text()
-    for (begin, end), text in (((BEGIN, END), table()), ((ZOO_BEGIN, ZOO_END), zoo_table())):
+    for (begin, end), text in zip(((BEGIN, END), (ZOO_BEGIN, ZOO_END)), readme_tables()):
         assert begin in readme and end in readme
         assert readme.split(begin)[1].split(end)[0].strip() == text.strip(), "rerun: python repro/summary.py --write"
 

@@ -160,6 +160,20 @@ def test_an_adapt_report_gives_both_controls_and_says_what_it_tests(tmp_path):
     assert f"At `adapt` every row tests the paper's objective as a {what}" in readme
     assert "cloze" not in readme and "hire" not in readme  # they do not run at adapt: not listed as missing
 
+    # README's table: a paper's budgets side by side, each row set naming its budget, each budget saying what it tests
+    from encoder_zoo.repro.summary import table
+
+    reports = tmp_path / "a" / "reports"
+    (reports / "teams" / "cpu").mkdir(parents=True)
+    (reports / "teams" / "cpu" / "results.json").write_text(json.dumps({**results, "tests_what": ""}))
+    both = table(("cpu", "adapt"), reports).splitlines()
+    [cpu_row] = [i for i, row in enumerate(both) if row.startswith("| [teams, `cpu`](repro/reports/teams/cpu/")]
+    [adapt_row] = [i for i, row in enumerate(both) if row.startswith("| [teams, `adapt`](repro/reports/teams/adapt/")]
+    assert cpu_row < adapt_row and not any(row.startswith("| [cloze") for row in both)
+    assert sum(row.startswith("At `adapt` every row tests") for row in both) == 1
+    assert not any(row.startswith("At `cpu`") for row in both)
+    assert any(row.startswith("Not yet run at `cpu` with the current statistics: spanbert,") for row in both)
+
     not_adapted = {("bert", u): minilm[("minilm", u)] + (0.004 if u % 2 else -0.004) for u in units}
     results, report, _ = adapt_report(tmp_path / "b", {**scores, **not_adapted})
     assert results["control"]["rotten_tomatoes"]["verdict"] == REPRODUCED
