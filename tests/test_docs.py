@@ -150,6 +150,7 @@ def test_readme_fits_one_screen():
     generated = re.findall(r"<!-- (?:repro|zoo)-table: begin.*?<!-- (?:repro|zoo)-table: end -->", text, re.S)
     assert len(generated) == 2
     assert len(text) - sum(map(len, generated)) <= 10_000
-    assert len(text) <= 16_000
+    # The papers' table holds each paper's `cpu` and `adapt` rows side by side: 1,000 characters more than one budget.
+    assert len(text) <= 17_000
     # Words for users, the generated tables' included: what a budget or a report is, never an internal issue number.
     assert not re.findall(r"\bissues? \d+", text, re.I)
