@@ -397,8 +397,9 @@ def compute_cells(compute: list[dict]) -> list[str]:
 def score_table(results: dict) -> list[str]:
     """One row per method: each task's score cell (`score_cell`), then the median over units of its pretraining FLOPs,
     tokens seen, tokens/s and time; then the floors (chance, the trivial models). The report's table and README's
-    (`repro/summary.py`)."""
-    tasks = results["tasks"]
+    (`repro/summary.py`). A task no method scored (the held-out cloze loss where no two-tower model runs) gets no
+    column."""
+    tasks = [task for task in results["tasks"] if any(arm["tasks"].get(task) for arm in results["arms"].values())]
     rows = [[name, *(score_cell(arm, task) for task in tasks), *compute_cells(list(arm["compute"].values()))]
             for name, arm in results["arms"].items()]
     rows += floor_table_rows(results, tasks, width=4)

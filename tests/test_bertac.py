@@ -46,16 +46,13 @@ PAIRS = [
 ]
 
 
-shared_dir = session_dir  # this session's temporary root, shared by pytest-xdist workers
-
-
 @pytest.fixture(scope="module")
 def cnn_export(tmp_path_factory):
     """A real part-1 export: `pretrain.py --model bertac_cnn --model_size tiny`, 20 GAN steps on 12 articles (word
     tokenizer, fastText table and CNN), made once per session."""
     from filelock import FileLock
 
-    shared = shared_dir(tmp_path_factory)
+    shared = session_dir(tmp_path_factory)
     out = shared / "bertac_tier_cnn"
     with FileLock(str(shared / "bertac_tier_cnn.lock")):
         if not (out / "export" / "model.safetensors").exists():
@@ -532,7 +529,7 @@ def bertac_init(tmp_path_factory, backbone, cnn_export):
 def wiki(tmp_path_factory):
     from encoder_zoo.qa.data import build_wiki_cloze
 
-    return build_wiki_cloze(articles=300, cache_dir=str(shared_dir(tmp_path_factory) / "bertac_wiki_cache"))
+    return build_wiki_cloze(articles=300, cache_dir=str(session_dir(tmp_path_factory) / "bertac_wiki_cache"))
 
 
 def test_init_bertac_writes_a_card_and_every_needed_file(bertac_init):
