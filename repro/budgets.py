@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 
@@ -189,3 +190,32 @@ BUDGETS = {
         minilm_learning_rate=1e-4, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
         max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
 }
+
+
+# ------------------------------------------------------------------------------ the commands' seeds (run.py, tune.py)
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose refusals are one line (`tune.py adapt: error: ...`, exit status 2), without the usage
+    block: every unit, seed, grid entry and rate is checked before any job runs."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def unit_seed(text: str) -> int:
+    """A unit or fine-tuning seed from the command line: a whole number from 0."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is no seed: give whole numbers from 0")
+    return seed
+
+
+def refuse_repeats(parser: argparse.ArgumentParser, options: argparse.Namespace, flags: tuple[str, ...]) -> None:
+    """Refuse a seed given twice to one of `flags` (a repeated unit is the same model counted again)."""
+    for flag in flags:
+        values = getattr(options, flag, None) or []
+        if len(set(values)) < len(values):
+            parser.error(f"--{flag} {' '.join(map(str, values))}: give each seed once (a repeated seed is the same "
+                         "model again)")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoder_zoo.repro.experiments import Arm, Setting
-from encoder_zoo.repro.provenance import REPO, code_hash, model_files, model_hash, torch_threads
+from encoder_zoo.repro.provenance import REFUSED, REPO, code_hash, model_files, model_hash, torch_threads
 from encoder_zoo.repro.tasks import task_facts
 
 PRETRAIN = REPO / "training" / "pretrain.py"
@@ -122,6 +122,7 @@ class Job:
     seeds: tuple[int, ...] = ()  # fine-tuning seeds this job produces (run_glue takes several)
     status: str = "pending"
     inputs: list[Path] = field(default_factory=list)  # model folders it reads: their content is recorded and checked
+    exit_code: int | None = None  # the entry point's exit status when it failed (REFUSED: it refused its input)
 
     @property
     def failed(self) -> bool:
@@ -597,10 +598,18 @@ class Sweep:
                  + ": the report shows no score for them."]
         for job in failed:
             lines.append(f"  - {job.name}: log {job.log}; its folder {job.folder}")
-        lines.append("Fix what the log names and run the same command again: failed runs run again, finished ones "
-                     "are reused. A run that fails on its own cached files (a damaged export) starts over once its "
-                     "folder, named above, is deleted; one that fails reading a model cached by other code runs "
-                     "again after `--rerun_stale` retrains that model.")
+        refused = [job for job in failed if job.exit_code == REFUSED]
+        if refused:
+            lines.append(f"{len(refused)} of them refused their input (exit status {REFUSED}; the log's last line "
+                         "names the flag or file): running the same command again repeats the refusal. Change what "
+                         "it names: a value of this command (a --grid entry, --units, --dataset) or of its budget, "
+                         "or a damaged cached file (delete its folder, named above).")
+        if len(refused) < len(failed):
+            lines.append(("The others: f" if refused else "F") + "ix what the log names and run the same command "
+                         "again: failed runs run again, finished ones are reused. A run that fails on its own cached "
+                         "files (a damaged export) starts over once its folder, named above, is deleted; one that "
+                         "fails reading a model cached by other code runs again after `--rerun_stale` retrains that "
+                         "model.")
         return "\n".join(lines)
 
     @staticmethod
@@ -630,6 +639,7 @@ class Sweep:
             log.flush()
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env).returncode
         if code != 0:
+            job.exit_code = code
             return "failed"
         if job.kind == "finetune":
             self.collect(job)

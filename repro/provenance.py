@@ -11,6 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The exit status of an entry point that refused its input (training.run.entry.run_cli, argparse): a value the sweep's
+# command or budget gave the run, which running the same command again cannot change.
+REFUSED = 2
 # The packages the runs' entry points import: their .py files are the code a run ran.
 CODE_PACKAGES = ("models", "training", "glue", "qa")
 CODE_HASH_MEANING = f"a content hash of the .py files of {', '.join(p + '/' for p in CODE_PACKAGES)}"

@@ -348,11 +348,13 @@ def failures_section(results: dict, sweep) -> list[str]:
 
     failed = [f for arm in results["arms"].values() for f in arm["failed"]] + failures(sweep, FLOOR_ARM)
     output_dir = sweep.cache.parent
-    return ["", "## Failed runs", "", *(f"- {f['run']}: {f['status']} — log `{relative([f['log']], output_dir)}`"
-                                        for f in failed), "",
-            "Their scores are left out (never an earlier run's). Fix what the log names and run the same command "
-            "again; a run that fails on its own cached files starts over once its folder (the log's) is deleted, "
-            "and `--rerun_stale` retrains runs cached by other code."] if failed else []
+    refused = " (refused its input: change the flag or file its log's last line names)"
+    return ["", "## Failed runs", "", *(f"- {f['run']}: {f['status']}{refused if f.get('refused') else ''} — log "
+                                        f"`{relative([f['log']], output_dir)}`" for f in failed), "",
+            "Their scores are left out (never an earlier run's). A run that refused its input fails the same way "
+            "until the flag or file it names changes; for any other, fix what the log names and run the same "
+            "command again; a run that fails on its own cached files starts over once its folder (the log's) is "
+            "deleted, and `--rerun_stale` retrains runs cached by other code."] if failed else []
 
 
 def schedules_section(results: dict, sweep) -> list[str]:

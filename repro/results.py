@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from encoder_zoo.repro.budgets import Budget
-from encoder_zoo.repro.provenance import code_hash
+from encoder_zoo.repro.provenance import REFUSED, code_hash
 from encoder_zoo.repro.tasks import MAJORITY_CLASS, NO_CORRELATION, task_facts
 
 
@@ -413,7 +413,8 @@ def failures(sweep, arm: str) -> list[dict]:
     for (_, task, _, _), (job, _) in sweep.sources.items():
         gives.setdefault(id(job), set()).add(task)
     return [{"run": j.name, "status": j.status, "log": str(j.log), "folder": str(j.folder),
-             "tasks": sorted(gives.get(id(j), ()))} for j in sweep.jobs if j.arm == arm and j.failed]
+             "tasks": sorted(gives.get(id(j), ())), **({"refused": True} if j.exit_code == REFUSED else {})}
+            for j in sweep.jobs if j.arm == arm and j.failed]
 
 
 def code_of_runs(sweep) -> dict:

@@ -25,7 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from encoder_zoo.repro.budgets import BUDGETS
+from encoder_zoo.repro.budgets import BUDGETS, OneLineParser, refuse_repeats, unit_seed
 from encoder_zoo.repro.experiments import all_experiments
 from encoder_zoo.repro.jobs import Sweep, start_helpers, stop_helpers
 from encoder_zoo.repro.report import write_report, write_zoo_report
@@ -34,7 +34,7 @@ from encoder_zoo.repro.tasks import scored_tasks
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=[*sorted(all_experiments()), "zoo"],
                         help="A paper's comparison, or `zoo`: every method on one budget (repro/zoo.py).")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
@@ -44,10 +44,10 @@ def parse_args(argv):
                                           "Wikipedia text. BERTAC's CNN keeps its enwiki excerpt.")
     parser.add_argument("--output_dir", default="runs/repro", help="Cache and reports (default: runs/repro).")
     parser.add_argument("--tasks", nargs="+", help="Restrict the evaluation tasks (default: the budget's).")
-    parser.add_argument("--units", nargs="+", type=int, help="Unit seeds: one independently trained model per arm "
-                        "and seed (pretraining or initialisation seed; default: the experiment's at this budget, "
+    parser.add_argument("--units", nargs="+", type=unit_seed, help="Unit seeds: one independently trained model per "
+                        "arm and seed (pretraining or initialisation seed; default: the experiment's at this budget, "
                         "else the budget's).")
-    parser.add_argument("--seeds", nargs="+", type=int, help="Fine-tuning seeds within each unit (default: the "
+    parser.add_argument("--seeds", nargs="+", type=unit_seed, help="Fine-tuning seeds within each unit (default: the "
                         "budget's); unit u runs seed s as 100 u + s.")
     parser.add_argument("--bootstrap_seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="Runs side by side: this sweep and JOBS - 1 helper sweeps "
@@ -66,6 +66,11 @@ def parse_args(argv):
         parser.error(f"unknown task(s) {sorted(unknown)}: choose from {sorted(known)}")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more sweeps to run side by side")
+    refuse_repeats(parser, args, ("units", "seeds"))
+    try:  # a budget that continues a shipped encoder needs its package before any job
+        BUDGETS[args.budget].starting_weights()
+    except OSError as error:
+        parser.error(f"--budget {args.budget}: {error}")
     return args
 
 

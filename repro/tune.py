@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,8 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import mean
 
-from encoder_zoo.repro.budgets import BUDGETS
-from encoder_zoo.repro.tasks import task_facts
+from encoder_zoo.repro.budgets import BUDGETS, OneLineParser, refuse_repeats, unit_seed
+from encoder_zoo.repro.tasks import scored_tasks, task_facts
 from encoder_zoo.training.run.entry import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,17 +52,50 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": 
 LOSS_KEYS = ("eval_mlm_masked_loss", "eval_mlm_loss", "eval_loss")
 
 
+class OutOfRange(ValueError):
+    """A number that parses but is not allowed: what the refusal adds after the expected form."""
+
+
+def whole(text: str, least: int) -> int:
+    """`text` as a whole number of at least `least`; OutOfRange naming the bound otherwise."""
+    number = int(text)
+    if number < least:
+        raise OutOfRange(f"{number} is below {least}")
+    return number
+
+
+def rate(text: str) -> float:
+    """`text` as a learning rate: a finite number above 0."""
+    number = float(text)
+    if not math.isfinite(number) or number <= 0:
+        raise OutOfRange(f"the learning rate {text} is not a finite number above 0")
+    return number
+
+
+def whole_or_refuse(text: str, least: int, flag: str) -> int:
+    try:
+        return whole(text, least)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag} {text}: give a whole number from {least}") from None
+
+
 def parse_pretraining_entry(text: str) -> dict:
     try:
         model, learning_rate, warmup, steps, *documents = text.split(":")
-        entry = {"model": model, "learning_rate": float(learning_rate), "warmup_steps": int(warmup),
-                 "steps": int(steps)}
-        if len(documents) > 1:
+        entry = {"model": model, "learning_rate": rate(learning_rate), "warmup_steps": whole(warmup, 0),
+                 "steps": whole(steps, 1)}
+        if len(documents) > 1 or not model:
             raise ValueError
-        return {**entry, "documents": int(documents[0])} if documents else entry
-    except ValueError:
+        return {**entry, "documents": whole(documents[0], 1)} if documents else entry
+    except ValueError as error:
         raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected MODEL:LEARNING_RATE:WARMUP:STEPS"
-                                         "[:DOCUMENTS], for example bert:1e-3:100:2000") from None
+                                         "[:DOCUMENTS] (a rate above 0, WARMUP from 0, STEPS and DOCUMENTS from 1), "
+                                         f"for example bert:1e-3:100:2000{reason(error)}") from None
+
+
+def reason(error: ValueError) -> str:
+    """What a range check said, after the expected form (a failed int() or float() says nothing more)."""
+    return f" ({error})" if isinstance(error, OutOfRange) else ""
 
 
 def command(budget, entry: dict, folder: Path, seed: int) -> list[str]:
@@ -134,11 +168,14 @@ def parse_finetuning_entry(text: str) -> dict:
         learning_rate, epochs, *rows = text.split(":")
         if len(rows) > 1:
             raise ValueError
-        entry = {"learning_rate": float(learning_rate), "epochs": float(epochs)}
-        return {**entry, "rows": int(rows[0])} if rows else entry
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected LEARNING_RATE:EPOCHS[:ROWS], for example "
-                                         "3e-4:5 or 3e-4:5:8000") from None
+        entry = {"learning_rate": rate(learning_rate), "epochs": float(epochs)}
+        if not math.isfinite(entry["epochs"]) or entry["epochs"] <= 0:
+            raise OutOfRange(f"{epochs} epochs: give a number above 0")
+        return {**entry, "rows": whole(rows[0], 1)} if rows else entry
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected LEARNING_RATE:EPOCHS[:ROWS] (a rate and "
+                                         "epochs above 0, ROWS from 1), for example 3e-4:5 or 3e-4:5:8000"
+                                         f"{reason(error)}") from None
 
 
 def finetune_scores(budget, model: str, task: str, preset: str, entry: dict, seeds: list[int],
@@ -232,11 +269,23 @@ def parse_adaptation_entry(text: str) -> dict:
         steps, learning_rate, *texts = text.split(":")
         if len(texts) > 1 or (texts and not texts[0]):
             raise ValueError
-        entry = {"steps": int(steps), "learning_rate": float(learning_rate)}
-        return {**entry, "text": tuple(texts[0].split("+"))} if texts else entry
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected STEPS:LEARNING_RATE[:TEXT], for example "
-                                         "140:1e-4 or 280:1e-4:rotten_tomatoes+movie_sentiment_regression") from None
+        entry = {"steps": whole(steps, 1), "learning_rate": rate(learning_rate)}
+        if texts:
+            entry["text"] = tuple(texts[0].split("+"))
+            for task in entry["text"]:
+                if task not in sentence_tasks():
+                    raise OutOfRange(f"{task!r} is no sentence task; TEXT joins some of "
+                                     f"{', '.join(sentence_tasks())} with +")
+        return entry
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--grid entry {text!r}: expected STEPS:LEARNING_RATE[:TEXT] (STEPS a whole "
+                                         "number from 1, a rate above 0), for example 140:1e-4 or 280:1e-4:"
+                                         f"rotten_tomatoes+movie_sentiment_regression{reason(error)}") from None
+
+
+def sentence_tasks() -> list[str]:
+    """The tasks whose training sentences an adaptation entry's TEXT may continue on (repro.tasks.pretraining_text)."""
+    return [name for name in scored_tasks() if task_facts(name).finetuned_by == "glue"]
 
 
 # The adaptation control's arms: an experiment whose plain-MLM arm is `bert`, kept alone (`Experiment.adapted` adds
@@ -342,7 +391,7 @@ def sweep(options, budget, one, entries: list, table) -> list[dict]:
 
 
 def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="tune.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
     pretraining = modes.add_parser("pretrain", help="held-out loss against the unigram floor")
     pretraining.add_argument("--grid", type=parse_pretraining_entry, nargs="+", required=True)
@@ -353,18 +402,20 @@ def main(argv=None) -> list[dict]:
     finetuning.add_argument("--preset", default="teams_small", help="run_glue.py's --preset under the grid's flags.")
     adaptation = modes.add_parser("adapt", help="the adaptation control of a continued-pretraining budget")
     adaptation.add_argument("--grid", type=parse_adaptation_entry, nargs="+", required=True)
-    adaptation.add_argument("--units", type=int, nargs="+", default=[1, 2, 3, 4, 5],
+    adaptation.add_argument("--units", type=unit_seed, nargs="+", default=[1, 2, 3, 4, 5],
                             help="Continued-pretraining seeds: one adapted model per unit and entry (default: 5, "
                             "as the budget's reports read the control).")
     adaptation.add_argument("--sweep_only", action="store_true", help="Run the jobs and write no table (what a "
                             "--jobs helper does).")
     for mode in (pretraining, finetuning, adaptation):
         mode.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
-        mode.add_argument("--seeds", type=int, nargs="+", default=[1])
-        mode.add_argument("--jobs", type=int, default=2, help="Runs at a time, one thread each.")
+        mode.add_argument("--seeds", type=unit_seed, nargs="+", default=[1])
+        mode.add_argument("--jobs", type=lambda text: whole_or_refuse(text, 1, "--jobs"), default=2,
+                          help="Runs at a time, one thread each.")
         mode.add_argument("--cache", type=Path, default=REPO / "runs" / "tune")
         mode.add_argument("--output", type=Path, required=True, help="The sweep table (JSON; a .md beside it).")
     options = parser.parse_args(argv)
+    refuse_repeats(modes.choices[options.mode], options, ("units", "seeds"))
     options.argv = list(sys.argv[1:] if argv is None else argv)
     budget = BUDGETS[options.budget]
     if options.mode == "finetune":

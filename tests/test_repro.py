@@ -728,12 +728,15 @@ def test_a_killed_sweep_resumes_and_a_rerun_trains_nothing(tmp_path):
 
 def test_a_failed_arm_is_reported_with_its_log(tmp_path):
     """A pretraining that fails (a missing corpus) marks its arm failed, its fine-tuning skipped, and the report names
-    the log; the sweep writes its report and exits 1, naming each failed run's log and folder."""
+    the log; the sweep writes its report and exits 1, naming each failed run's log and folder, and, since the run
+    refused the corpus it was given, says that running the same command again repeats the refusal."""
     result = sweep("teams", tmp_path, "--dataset", str(tmp_path / "missing.txt"), "--tasks", "rotten_tomatoes",
                    check=False)
     assert result.returncode == 1, result.stderr[-3000:]
     pretrainings = 2 * len(BUDGETS["smoke"].unit_seeds)  # teams' and electra's per unit
-    assert f"{pretrainings} run(s) failed" in result.stderr and "--rerun_stale" in result.stderr
+    assert f"{pretrainings} run(s) failed" in result.stderr
+    assert f"{pretrainings} of them refused their input" in result.stderr and "--dataset" in result.stderr
+    assert "run the same command again" not in result.stderr
     assert str(tmp_path / "cache" / "pretrain" / "teams-") in result.stderr  # the folder to delete, named
     results = json.loads((tmp_path / "teams" / "smoke" / "results.json").read_text())
     for arm in ("teams", "electra"):
@@ -741,7 +744,26 @@ def test_a_failed_arm_is_reported_with_its_log(tmp_path):
         assert failed[0]["status"] == "failed" and Path(failed[0]["log"]).is_file()
         assert failed[1]["status"].startswith("skipped")
     assert "## Failed runs" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
+    assert failed[0]["refused"] and "refused its input" in (tmp_path / "teams" / "smoke" / "report.md").read_text()
     assert "unavailable" in result.stdout
+
+
+def test_failure_advice_tells_a_refused_input_from_a_run_that_may_pass_again(tmp_path):
+    """A run that refused its input (exit status 2) fails the same way on the same command, so the advice for it is
+    to change what its log names, never to run the same command again; the advice for a run that failed otherwise
+    still is."""
+    from encoder_zoo.repro.jobs import Sweep
+
+    sweep = Sweep(EXPERIMENTS["spanbert"].at(BUDGETS["smoke"]), tmp_path)
+    refused, crashed = sweep.jobs[:2]
+    refused.status, refused.exit_code = "failed", 2
+    advice = sweep.failure_advice()
+    assert "1 of them refused their input" in advice and "repeats the refusal" in advice
+    assert "run the same command again:" not in advice
+    crashed.status, crashed.exit_code = "failed", 1
+    advice = sweep.failure_advice()
+    assert "2 run(s) failed" in advice and "1 of them refused their input" in advice
+    assert "The others: fix what the log names and run the same command again" in advice
 
 
 def test_a_failed_run_shows_no_earlier_score_and_the_sweep_exits_1(tmp_path, monkeypatch, capsys):

