@@ -1,0 +1,163 @@
+"""`training/to_transformers.py`: a zoo export's standard BERT or ELECTRA copy. It has no code and no auto_map, and in a
+process where this project is not importable, transformers' Auto classes, the fill-mask pipeline and
+sentence-transformers, all without trust_remote_code, give the export's own outputs (the export loaded with its code)
+to 1e-5; a family with no standard body and a non-empty OUTPUT are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import call_cli, run_isolated
+from transformers import AutoTokenizer
+
+from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.recipes import pretraining_export
+from encoder_zoo.training.run.standard_copy import GENERATOR_FOLDER, TOLERANCE, convert
+
+ELECTRA = dict(embedding_size=32, pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none",
+               generator_hidden_size=16, generator_intermediate_size=32, generator_num_attention_heads=1)
+# The recipes the standard copies are claimed for, as tiny random exports.
+EXPORTS = {
+    "spanbert": pretraining_export("spanbert"),
+    "bert_2seq_nsp": pretraining_export("spanbert", use_span_boundary_objective=False,
+                                        use_next_sentence_prediction=True),
+    "teams": pretraining_export("teams", embedding_size=16),
+    "electra": pretraining_export("teams", **ELECTRA),
+}
+
+# Run in a fresh process without this project: EXPORT (loaded with its own code) against STANDARD (without).
+CHILD = """
+import json
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer, pipeline
+
+remote = {"trust_remote_code": True}
+standard_folder = Path(STANDARD)
+generator = standard_folder / "generator"
+masked_lm_folder = generator if generator.is_dir() else standard_folder
+config = AutoConfig.from_pretrained(STANDARD)
+assert not getattr(config, "auto_map", None) and not list(standard_folder.rglob("*.py")), "remote code left in the copy"
+tokenizer = AutoTokenizer.from_pretrained(STANDARD)
+batch = tokenizer(["The quick brown fox jumps over the lazy dog.", "A short second sentence."], padding=True,
+                  return_tensors="pt")
+real = batch["attention_mask"].bool()
+differences = {}
+
+
+def differ(a, b, mask=real):
+    return float((a - b).abs()[mask].max())
+
+
+def loaded(auto, folder, **kwargs):
+    return getattr(transformers, auto).from_pretrained(folder, **kwargs).eval()
+
+
+with torch.no_grad():
+    differences["AutoModel"] = differ(loaded("AutoModel", STANDARD)(**batch).last_hidden_state,
+                                      loaded("AutoModel", EXPORT, **remote)(**batch).last_hidden_state)
+    export_mlm = loaded("AutoModelForMaskedLM", EXPORT, **remote)(**batch).logits
+    differences["AutoModelForMaskedLM"] = differ(loaded("AutoModelForMaskedLM", masked_lm_folder)(**batch).logits,
+                                                 export_mlm)
+    export_pretraining = loaded("AutoModelForPreTraining", EXPORT, **remote)(**batch)
+    architecture = config.architectures[0]
+    if architecture in ("BertForPreTraining", "BertForMaskedLM"):
+        theirs = loaded("AutoModelForPreTraining", STANDARD)(**batch)
+        differences["AutoModelForPreTraining (MLM)"] = differ(theirs.prediction_logits, export_pretraining.mlm_logits)
+        if architecture == "BertForPreTraining":
+            differences["AutoModelForPreTraining (NSP)"] = float(
+                (theirs.seq_relationship_logits - export_pretraining.nsp_logits).abs().max())
+    if architecture == "ElectraForPreTraining":
+        rtd = loaded("AutoModelForPreTraining", STANDARD)(**batch).logits
+        differences["AutoModelForPreTraining (RTD)"] = differ(rtd, export_pretraining.rtd_logits)
+
+text = f"The quick brown {tokenizer.mask_token} jumps over the lazy dog."
+theirs = pipeline("fill-mask", model=str(masked_lm_folder), top_k=20)(text)
+ours = {p["token"]: p["score"] for p in pipeline("fill-mask", model=EXPORT, top_k=50, **remote)(text)}
+assert sum(p["token"] in ours for p in theirs) >= 15, "fill-mask proposes other tokens"
+differences["fill-mask pipeline"] = max(abs(p["score"] - ours[p["token"]]) for p in theirs if p["token"] in ours)
+
+from sentence_transformers import SentenceTransformer, models
+
+def encoder(folder, **kwargs):
+    word = models.Transformer(folder, model_args=kwargs, config_args=kwargs, tokenizer_args=kwargs)
+    return SentenceTransformer(modules=[word, models.Pooling(word.get_word_embedding_dimension())], device="cpu")
+
+sentences = ["The quick brown fox jumps over the lazy dog.", "A short second sentence."]
+differences["sentence-transformers"] = float((encoder(STANDARD).encode(sentences, convert_to_tensor=True)
+                                              - encoder(EXPORT, **remote).encode(sentences, convert_to_tensor=True))
+                                             .abs().max())
+print("\\nDIFFERENCES " + json.dumps(differences))
+"""
+
+
+def tiny_export(name: str, folder):
+    folder.mkdir(parents=True)
+    torch.manual_seed(0)
+    return EXPORTS[name](folder, AutoTokenizer.from_pretrained(minilm_path())).folder
+
+
+def plain_environment_differences(export, standard) -> dict[str, float]:
+    output = run_isolated(f"EXPORT = {str(export)!r}\nSTANDARD = {str(standard)!r}\n" + CHILD, timeout=600)
+    return json.loads(output.rsplit("\nDIFFERENCES ", 1)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_the_standard_copy_gives_the_exports_outputs_in_a_plain_environment(tmp_path, name):
+    export = tiny_export(name, tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    differences = plain_environment_differences(export, standard)
+    print(name, differences)
+    expected = {"AutoModel", "AutoModelForMaskedLM", "fill-mask pipeline", "sentence-transformers"}
+    expected |= {"bert_2seq_nsp": {"AutoModelForPreTraining (MLM)", "AutoModelForPreTraining (NSP)"},
+                 "spanbert": {"AutoModelForPreTraining (MLM)"}, "electra": {"AutoModelForPreTraining (RTD)"},
+                 "teams": set()}[name]
+    assert set(differences) == expected
+    assert all(value <= TOLERANCE for value in differences.values()), differences
+
+
+def test_a_spanbert_export_becomes_bert_with_its_sbo_head_named_as_dropped(tmp_path):
+    export = tiny_export("spanbert", tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    config = json.loads((standard / "config.json").read_text())
+    assert config["model_type"] == "bert" and config["architectures"] == ["BertForMaskedLM"]
+    assert "auto_map" not in config and not list(standard.glob("*.py"))
+    assert (standard / "tokenizer.json").is_file()
+    card = (standard / "README.md").read_text()
+    assert "| `sbo.*` | SBO head (span boundary objective): BERT has no such head |" in card
+    assert "hidden states 0, MLM logits 0 |" in card  # the check measured, not assumed
+    from safetensors import safe_open
+
+    with safe_open(str(standard / "model.safetensors"), framework="pt") as handle:
+        keys = set(handle.keys())
+    assert "bert.encoder.layer.1.output.LayerNorm.weight" in keys and not any(k.startswith("sbo.") for k in keys)
+    # An OUTPUT that holds files is refused unless --overwrite, which replaces it.
+    refused = call_cli("encoder_zoo.training.to_transformers", str(export), str(standard))
+    assert refused.returncode == 2 and "exists and is not empty; pass --overwrite" in refused.stderr
+    (standard / "stale.txt").write_text("old")
+    assert call_cli("encoder_zoo.training.to_transformers", str(export), str(standard), "--overwrite").returncode == 0
+    assert not (standard / "stale.txt").exists() and (standard / "README.md").is_file()
+
+
+def test_an_electra_export_keeps_the_generator_as_google_released_it(tmp_path):
+    export = tiny_export("electra", tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    assert json.loads((standard / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
+    generator = json.loads((standard / GENERATOR_FOLDER / "config.json").read_text())
+    assert generator["architectures"] == ["ElectraForMaskedLM"] and generator["hidden_size"] == 16
+
+
+@pytest.mark.parametrize("model_type", ["cloze", "hire", "bertac", "bertac_cnn"])
+def test_a_family_without_a_standard_body_is_refused_in_one_line(tmp_path, model_type):
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "config.json").write_text(json.dumps({"model_type": model_type}))
+    result = call_cli("encoder_zoo.training.to_transformers", str(export), str(tmp_path / "standard"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert f"a {model_type} export has no standard BERT or ELECTRA copy" in result.stderr
+    assert not (tmp_path / "standard").exists()

@@ -1,0 +1,353 @@
+"""The standard transformers copy of a zoo export (`training/to_transformers.py`, `pretrain.py
+--also_export_standard`): a SpanBERT-family export as BERT (`BertForPreTraining` weights), a TEAMS/ELECTRA export as
+Google's ELECTRA release is laid out (the discriminator in OUTPUT, the generator as `ElectraForMaskedLM` in
+OUTPUT/generator). No code files and no `auto_map`; what has no place in BERT or ELECTRA is dropped and named in the
+copy's card. Before anything is written, the copy is checked against the export (the zoo's classes) on a probe batch;
+a difference over `TOLERANCE` refuses it.
+"""
+
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# Families with no standard transformers equivalent, and why.
+NO_STANDARD_BODY = {
+    "cloze": "its two one-directional towers and their combination layer have no standard transformers architecture",
+    "bertac_cnn": "a CNN over word vectors, no transformer: transformers has no such architecture",
+    "bertac": "its TIER layers and CNN over the encoder have no standard transformers architecture",
+    "hire": "its GRU fusion over the encoder's layers has no standard transformers architecture",
+}
+# The encoder fields BERT and ELECTRA configs share with the zoo's configs (same names and meanings).
+ENCODER_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                  "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout")
+TOLERANCE = 1e-5
+GENERATOR_FOLDER = "generator"
+
+
+@dataclass
+class Part:
+    """One standard checkpoint to write: its transformers class, config, tensors (standard name -> export key, read
+    from the export) and the folder below OUTPUT it goes to ("" for OUTPUT itself)."""
+
+    class_name: str
+    config: dict
+    keys: dict[str, str]
+    subfolder: str = ""
+    checks: dict[str, float] = field(default_factory=dict)  # output -> max |difference| measured
+
+
+@dataclass
+class Conversion:
+    """What a zoo export becomes: the standard checkpoints, what each dropped part of the export was (in words), and
+    the export's config."""
+
+    family: str  # "BERT" or "ELECTRA"
+    parts: list[Part]
+    dropped: dict[str, str]  # group of export keys -> why
+    config: dict
+
+
+def standard_refusal(model_type: str | None) -> str | None:
+    """Why an export of `model_type` has no standard copy (one line), or None where it has one."""
+    if model_type in ("spanbert", "teams"):
+        return None
+    if model_type in NO_STANDARD_BODY:
+        return f"a {model_type} export has no standard BERT or ELECTRA copy: {NO_STANDARD_BODY[model_type]}."
+    return (f"a {model_type or 'model without a model_type'} checkpoint is no zoo export with a standard body "
+            "(spanbert, bert, bert_2seq, bert_2seq_nsp, teams and electra exports are).")
+
+
+def read_export(export: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The export's config.json and its tensors (safetensors files)."""
+    from safetensors.torch import load_file
+
+    config_file = export / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"EXPORT {export}: no config.json; pass the export folder a pretraining run wrote "
+                                "(OUTPUT_DIR/export).")
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    refusal = standard_refusal(config.get("model_type"))
+    if refusal:
+        raise ValueError(f"EXPORT {export}: {refusal}")
+    files = sorted(export.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"EXPORT {export}: no *.safetensors weights beside its config.json.")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(str(file)))
+    return config, tensors
+
+
+def _encoder_config(config: dict, model_type: str, **extra) -> dict:
+    return {"model_type": model_type, **{k: config[k] for k in ENCODER_FIELDS if k in config}, **extra}
+
+
+def _group(key: str) -> str:
+    """A dropped module's name: a head by its name (`sbo.*`), a part of the body by two (`teams.rtd_layer.*`)."""
+    parts = key.split(".")
+    keep = 2 if parts[0] in ("spanbert", "teams", "generator", "cls") else 1
+    return ".".join(parts[:keep]) + ".*" if len(parts) > keep else key
+
+
+def _dropped(tensors, used: set[str], reasons: list[tuple[str, str]]) -> dict[str, str]:
+    """Every export key no part reads, grouped, with the first reason whose pattern matches it."""
+    dropped: dict[str, str] = {}
+    for key in tensors:
+        if key in used:
+            continue
+        why = next((reason for pattern, reason in reasons if re.match(pattern, key)),
+                   "no counterpart in the standard architecture")
+        dropped.setdefault(_group(key), why)
+    return dropped
+
+
+def bert_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conversion:
+    """A SpanBERT-family export as BERT: `spanbert.` -> `bert.`, the MLM (and NSP) heads under their own names."""
+    nsp = bool(config.get("use_next_sentence_prediction"))
+    keys = {f"bert.{k.removeprefix('spanbert.')}": k for k in tensors if k.startswith("spanbert.")}
+    if not nsp:  # no pooler without NSP (SpanBERT never trains one): BertForMaskedLM's layout
+        keys = {k: v for k, v in keys.items() if not k.startswith("bert.pooler.")}
+    keys.update({k: k for k in tensors if k.startswith("cls.predictions.") and k != "cls.predictions.decoder.weight"})
+    if nsp:
+        keys.update({k: k for k in tensors if k.startswith("cls.seq_relationship.")})
+    if "cls.predictions.bias" not in keys:
+        raise ValueError("EXPORT: it holds no MLM head (cls.predictions): a fine-tuned model, not a pretraining "
+                         "export. Convert the pretraining run's OUTPUT_DIR/export.")
+    if "cls.predictions.decoder.bias" in keys:
+        keys.pop("cls.predictions.decoder.bias")  # tied to cls.predictions.bias
+    class_name = "BertForPreTraining" if nsp else "BertForMaskedLM"
+    part = Part(class_name, _encoder_config(config, "bert", architectures=[class_name]), keys)
+    dropped = _dropped(tensors, {*keys.values(), "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}, [
+        (r"sbo\.", "SBO head (span boundary objective): BERT has no such head"),
+        (r"(spanbert\.)?pooler\.", "pooler: trained by nothing without NSP"),
+        (r"(classifier|qa_outputs)\.", "a fine-tuning head"),
+    ])
+    return Conversion("BERT", [part], dropped, config)
+
+
+def electra_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conversion:
+    """A TEAMS/ELECTRA export as Google's ELECTRA: the discriminator (the layers `TeamsModel` returns, i.e. the
+    fine-tuning representation) and the generator (its shared bottom layers copied from the discriminator)."""
+    from encoder_zoo import models
+
+    teams = models.get_class("teams", "AutoConfig")(**{k: v for k, v in config.items()
+                                                       if k not in ("architectures", "transformers_version")})
+    layers = teams.num_hidden_layers
+    from_rtd = teams.finetune_representation == "rtd"
+    path = [f"teams.layer.{i}." for i in range(teams.task_source_layer if from_rtd else layers)]
+    if from_rtd:
+        path.append("teams.rtd_layer.")
+    elif teams.has_mws_task_layer:
+        path.append("teams.mws_layer.")
+    embeddings = {f"electra.{k.removeprefix('teams.')}": k for k in tensors
+                  if k.startswith(("teams.embeddings.", "teams.embeddings_project."))}
+    discriminator = dict(embeddings)
+    for depth, prefix in enumerate(path):
+        discriminator.update({f"electra.encoder.layer.{depth}.{k.removeprefix(prefix)}": k for k in tensors
+                              if k.startswith(prefix)})
+    # ElectraForPreTraining's head reads the top layer: the RTD head fits where it reads the exported layers.
+    rtd_fits = teams.trains_rtd and (from_rtd or not teams.has_rtd_task_layer) and "rtd_head.dense.weight" in tensors
+    if rtd_fits:
+        discriminator.update({f"discriminator_predictions.{k.removeprefix('rtd_head.')}": k for k in tensors
+                              if k.startswith("rtd_head.")})
+    discriminator_class = "ElectraForPreTraining" if rtd_fits else "ElectraModel"
+    if not rtd_fits:  # the bare model's own names
+        discriminator = {k.removeprefix("electra."): v for k, v in discriminator.items()}
+    parts = [Part(discriminator_class, _encoder_config(config, "electra", embedding_size=teams.embedding_size,
+                                                       architectures=[discriminator_class]), discriminator)]
+    if "generator.bias" in tensors:
+        shared = teams.num_shared_generator_layers
+        generator = {k: v for k, v in embeddings.items() if not k.startswith("electra.embeddings_project.")}
+        project = "teams.embeddings_project." if teams.generator_hidden_size == teams.hidden_size else (
+            "generator.embeddings_project.")
+        generator.update({f"electra.embeddings_project.{k.removeprefix(project)}": k for k in tensors
+                          if k.startswith(project)})
+        for depth in range(teams.generator_num_hidden_layers):
+            prefix = f"teams.layer.{depth}." if depth < shared else f"generator.layer.{depth - shared}."
+            generator.update({f"electra.encoder.layer.{depth}.{k.removeprefix(prefix)}": k for k in tensors
+                              if k.startswith(prefix)})
+        generator.update({f"generator_predictions.{k.removeprefix('generator.predictions.')}": k for k in tensors
+                          if k.startswith("generator.predictions.")})
+        generator["generator_lm_head.bias"] = "generator.bias"
+        generator_config = _encoder_config(
+            config, "electra", embedding_size=teams.embedding_size, hidden_size=teams.generator_hidden_size,
+            num_hidden_layers=teams.generator_num_hidden_layers, intermediate_size=teams.generator_intermediate_size,
+            num_attention_heads=teams.generator_num_attention_heads, architectures=["ElectraForMaskedLM"])
+        parts.append(Part("ElectraForMaskedLM", generator_config, generator, GENERATOR_FOLDER))
+    used = {key for part in parts for key in part.keys.values()}
+    used |= {"generator.decoder.weight", "generator.decoder.bias"}  # tied to the word embeddings and generator.bias
+    dropped = _dropped(tensors, used, [
+        (r"mws_head\.", "MWS head (multi-word selection): ELECTRA has no such head"),
+        (r"teams\.rtd_layer\.", "RTD task layer: ElectraForPreTraining's RTD head reads the top layer, which here is "
+                                "the MWS task layer (the representation fine-tuning reads)"),
+        (r"rtd_head\.", "RTD head: it reads the RTD task layer, which is not the exported top layer"),
+        (r"teams\.mws_layer\.", "MWS task layer: the exported layers are the RTD task layer's path"),
+        (r"(classifier|qa_outputs)\.", "a fine-tuning head"),
+    ])
+    return Conversion("ELECTRA", parts, dropped, config)
+
+
+def conversion_of(config: dict, tensors: dict[str, torch.Tensor]) -> Conversion:
+    return (bert_conversion if config["model_type"] == "spanbert" else electra_conversion)(config, tensors)
+
+
+def build(part: Part, tensors: dict[str, torch.Tensor]):
+    """The transformers model of `part` with the export's tensors, every key checked to fit (strict)."""
+    import transformers
+
+    config_class = transformers.BertConfig if part.config["model_type"] == "bert" else transformers.ElectraConfig
+    config = config_class(**{k: v for k, v in part.config.items() if k != "model_type"})
+    model = getattr(transformers, part.class_name)(config)
+    state = {name: tensors[key] for name, key in part.keys.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})
+    missing = [name for name in missing if name not in tied]
+    if missing or unexpected:
+        raise ValueError(f"EXPORT: the {part.class_name} copy does not fit (missing {missing[:5]}, unexpected "
+                         f"{unexpected[:5]}); is it an export of this version of the zoo?")
+    model.tie_weights()
+    return model.eval()
+
+
+def probe_batch(config: dict) -> dict[str, torch.Tensor]:
+    """Two rows of random token ids, the second padded: what the copy is checked on."""
+    generator = torch.Generator().manual_seed(0)
+    length = min(16, config.get("max_position_embeddings", 16))
+    input_ids = torch.randint(5, config["vocab_size"], (2, length), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, length // 2:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def check_exact(export: Path, conversion: Conversion, built: list) -> None:
+    """The copy's outputs against the export's own (the zoo's classes): hidden states, MLM logits, NSP or RTD logits;
+    each difference is recorded on its part; one over `TOLERANCE` refuses the conversion."""
+    from encoder_zoo import models
+
+    model_type = conversion.config["model_type"]
+    batch = probe_batch(conversion.config)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        zoo = models.get_class(model_type, "AutoModelForPreTraining").from_pretrained(export).eval()(**batch)
+        hidden = models.get_class(model_type, "AutoModel").from_pretrained(export).eval()(**batch).last_hidden_state
+        for part, model in zip(conversion.parts, built):
+            if part.subfolder == GENERATOR_FOLDER:
+                masked_lm = models.get_class(model_type, "AutoModelForMaskedLM").from_pretrained(export).eval()
+                part.checks["generator MLM logits"] = _diff(model(**batch).logits, masked_lm(**batch).logits, real)
+                continue
+            base = getattr(model, model.base_model_prefix, model)
+            part.checks["hidden states"] = _diff(base(**batch).last_hidden_state, hidden, real)
+            output = model(**batch)
+            if conversion.family == "BERT":
+                logits = output.prediction_logits if part.class_name == "BertForPreTraining" else output.logits
+                part.checks["MLM logits"] = _diff(logits, zoo.mlm_logits, real)
+                if part.class_name == "BertForPreTraining":
+                    part.checks["NSP logits"] = float((output.seq_relationship_logits - zoo.nsp_logits).abs().max())
+            elif part.class_name == "ElectraForPreTraining":
+                part.checks["RTD logits"] = _diff(output.logits, zoo.rtd_logits, real)
+    for part in conversion.parts:
+        for output, difference in part.checks.items():
+            if not difference <= TOLERANCE:
+                raise ValueError(f"EXPORT {export}: the standard copy's {output} differ from the export's by "
+                                 f"{difference:.2g} (> {TOLERANCE:g}); nothing was written.")
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor, real: torch.Tensor) -> float:
+    return float((a - b).abs()[real].max())
+
+
+def base_model_of(export: Path) -> str | None:
+    """The Hub `base_model` the export's card names (the first Hub origin of a continued run), if any."""
+    card = export / "README.md"
+    if not card.is_file():
+        return None
+    match = re.search(r"^base_model:\s*(\S.*)$", card.read_text(encoding="utf-8").split("\n---", 1)[0], re.M)
+    return match[1].strip().strip("'\"") if match else None
+
+
+def write_card(output: Path, title: str, export: Path, conversion: Conversion, base_model: str | None) -> None:
+    from encoder_zoo.hub_cards.metadata import display_name
+
+    name = display_name(str(export))
+    model_type = conversion.config["model_type"]
+    pipeline = "fill-mask" if conversion.family == "BERT" else "feature-extraction"
+    front = ["---", "library_name: transformers", f"pipeline_tag: {pipeline}",
+             f"tags:\n- {conversion.family.lower()}\n- {model_type}\n- pretraining-zoo"]
+    if base_model:
+        front.append(f"base_model: {base_model}")
+    front.append("---")
+    kept = []
+    for part in conversion.parts:
+        where = f"`{part.subfolder}/`" if part.subfolder else "this folder"
+        checks = ", ".join(f"{output} {difference:.1g}" for output, difference in part.checks.items())
+        kept.append(f"| {where} | `{part.class_name}` (layers {part.config['num_hidden_layers']}, width "
+                    f"{part.config['hidden_size']}) | {checks} |")
+    dropped = [f"| `{group}` | {why} |" for group, why in conversion.dropped.items()] or ["| (nothing) | |"]
+    lineage = (f" It continues `{base_model}` (the Hub model the export started from)." if base_model else "")
+    top = conversion.parts[0].class_name
+    if conversion.family == "BERT":
+        usage = "`AutoModel`, `AutoModelForMaskedLM`, `AutoModelForPreTraining` and `pipeline(\"fill-mask\")`"
+        if top == "BertForMaskedLM":
+            usage += (" (it has no NSP head and no pooler, as the export has none: `AutoModelForPreTraining` and "
+                      "`AutoModel` start those new, and say so)")
+    else:
+        usage = ("`AutoModel` and `AutoModelForPreTraining` (the discriminator)" if top == "ElectraForPreTraining" else
+                 "`AutoModel` (the discriminator; its RTD head reads another layer than the exported top one, so "
+                 "`AutoModelForPreTraining` would start it new)")
+        usage += (f", `AutoModelForMaskedLM` and `pipeline(\"fill-mask\")` on `{GENERATOR_FOLDER}/` (the generator)"
+                  if len(conversion.parts) > 1 else "")
+    text = [
+        *front, "",
+        f"# {title}", "",
+        f"A standard {conversion.family} copy of the zoo export `{name}` ({model_type}), written by this project's "
+        "`training/to_transformers.py`: no code files and no `auto_map`, so it loads without `trust_remote_code`, in "
+        f"tools that refuse remote code or take only standard architectures, as any {conversion.family} checkpoint."
+        f"{lineage}", "",
+        f"It loads through {usage}. The body is the export's own; on a probe batch its outputs equal the export's "
+        f"(loaded with its own code) to the differences below (max absolute, tolerance {TOLERANCE:g}).", "",
+        "## Kept", "", "| folder | class | max difference to the export |", "| --- | --- | --- |", *kept, "",
+        "## Dropped (no place in the standard architecture)", "", "| export tensors | why |", "| --- | --- |",
+        *dropped, "",
+        f"The export itself (`{name}`, with `trust_remote_code=True`) keeps every head and the pretraining objective's "
+        "code; its card has the training details.", "",
+    ]
+    (output / "README.md").write_text("\n".join(text), encoding="utf-8")
+
+
+def convert(export: str | Path, output: str | Path, overwrite: bool = False) -> Path:
+    """Write the standard copy of `export` into `output` (refused where `output` holds files, unless `overwrite`);
+    checked exact before anything is written."""
+    from transformers import AutoTokenizer
+
+    export, output = Path(export).expanduser(), Path(output).expanduser()
+    if not export.is_dir():
+        raise FileNotFoundError(f"EXPORT {export}: no such folder (pass a zoo export, OUTPUT_DIR/export).")
+    if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
+        raise ValueError(f"OUTPUT {output} exists and is not empty; pass --overwrite to replace it, or another "
+                         "folder.")
+    if output.resolve() == export.resolve() or export.resolve() in output.resolve().parents:
+        raise ValueError(f"OUTPUT {output} is the export or inside it; pass a folder beside it.")
+    config, tensors = read_export(export)
+    conversion = conversion_of(config, tensors)
+    built = [build(part, tensors) for part in conversion.parts]
+    check_exact(export, conversion, built)
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    staging = output.with_name(output.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for part, model in zip(conversion.parts, built):
+        folder = staging / part.subfolder
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    write_card(staging, output.resolve().name, export, conversion, base_model_of(export))
+    if output.exists():
+        shutil.rmtree(output) if output.is_dir() else output.unlink()
+    staging.rename(output)
+    return output
