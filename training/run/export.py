@@ -39,7 +39,9 @@ def export_pretrained(
     export_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(export_dir)
     tokenizer.save_pretrained(export_dir)
-    (export_dir / "training_log.json").write_text(json.dumps(log_history, indent=1))
+    # Keys sorted, as trainer_state.json holds them: a resumed run's log (its first entries read back from its
+    # checkpoint) is then written byte for byte as the uninterrupted run's, but for the timings.
+    (export_dir / "training_log.json").write_text(json.dumps(log_history, indent=1, sort_keys=True))
     losses = [k for k in recipe.logged_outputs if k.endswith("_loss")]
     masked = "mlm_loss" in losses  # the held-out figures at [MASK]ed targets (`validation_rows`), drawn where logged
     curve = plot_loss_curve(log_history, export_dir / "loss_curve.png",
@@ -126,8 +128,8 @@ def parameter_count(count: int) -> str:
 def mean_logged_loss(log_history: list[dict[str, Any]], end_step: int) -> float | None:
     """The mean training loss over steps 1..`end_step` from the logged interval means (each weighted by the steps
     it covers); None unless the logs reach `end_step`. Also right for a resumed run, whose Trainer `train_loss` is
-    the mean of its last session only (a run resumed from a checkpoint between two logs counts the steps it trained
-    before the stop with the interval after it)."""
+    the mean of its last session only: every checkpoint and the last step are logged (`trainer.LogAtCheckpoints`),
+    so a resumed run's log holds the uninterrupted run's intervals."""
     logged = [(entry["step"], entry["loss"]) for entry in log_history if "loss" in entry and "step" in entry]
     if not logged or logged[-1][0] != end_step or end_step <= 0:
         return None

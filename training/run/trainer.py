@@ -126,6 +126,7 @@ class PretrainingTrainer(ExactResume, Trainer):
         self._flop_kind: str | None = None
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
+        self.add_callback(LogAtCheckpoints())  # after SaveOnSignal, whose save it logs too
         add_divergence_guard(self, max_nonfinite_steps, resumable=True, default_learning_rate=default_learning_rate)
 
     def create_optimizer(self, model=None):
@@ -466,6 +467,22 @@ class SaveOnSignal(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+class LogAtCheckpoints(TrainerCallback):
+    """Logs the training loss (and each objective's interval mean) at every checkpoint and at the run's last step, as
+    well as every --logging_steps. A resumed run starts a new logging interval at its checkpoint: were the checkpoint
+    inside an interval, its first log would average the steps after the checkpoint only, and Trainer's `train_loss`
+    those of the session. With a log at each checkpoint nothing is pending when one is saved, so a resumed run logs
+    what the uninterrupted run logs, and the logs reach the last step, from which the run's mean loss is computed
+    (`training.run.export.mean_logged_loss`). Must run after every callback that asks for a save."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if args.logging_strategy != "no" and (control.should_save or control.should_training_stop):
+            control.should_log = True
+        return control
+
+    on_epoch_end = on_step_end  # a save at each epoch's end (--save_strategy epoch)
 
 
 class SaveFailed(OSError):
