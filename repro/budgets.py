@@ -67,6 +67,14 @@ class Budget:
     pretrain_warmup_steps: int | None = None
     # What a report at this budget tests, where it is not the papers' own runs (shown above its scores and in README).
     tests_what: str = ""
+    # How BERTAC's CNN is pretrained here, where that differs from what `description` says: added to the budget line
+    # of a report that trains the CNN only (`description_for`).
+    cnn_description: str = ""
+
+    def description_for(self, trains_cnn: bool) -> str:
+        """The budget line of a report: `description`, and how BERTAC's CNN is pretrained where the report trains it."""
+        return f"{self.description}; {self.cnn_description}" if trains_cnn and self.cnn_description else \
+            self.description
 
     @staticmethod
     def finetune_seed(unit: int, seed: int) -> int:
@@ -164,8 +172,8 @@ BUDGETS = {
         "training sentences, labels unused (task-adaptive pretraining), then fine-tuned as the MiniLM arms are (1,000 "
         "rows, 2 epochs at 1e-4); 5 units (continued-pretraining seeds) per arm; controls: MiniLM > its random "
         "initialisation, and MiniLM continued with plain MLM > MiniLM fine-tuned directly; sized to about 2 hours "
-        "per paper with --jobs 2 on 2 CPU cores from measured per-step costs (docs/reproduction.md); BERTAC's CNN "
-        "(the zoo's) as at `cpu`",
+        "per paper with --jobs 2 on 2 CPU cores from measured per-step costs (docs/reproduction.md)",
+        cnn_description="BERTAC's CNN (the zoo's) as at `cpu`",
         model_size="small", pretrain_steps=ADAPT_STEPS, pretrain_batch_size=32, max_seq_length=128,
         max_documents=None, validation_documents=200, tokenizer_vocab_size=0, cnn_size="tiny", cnn_steps=400,
         cnn_documents=60, cnn_batch_size=64, unit_seeds=(1, 2, 3, 4, 5), finetune_seeds=(1,), finetune_epochs=None,
@@ -190,6 +198,17 @@ BUDGETS = {
         minilm_learning_rate=1e-4, finetune_batch_size=32, finetune_max_seq_length=128, max_train_samples=None,
         max_eval_samples=None, tasks=ALL_TASKS, bf16=True),
 }
+
+
+# Arms a continued-pretraining budget names after a method but that continue its encoder, where the name alone reads
+# as another model: `bert` there is MiniLM continued with plain MLM, not Google's BERT. What reports and README show.
+CONTINUED_LABELS = {"bert": "bert (MiniLM + MLM)"}
+
+
+def arm_label(name: str, results: dict) -> str:
+    """`name` as reports and README show it: at a continued-pretraining budget (`Budget.init_from`), with what it
+    continues (`CONTINUED_LABELS`)."""
+    return CONTINUED_LABELS.get(name, name) if (results.get("budget") or {}).get("init_from") else name
 
 
 # ------------------------------------------------------------------------------ the commands' seeds (run.py, tune.py)

@@ -6,6 +6,7 @@ import itertools
 import textwrap
 from pathlib import Path
 
+from encoder_zoo.repro.budgets import arm_label
 from encoder_zoo.repro.tasks import display_scale, task_facts
 
 
@@ -33,7 +34,8 @@ def plot(results: dict, sweep, path: Path) -> None:
                     mean, low, high = (r[k] * scale for k in ("mean", "low", "high"))
                     ax.errorbar([i - 0.12], [mean], yerr=[[mean - low], [high - mean]], fmt="_", color="black",
                                 capsize=4, markersize=10)
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(range(len(names)), [arm_label(name, results) for name in names], rotation=30, ha="right",
+                      fontsize=8)
         ax.set_xlim(-0.5, len(names) - 0.5)
         if floor_lines(ax, results, task):
             ax.legend(fontsize=7, loc="best")
@@ -78,7 +80,7 @@ def plot_zoo(results: dict, sweep, path: Path) -> None:
                       r["units"].items() if arm["compute"].get(unit, {}).get("flops")]
             if points:
                 color, marker = style[name]
-                ax.scatter(*zip(*points), color=color, marker=marker, s=26, label=name, alpha=0.8)
+                ax.scatter(*zip(*points), color=color, marker=marker, s=26, label=arm_label(name, results), alpha=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("pretraining FLOPs", fontsize=8)
         ax.set_ylabel(task_facts(task).unit, fontsize=8)

@@ -12,6 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from encoder_zoo.repro.budgets import arm_label
 from encoder_zoo.repro.provenance import CODE_HASH_MEANING, REPO, git_commit, machine
 from encoder_zoo.repro.results import (
     FLOOR_NAMES,
@@ -159,14 +160,25 @@ def save(results: dict, lines: list[str], folder: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ a paper's report
 def write_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    render_report(with_provenance(results, sweep, argv), sweep, folder)
+
+
+def trains_cnn(sweep) -> bool:
+    """Whether the sweep pretrains BERTAC's CNN (its budget line then says how: `Budget.description_for`)."""
+    return any(arm.cnn is not None for arm in sweep.arms)
+
+
+def render_report(results: dict, sweep, folder: Path) -> None:
+    """A paper's report.md, plot.png and results.json from its results (with their provenance) and its sweep's
+    setting: what a finished sweep writes, and what `repro/summary.py --rerender` writes again from a committed
+    results.json, training nothing."""
     from encoder_zoo.repro.plots import plot
 
-    folder.mkdir(parents=True, exist_ok=True)
-    results = with_provenance(results, sweep, argv)
     plot(results, sweep, folder / "plot.png")
     experiment, budget = sweep.experiment, sweep.budget
     lines = [f"# {experiment.name} at the `{budget.name}` budget", "",
-             f"**Paper:** {experiment.paper}. **Budget:** {budget.description}.", "",
+             f"**Paper:** {experiment.paper}. **Budget:** {budget.description_for(trains_cnn(sweep))}.", "",
              *([f"**What this tests:** {budget.tests_what}.", ""] if budget.tests_what else []),
              code_line(results["code"]), "",
              "## The paper's numbers", "", "```", experiment.paper_table, "```", "", PAPER_SCALE, "",
@@ -213,8 +225,8 @@ def floor_label(floor: dict) -> str:
 
 def scores_section(results: dict, sweep) -> list[str]:
     budget, baseline = sweep.budget, sweep.experiment.baseline
-    rows = [[f"{name}{' (baseline)' if name == baseline else ''}", *(score_cell(arm, t) for t in sweep.tasks)]
-            for name, arm in results["arms"].items()]
+    rows = [[f"{arm_label(name, results)}{' (baseline)' if name == baseline else ''}",
+             *(score_cell(arm, t) for t in sweep.tasks)] for name, arm in results["arms"].items()]
     rows += floor_table_rows(results, sweep.tasks)
     described = sorted({f"{floor_label(f)}: {f['description']}" for t in sweep.tasks
                         for f in results["floors"].get(t, []) if f["kind"] != "chance"})
@@ -263,8 +275,9 @@ def ratio_cell(claim: dict) -> str:
     return f"{flops:.2f}x" + (f" (tokens {tokens:.2f}x)" if tokens and abs(tokens - 1) > 0.005 else "")
 
 
-def claim_row(claim: dict) -> list[str]:
-    what = f"{claim['arm']} {'>' if claim['direction'] == 'better' else '≤'} {claim['baseline']} ({claim['source']})"
+def claim_row(claim: dict, results: dict) -> list[str]:
+    what = (f"{arm_label(claim['arm'], results)} {'>' if claim['direction'] == 'better' else '≤'} "
+            f"{arm_label(claim['baseline'], results)} ({claim['source']})")
     if claim.get("margin") is not None:
         what += f"; margin {shown(claim['margin'], claim['task'])}"
     if claim.get("compares_at"):
@@ -283,31 +296,36 @@ def control_section(results: dict) -> list[str]:
              "repro/random_init.py) and fine-tuned exactly as that arm, against the pretrained one: a one-sided t-test "
              "on unit means at 5%, alone. Where it is not *reproduced*, this budget cannot show what pretraining does "
              "on that task, and every claim there reads *no signal: this budget does not detect pretraining*.", ""]
-    lines += [control_line("pretrained > random", task, entry) for task, entry in control.items()]
+    lines += [control_line("pretrained > random", task, entry, results) for task, entry in control.items()]
     return [*lines, "", *adaptation_section(results)]
 
 
-def control_line(label: str, task: str, entry: dict) -> str:
+def control_line(label: str, task: str, entry: dict, results: dict) -> str:
     """One control's line on one task: its difference, interval, MDD, p and units, and its verdict."""
     d = entry.get("decision")
     numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
                f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
                f"{d['units']['arm']}/{d['units']['baseline']} units; " if d else "")
-    return (f"- **{label}** on {task_facts(task).description} ({entry['arm']} > {entry['baseline']}): "
+    return (f"- **{label}** on {task_facts(task).description} ({arm_label(entry['arm'], results)} > "
+            f"{arm_label(entry['baseline'], results)}): "
             f"{numbers}{verdict_text(entry)}")
 
 
 def adaptation_section(results: dict) -> list[str]:
     """The second control of a continued-pretraining budget: adapted > not adapted."""
+    from encoder_zoo.repro.stats import ADAPTATION_REASON, NO_ADAPTATION, NOT_REPRODUCED, OPPOSITE
+
     adaptation = results.get("adaptation_control") or {}
     if not adaptation:
         return []
     lines = ["## Adaptation control: adapted > not adapted", "",
              "The same encoder continued with plain MLM on the same text for the same steps, against it fine-tuned "
              "directly, both fine-tuned alike: a one-sided t-test on unit means at 5%, alone. Claims are judged only "
-             "where this control and the positive control both read *reproduced*; elsewhere they read *no signal: "
-             "this budget does not detect pretraining*.", ""]
-    lines += [control_line("adapted > not adapted", task, entry) for task, entry in adaptation.items()]
+             "where this control and the positive control both read *reproduced*. Where the positive control does "
+             "not, they read *no signal: this budget does not detect pretraining*; where this control alone does not, "
+             f"they name it, *{NO_ADAPTATION}{OPPOSITE}* (or *{NOT_REPRODUCED}*): the budget detects pretraining but "
+             f"cannot credit an objective as a continued-pretraining step, as {ADAPTATION_REASON}.", ""]
+    lines += [control_line("adapted > not adapted", task, entry, results) for task, entry in adaptation.items()]
     return [*lines, ""]
 
 
@@ -318,11 +336,13 @@ def primary_line(results: dict) -> list[str]:
     claim = next((c for c in results["claims"] if c.get("role") == "primary"), None)
     task = task_facts(primary["task"]).description
     if not primary["tested"] or claim is None:
-        return [f"**Primary claim:** {primary['arm']} > {primary['baseline']} on {task} "
-                f"({primary['source']}): not tested at this budget ({primary['why_not'] or 'no result'}).", ""]
+        return [f"**Primary claim:** {arm_label(primary['arm'], results)} > "
+                f"{arm_label(primary['baseline'], results)} on {task} ({primary['source']}): not tested at this "
+                f"budget ({primary['why_not'] or 'no result'}).", ""]
     d = claim.get("decision") or {}
     units = f"{d['units']['arm']}/{d['units']['baseline']} units" if d else "no units"
-    return [f"**Primary claim**, tested alone at 5% with {units}: {primary['arm']} > {primary['baseline']} on "
+    return [f"**Primary claim**, tested alone at 5% with {units}: {arm_label(primary['arm'], results)} > "
+            f"{arm_label(primary['baseline'], results)} on "
             f"{task} ({primary['source']}): {verdict_text(claim)}.", ""]
 
 
@@ -330,7 +350,7 @@ def verdicts_section(results: dict, sweep) -> list[str]:
     lines = ["## Verdicts", "", VERDICT_KEY, "",
              *table(["role", "claim", "task", "difference, points [90% CI]", "units",
                      "p (primary: alone; secondary: Holm)", "MDD (α)", "FLOPs ratio", "verdict"],
-                   [claim_row(claim) for claim in results["claims"]]), ""]
+                   [claim_row(claim, results) for claim in results["claims"]]), ""]
     margins = {c["margin_source"] for c in results["claims"] if c.get("margin_source")}
     lines += [f"Margin: {m}." for m in sorted(margins)]
     if results["untested_tasks"]:
@@ -367,7 +387,7 @@ def schedules_section(results: dict, sweep) -> list[str]:
             "length)." + ("" if len(shapes) == 1 else " Their schedule shapes differ (each its paper's): "
                           + ", ".join(f"{k} {v['lr_scheduler_type']}" for k, v in schedules.items()) + "."), "",
             *table(["arm", "schedule", "peak learning rate", "warmup steps"],
-                   [[k, v["lr_scheduler_type"], f"{v['learning_rate']:g}", str(v["warmup_steps"])]
+                   [[arm_label(k, results), v["lr_scheduler_type"], f"{v['learning_rate']:g}", str(v["warmup_steps"])]
                     for k, v in schedules.items()]), ""]
 
 
@@ -402,23 +422,28 @@ def score_table(results: dict) -> list[str]:
     (`repro/summary.py`). A task no method scored (the held-out cloze loss where no two-tower model runs) gets no
     column."""
     tasks = [task for task in results["tasks"] if any(arm["tasks"].get(task) for arm in results["arms"].values())]
-    rows = [[name, *(score_cell(arm, task) for task in tasks), *compute_cells(list(arm["compute"].values()))]
-            for name, arm in results["arms"].items()]
+    rows = [[arm_label(name, results), *(score_cell(arm, task) for task in tasks),
+             *compute_cells(list(arm["compute"].values()))] for name, arm in results["arms"].items()]
     rows += floor_table_rows(results, tasks, width=4)
     return table(["method", *(task_facts(t).description for t in tasks), "pretraining FLOPs", "tokens seen", "tokens/s",
                   "pretraining time (s)"], rows)
 
 
 def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    render_zoo_report(with_provenance(results, sweep, argv, zoo=True), sweep, folder)
+
+
+def render_zoo_report(results: dict, sweep, folder: Path) -> None:
+    """The zoo's report from its results (with their provenance) and its sweep's setting (`render_report`)."""
     from encoder_zoo.repro.plots import plot_zoo
 
-    folder.mkdir(parents=True, exist_ok=True)
-    results = with_provenance(results, sweep, argv, zoo=True)
     plot_zoo(results, sweep, folder / "plot.png")
     budget = sweep.budget
     described = sorted({f"{floor_label(f)}: {f['description']}" for t in sweep.tasks
                         for f in results["floors"].get(t, []) if f["kind"] != "chance"})
-    lines = [f"# The zoo at the `{budget.name}` budget", "", f"**Budget:** {budget.description}.", "",
+    lines = [f"# The zoo at the `{budget.name}` budget", "",
+             f"**Budget:** {budget.description_for(trains_cnn(sweep))}.", "",
              *([f"**What this tests:** {budget.tests_what}.", ""] if budget.tests_what else []),
              code_line(results["code"]), "",
              f"Every method trained by this repository's code on the same data, steps and batch; units: "
@@ -446,11 +471,11 @@ def write_zoo_report(results: dict, sweep, folder: Path, argv: list[str]) -> Non
     save(results, lines, folder)
 
 
-def pair_text(pair: dict) -> str:
+def pair_text(pair: dict, results: dict) -> str:
     d = pair["decision"]
     p, scale = d.get("p_two_sided", d["p_value"]), display_scale(pair["task"])
-    return (f"{pair['better']} > {pair['worse']} ({d['estimate'] * scale:+.3g}, p {p:.3g}, "
-            f"MDD {shown(d['mdd'], pair['task'])})")
+    return (f"{arm_label(pair['better'], results)} > {arm_label(pair['worse'], results)} "
+            f"({d['estimate'] * scale:+.3g}, p {p:.3g}, MDD {shown(d['mdd'], pair['task'])})")
 
 
 def pairs_section(results: dict, sweep) -> list[str]:
@@ -462,9 +487,10 @@ def pairs_section(results: dict, sweep) -> list[str]:
         found = [p for p in results["pairs"] if p["task"] == task and p["significant"]]
         same = [p for p in results["pairs"] if p["task"] == task and p["decision"]["verdict"] == INDISTINGUISHABLE]
         tested = sum(p["task"] == task for p in results["pairs"])
-        lines.append(f"- **{task_facts(task).description}** ({tested} pairs): " + (", ".join(map(pair_text, found))
-                                                                         or "no significant difference") + "." + (
-            " Indistinguishable: " + "; ".join(f"{p['better']} and {p['worse']} ("
+        significant = ", ".join(pair_text(p, results) for p in found) or "no significant difference"
+        lines.append(f"- **{task_facts(task).description}** ({tested} pairs): {significant}." + (
+            " Indistinguishable: " + "; ".join(f"{arm_label(p['better'], results)} and "
+                                               f"{arm_label(p['worse'], results)} ("
                                                f"{difference_text(p['decision'].get('prediction_difference'))})"
                                                for p in same) + "." if same else ""))
     return [*lines, ""]

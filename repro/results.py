@@ -405,6 +405,25 @@ def primary_status(experiment, sweep, tested) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------------ the runs
+def name_the_gate(results: dict) -> dict:
+    """`results` with each claim that its adaptation control alone gated naming that gate and its reason
+    (`repro.stats.adaptation_gate`), as `decide_gated` now writes it: a report written before reads 'this budget does
+    not detect pretraining' there, while its positive control reads reproduced."""
+    from encoder_zoo.repro.stats import NO_CONTROL, adaptation_gate
+
+    for claim in results.get("claims", []):
+        if claim.get("verdict") != NO_CONTROL:
+            continue
+        task = claim["task"]
+        adaptation = (results.get("adaptation_control") or {}).get(task, {})
+        named = adaptation_gate((results.get("control") or {}).get(task, {}).get("verdict"), adaptation.get("verdict"),
+                                (adaptation.get("decision") or {}).get("estimate"))
+        if named:
+            claim["verdict"] = named[0]
+            claim["decision"] = {**claim.get("decision", {}), "verdict": named[0], "reason": named[1]}
+    return results
+
+
 def failures(sweep, arm: str) -> list[dict]:
     """`arm`'s failed runs and those skipped for a failure upstream, each with the tasks whose scores it writes
     (a fine-tuning its task, a pretraining its held-out loss, an init or a CNN none: the runs it feeds are

@@ -38,7 +38,9 @@ better); `estimate`, `low`, `high` are reported as arm - baseline in the metric'
 - `control=False` (the experiment's positive control, pretrained > the same architecture at random initialisation,
   is not reproduced on this task; at a continued-pretraining budget also its adaptation control, the encoder
   continued with plain MLM > the encoder fine-tuned directly, `decide_gated`): NO_CONTROL, "this budget does not
-  detect pretraining", whatever the claim's data; `control=None`: no control gates the claim.
+  detect pretraining", whatever the claim's data; `control=None`: no control gates the claim. Where the positive
+  control reads reproduced and the adaptation control alone does not, the verdict names that gate and its reason
+  (`adaptation_gate`): the budget detects pretraining, but not what continuing the encoder adds.
 - `learned=False` (neither arm clears its floor, see `clears_floor` and `learned`): NO_SIGNAL, since two models that
   learned no more than a trivial model differ by noise.
 - Every unit of the two arms scores the same (paired: each difference is exactly 0; unpaired: neither arm has spread
@@ -90,6 +92,10 @@ OPPOSITE = "opposite"
 INSUFFICIENT = "insufficient (fewer than 2 units per arm)"
 NO_SIGNAL = "no signal at this scale (neither arm clears the floor)"
 NO_CONTROL = "no signal: this budget does not detect pretraining"
+NO_ADAPTATION = "no signal: the adaptation control reads "  # + that control's verdict (`adaptation_gate`)
+# Why MiniLM continued with plain MLM fine-tunes no better than MiniLM itself (docs/reproduction.md).
+ADAPTATION_REASON = ("the shipped MiniLM is a sentence encoder with no MLM head: its new head starts random and MLM "
+                     "moves the encoder away from what fine-tuning uses (docs/reproduction.md, The adapt budget)")
 INDISTINGUISHABLE = "indistinguishable (the same score on every unit)"
 ALPHA = 0.05  # every verdict's one-sided level: a primary claim and the positive control alone, a family under Holm
 DIRECTIONS = ("better", "not_better")
@@ -345,6 +351,18 @@ def decide_experiment(claims: list[dict], controls: dict | None = None, alpha: f
     return decided.get("positive", {}), results
 
 
+def adaptation_gate(positive: str | None, adaptation: str | None, estimate: float | None) -> tuple[str, str] | None:
+    """The verdict and reason of a claim gated by the adaptation control alone: where the positive control reads
+    REPRODUCED on its task and the adaptation control (its `adaptation` verdict, `estimate` its difference) has a
+    verdict other than REPRODUCED. None where the positive control gated it too, or no adaptation control ran."""
+    if positive != REPRODUCED or adaptation in (None, REPRODUCED) or adaptation.startswith("unavailable"):
+        return None
+    worse = "worse than" if estimate is not None and estimate < 0 else "no better than"
+    return (NO_ADAPTATION + adaptation, f"the encoder continued with plain MLM fine-tunes {worse} the encoder "
+            f"fine-tuned directly, so this budget cannot credit an objective as a continued-pretraining step; "
+            f"{ADAPTATION_REASON}")
+
+
 def decide_gated(claims: list[dict], controls: dict[str, dict | None], alpha: float = ALPHA) -> tuple[dict, list]:
     """`decide_experiment` under several controls, one rule: each control on each task alone at `alpha`, and a claim
     judged only where every control (`controls`: name -> task -> `decide`'s arguments, or None for a control the
@@ -372,4 +390,12 @@ def decide_gated(claims: list[dict], controls: dict[str, dict | None], alpha: fl
     secondary = [i for i, claim in enumerate(claims) if not claim["primary"]]
     for i, r in zip(secondary, decide_family([arguments(claims[i]) for i in secondary], alpha)):
         results[i] = r
+    for claim, r in zip(claims, results):
+        if r["verdict"] != NO_CONTROL:
+            continue
+        adaptation = decided.get("adaptation", {}).get(claim["task"], {})
+        named = adaptation_gate(decided.get("positive", {}).get(claim["task"], {}).get("verdict"),
+                                adaptation.get("verdict"), adaptation.get("estimate"))
+        if named:
+            r["verdict"], r["reason"] = named
     return decided, results

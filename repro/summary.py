@@ -8,6 +8,8 @@
 
     python repro/summary.py [--budget adapt] [--write]  # prints README's tables (or one budget's); --write puts
                                                        # README's into it between their markers
+    python repro/summary.py --rerender repro/reports/spanbert/adapt  # a committed report's text and plot written
+                                                                    # again from its results.json, training nothing
 
 `tests/test_repro.py` checks that README's tables are this output, so they are never edited by hand.
 """
@@ -18,7 +20,9 @@ import argparse
 import json
 from pathlib import Path
 
+from encoder_zoo.repro.budgets import arm_label
 from encoder_zoo.repro.experiments import EXPERIMENTS
+from encoder_zoo.repro.results import name_the_gate
 from encoder_zoo.repro.tasks import display_scale, task_facts
 
 REPORTS = Path(__file__).resolve().parent / "reports"
@@ -80,7 +84,7 @@ def table(budgets: str | tuple[str, ...] = README_BUDGETS, reports: Path = REPOR
                 if runs_at(name, budget):
                     missing[budget].append(name)
                 continue
-            results = json.loads(path.read_text(encoding="utf-8"))
+            results = name_the_gate(json.loads(path.read_text(encoding="utf-8")))
             tests.setdefault(budget, results.get("tests_what") or "")
             if not all("decision" in c or "unavailable" in c["verdict"] for c in results["claims"]):
                 missing[budget].append(f"{name} (a report of the former statistics)")
@@ -118,7 +122,8 @@ def paper_lines(results: dict, paper: str, budget: str) -> list[str]:
         on = claim.get("task")
         mdd = shown(d.get("mdd"), on) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
                                          and "mdd_alpha" in d else "")
-        lines.append(f"| {paper if claim is rows[0] else ''} | {claim['arm']} {relation} {claim['baseline']}{role} | "
+        lines.append(f"| {paper if claim is rows[0] else ''} | {arm_label(claim['arm'], results)} {relation} "
+                     f"{arm_label(claim['baseline'], results)}{role} | "
                      f"{task} | {shown(d.get('estimate'), on)} [{shown(d.get('low'), on)}, {shown(d.get('high'), on)}]"
                      f" | {units} | {mdd} | {verdict} |")
     if secondary:
@@ -169,17 +174,16 @@ def zoo_table(budget: str = README_ZOO_BUDGET, reports: Path = REPORTS) -> str:
     if not path.exists():
         return f"Not yet run at `{budget}`: `python repro/run.py zoo --budget {budget}`."
     results = json.loads(path.read_text(encoding="utf-8"))
-    significant = [f"{p['better']} > {p['worse']} on {task_facts(p['task']).description}" for p in results["pairs"]
-                   if p["significant"]]
+    significant = [f"{arm_label(p['better'], results)} > {arm_label(p['worse'], results)} on "
+                   f"{task_facts(p['task']).description}" for p in results["pairs"] if p["significant"]]
     # README states the rule in short; the report quotes it whole.
     rule = (f"{ZOO_RULE_IN_SHORT} ([the whole rule](repro/reports/zoo/{budget}/report.md))"
             if results.get("significance_rule") else
             "two-sided 5%, Holm across the pairs of each task, a pair counting only where one of its methods is above "
             "chance (the rule this report was made under)")
-    control = [f"{c['arm']} > {c['baseline']} on {task_facts(task).description}: {c['verdict']}"
-               for task, c in (results.get("control") or {}).items()]
-    adapted = [f"{c['arm']} > {c['baseline']} on {task_facts(task).description}: {c['verdict']}"
-               for task, c in (results.get("adaptation_control") or {}).items()]
+    control, adapted = ([f"{arm_label(c['arm'], results)} > {arm_label(c['baseline'], results)} on "
+                         f"{task_facts(task).description}: {c['verdict']}"
+                         for task, c in (results.get(key) or {}).items()] for key in ("control", "adaptation_control"))
     former = (" Made before floors, controls and one scale: its report shows accuracy and Pearson as 0-1."
               if made_before_controls(results) else "") + (f" {MIXED_HELDOUT}" if "heldout_mlm" in results["tasks"]
                                                            else "")
@@ -193,6 +197,41 @@ def zoo_table(budget: str = README_ZOO_BUDGET, reports: Path = REPORTS) -> str:
         "", f"Significance rule: {rule}", "",
         f"![zoo at the {budget} budget: every unit's score against its pretraining FLOPs]"
         f"(repro/reports/zoo/{budget}/plot.png)"])
+
+
+def rerender(folder: Path) -> None:
+    """Write a committed report's report.md and plot.png again from its results.json, training nothing: the text as
+    `repro.report` now renders it (the gate that held a claim back named, `name_the_gate`; the arms labelled,
+    `arm_label`; the budget line from `repro.budgets`). Its numbers are kept; the budget preset is refused where the
+    settings differ from the budget's now (only its prose may change), and its prose is refreshed in results.json."""
+    import dataclasses
+    import tempfile
+
+    from encoder_zoo.repro.budgets import BUDGETS
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.report import render_report, render_zoo_report
+    from encoder_zoo.repro.zoo import zoo_experiment
+
+    results = name_the_gate(json.loads((folder / "results.json").read_text(encoding="utf-8")))
+    budget = BUDGETS[results["budget"]["name"]]
+    prose = ("description", "cnn_description", "tests_what")
+    now = json.loads(json.dumps(dataclasses.asdict(budget)))
+    changed = sorted(k for k in {*now, *results["budget"]} - set(prose) if now.get(k) != results["budget"].get(k))
+    if changed:
+        raise ValueError(f"{folder}/results.json was made at other {results['budget']['name']} settings than the "
+                         f"budget's now ({', '.join(changed)}): rerun it (repro/run.py); a re-render would misdescribe "
+                         "it")
+    results = {**results, "budget": now}
+    tasks = list(results.get("tasks") or results["chance"])
+    with tempfile.TemporaryDirectory() as scratch:  # the sweep's setting only: its cache is never read
+        if results["experiment"] == "zoo":
+            sweep = Sweep(zoo_experiment(results["best_encoder"]).at(budget, tasks=tasks, units=results["units"]),
+                          Path(scratch))
+            render_zoo_report(results, sweep, folder)
+        else:
+            sweep = Sweep(EXPERIMENTS[results["experiment"]].at(budget, tasks=tasks, units=results["units"]),
+                          Path(scratch))
+            render_report(results, sweep, folder)
 
 
 def write_readme(text: str, readme: Path = README, markers: tuple[str, str] = (BEGIN, END)) -> None:
@@ -210,7 +249,14 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", help="Print this budget's tables only (default: README's, the papers' at "
                         f"{', '.join(README_BUDGETS)} and the zoo's at {README_ZOO_BUDGET}).")
     parser.add_argument("--write", action="store_true", help=f"Write README's tables into {README.name}.")
+    parser.add_argument("--rerender", nargs="+", type=Path, metavar="REPORT_FOLDER", help="Write these committed "
+                        "reports' report.md and plot.png again from their results.json (no run), then stop.")
     args = parser.parse_args(argv)
+    if args.rerender:
+        for folder in args.rerender:
+            rerender(folder)
+            print(f"Re-rendered {folder / 'report.md'}")
+        return
     if args.write and args.budget:
         parser.error(f"--write writes README's tables ({', '.join(README_BUDGETS)}; zoo {README_ZOO_BUDGET}): "
                      "leave out --budget")

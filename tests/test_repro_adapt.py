@@ -1,4 +1,4 @@
-"""repro's `adapt` budget (issue 48): each paper arm continues the shipped MiniLM with its own objective on the
+"""repro's `adapt` budget: each paper arm continues the shipped MiniLM with its own objective on the
 evaluation task's training text, then fine-tunes as the MiniLM arms do; claims are judged only where both controls,
 pretrained > random and adapted > not adapted, read reproduced; every report and README row says what it tests."""
 
@@ -16,7 +16,14 @@ from test_repro import leave_outputs
 
 from encoder_zoo.repro.budgets import BUDGETS
 from encoder_zoo.repro.experiments import EXPERIMENTS
-from encoder_zoo.repro.stats import NO_CONTROL, NOT_REPRODUCED, REPRODUCED, decide_experiment, decide_gated
+from encoder_zoo.repro.stats import (
+    NO_ADAPTATION,
+    NO_CONTROL,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    decide_experiment,
+    decide_gated,
+)
 
 ADAPT = BUDGETS["adapt"]
 # The same budget at smoke size: a few steps of small batches, 32 fine-tuning rows, 2 units.
@@ -89,8 +96,8 @@ def test_an_experiment_that_cannot_continue_minilm_is_refused_and_other_budgets_
 
 def test_a_claim_is_judged_only_where_every_control_reads_reproduced():
     """decide_gated, one rule: the positive and the adaptation control each alone; a claim whose task either control
-    does not reproduce (or lacks) reads no-control, whatever its data; with the positive control only it is
-    decide_experiment."""
+    does not reproduce (or lacks) reads no signal, whatever its data, naming the adaptation control where it alone
+    failed; with the positive control only it is decide_experiment."""
     good = {(u, 1): 0.80 + 0.01 * u for u in (1, 2, 3, 4, 5)}
     worse = {(u, 1): 0.70 + 0.012 * u for u in (1, 2, 3, 4, 5)}
     noise = {(u, 1): 0.70 + 0.012 * u + (0.01 if u % 2 else -0.01) for u in (1, 2, 3, 4, 5)}
@@ -105,7 +112,8 @@ def test_a_claim_is_judged_only_where_every_control_reads_reproduced():
     gates, [gated, untouched] = decide_gated([claim, secondary], {
         "positive": {"a": control, "b": control}, "adaptation": {"a": not_adapted, "b": control}})
     assert gates["adaptation"]["a"]["verdict"] == NOT_REPRODUCED
-    assert gated["verdict"] == NO_CONTROL and gated["control"] is False and untouched["verdict"] == REPRODUCED
+    assert gated["verdict"] == NO_ADAPTATION + NOT_REPRODUCED and gated["control"] is False
+    assert "sentence encoder with no MLM head" in gated["reason"] and untouched["verdict"] == REPRODUCED
     _, [missing, _] = decide_gated([claim, secondary], {"positive": {"a": control, "b": control},
                                                         "adaptation": {"b": control}})
     assert missing["verdict"] == NO_CONTROL
@@ -137,7 +145,8 @@ def adapt_report(folder, scores):
 def test_an_adapt_report_gives_both_controls_and_says_what_it_tests(tmp_path):
     """The positive control (minilm > minilm_random) and the adaptation control (bert > minilm) reproduced: TEAMS >
     ELECTRA is judged. The same runs with bert no better than minilm: the claim reads no-control. Report and README
-    rows name the adaptation control and say that the paper's objective is tested as a continued-pretraining step."""
+    rows name the adaptation control and say that the paper's objective is tested as a continued-pretraining step;
+    the claim it held back names it, and `bert` there is labelled MiniLM + MLM (not Google's BERT)."""
     units = (1, 2, 3)
     minilm = {("minilm", u): 0.74 + 0.01 * u for u in units}
     scores = {**minilm, **{("minilm_random", u): 0.55 + 0.004 * (u % 2) for u in units},
@@ -155,8 +164,10 @@ def test_an_adapt_report_gives_both_controls_and_says_what_it_tests(tmp_path):
     assert f"**What this tests:** the paper's objective as a {what}" in report
     assert "not the paper's from-scratch run" in report
     assert "## Adaptation control: adapted > not adapted" in report
-    assert "- **adapted > not adapted** on rotten_tomatoes accuracy (bert > minilm): difference " in report
-    assert "| bert > minilm (adaptation control) | rotten_tomatoes accuracy |" in readme
+    assert ("- **adapted > not adapted** on rotten_tomatoes accuracy (bert (MiniLM + MLM) > minilm): difference "
+            in report)
+    assert "| bert (MiniLM + MLM) > minilm (adaptation control) | rotten_tomatoes accuracy |" in readme
+    assert "| bert (MiniLM + MLM) | " in report and "BERTAC's CNN" not in report.split("\n\n")[1]  # the budget line
     assert f"At `adapt` every row tests the paper's objective as a {what}" in readme
     assert "cloze" not in readme and "hire" not in readme  # they do not run at adapt: not listed as missing
 
@@ -178,7 +189,39 @@ def test_an_adapt_report_gives_both_controls_and_says_what_it_tests(tmp_path):
     results, report, _ = adapt_report(tmp_path / "b", {**scores, **not_adapted})
     assert results["control"]["rotten_tomatoes"]["verdict"] == REPRODUCED
     assert results["adaptation_control"]["rotten_tomatoes"]["verdict"] == NOT_REPRODUCED
-    assert results["claims"][0]["verdict"] == NO_CONTROL and results["claims"][0]["decision"]["estimate"] > 0.03
+    assert results["claims"][0]["verdict"] == NO_ADAPTATION + NOT_REPRODUCED
+    assert results["claims"][0]["decision"]["estimate"] > 0.03
+    assert ("**Primary claim**, tested alone at 5% with 3/3 units: teams > electra on rotten_tomatoes accuracy "
+            in report and f"**{NO_ADAPTATION}{NOT_REPRODUCED} (the encoder continued with plain MLM fine-tunes no "
+            "better than the encoder fine-tuned directly" in report)
+
+
+def test_a_committed_adapt_report_is_what_the_renderer_writes_from_its_results(tmp_path):
+    """The committed adapt reports are re-rendered from their results.json (summary.py --rerender, no run) and
+    stay as the renderer writes them: a report written before names the adaptation control as the gate that held
+    its claims back (not 'this budget does not detect pretraining' beside a reproduced positive control), labels
+    `bert` MiniLM + MLM, and says nothing of BERTAC's CNN in a paper's budget line, which the zoo's does."""
+    import shutil
+
+    from encoder_zoo.repro.summary import REPORTS, rerender
+
+    for name in ("spanbert", "zoo"):
+        folder = tmp_path / name
+        shutil.copytree(REPORTS / name / "adapt", folder)
+        committed = json.loads((folder / "results.json").read_text())
+        stale = json.loads(json.dumps(committed))  # as written before the gate was named
+        for claim in stale.get("claims", []):
+            if claim["verdict"].startswith(NO_ADAPTATION):
+                claim["verdict"] = claim["decision"]["verdict"] = NO_CONTROL
+        (folder / "results.json").write_text(json.dumps(stale, indent=2))
+        rerender(folder)
+        assert (folder / "report.md").read_text() == (REPORTS / name / "adapt" / "report.md").read_text()
+        assert json.loads((folder / "results.json").read_text()) == committed
+        budget_line = (folder / "report.md").read_text().split("\n\n")[1]
+        assert ("BERTAC's CNN" in budget_line) == (name == "zoo")
+    report = (REPORTS / "spanbert" / "adapt" / "report.md").read_text()
+    assert f"**{NO_ADAPTATION}opposite (" in report and "does not detect pretraining**" not in report
+    assert "| bert (MiniLM + MLM) (baseline) |" in report
 
 
 def test_the_adapt_zoo_continues_every_method_that_can_and_reports_both_controls(tmp_path):
