@@ -35,7 +35,10 @@ def client(name):
 
 
 tokenizer = AutoTokenizer.from_pretrained(EXPORT, trust_remote_code=True)  # noqa: F821
-auto_map = AutoConfig.from_pretrained(EXPORT, trust_remote_code=True).auto_map  # noqa: F821
+config = AutoConfig.from_pretrained(EXPORT, trust_remote_code=True)  # noqa: F821
+# A standard copy (training/to_transformers.py) has no auto_map: the bare model and the Auto class of its architecture.
+auto_map = getattr(config, "auto_map", None) or {"AutoModel": None, **{
+    f"AutoModelFor{name.split('For', 1)[1]}": None for name in config.architectures if "For" in name}}
 batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
 length = int(batch["attention_mask"][0].sum())
 
@@ -80,19 +83,24 @@ def _():
     shape, vocab = tuple(inputs["input_ids"].shape), model.config.vocab_size
     assert output.get("loss") is None
     assert torch.equal(first, output.to_tuple()[0])
-    if "rtd_logits" in output:  # replaced-token detection: one score per token
-        assert output.rtd_logits.shape == shape
+    scores = dict(output)  # a standard copy's heads under the zoo's names: ElectraForPreTraining's RTD, BERT's MLM
+    if "logits" in scores and scores["logits"].shape == shape:
+        scores["rtd_logits"] = scores.pop("logits")
+    if "prediction_logits" in scores:
+        scores["mlm_logits"] = scores.pop("prediction_logits")
+    if "rtd_logits" in scores:  # replaced-token detection: one score per token
+        assert scores["rtd_logits"].shape == shape
         if getattr(model, "mws_head", None) is not None:
             candidates = torch.randint(1000, 2000, (*shape, 4))
             assert model(**inputs, candidate_ids=candidates).mws_logits.shape == candidates.shape
     for name in ("mlm_logits", "logits"):  # a token-prediction head: the vocabulary at every position
-        if name in output:
-            assert output[name].shape == (*shape, vocab), name
+        if name in scores:
+            assert scores[name].shape == (*shape, vocab), name
     assert output.get("sbo_logits") is None  # no span boundaries given
     if "fake_representation" in output:  # BERTAC's CNN: one vector (and one discriminator score) per sentence
         width = model.config.num_filters * len(model.config.filter_windows)
         assert output.fake_representation.shape == (shape[0], width) and output.fake_logits.shape == (shape[0],)
-    top = output.get("mlm_logits", output.get("logits"))
+    top = scores.get("mlm_logits", scores.get("logits"))
     if top is not None:  # fill the mask: the most likely token at every position is a real vocabulary entry
         assert 0 <= int(top.argmax(-1).max()) < vocab and torch.isfinite(top).all()
 

@@ -161,3 +161,11 @@ def test_a_family_without_a_standard_body_is_refused_in_one_line(tmp_path, model
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert f"a {model_type} export has no standard BERT or ELECTRA copy" in result.stderr
     assert not (tmp_path / "standard").exists()
+
+
+def test_also_export_standard_is_refused_before_anything_for_a_family_without_a_standard_body(tmp_path):
+    result = call_cli("encoder_zoo.training.pretrain", "--model", "cloze", "--model_size", "tiny",
+                      "--also_export_standard", "--output_dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and "--also_export_standard with --model cloze: a cloze export has no standard" in (
+        result.stderr)
+    assert not (tmp_path / "run").exists()

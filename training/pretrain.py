@@ -104,6 +104,12 @@ class PretrainArguments:
         metadata={"help": "A fast tokenizer (path or Hub id). Default: the --init_from checkpoint's, else train a "
                   "cased WordPiece on the corpus."},
     )
+    also_export_standard: bool = field(
+        default=False,
+        metadata={"help": "Also write the export's standard BERT or ELECTRA copy (no remote code, no auto_map; "
+                  "training/to_transformers.py) beside it, in OUTPUT_DIR/export-standard. spanbert, bert, bert_2seq*, "
+                  "teams and electra only."},
+    )
     tokenizer_vocab_size: int = field(default=16000, metadata={"help": "Vocabulary size of a trained tokenizer."})
     max_seq_length: int | None = field(
         default=None,
@@ -509,6 +515,8 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
     trained = unsharded_model(trainer, type(model), config)  # every process takes part (FSDP/DeepSpeed gather)
     if trainer.is_world_process_zero():
         export(trained, tokenizer, recipe, args, trainer, metrics, text, train_dataset, export_dir)
+        if args.also_export_standard:
+            export_standard(export_dir)
         if push_to_hub:
             upload(export_dir, trainer.args)
     leave_process_group()
@@ -543,6 +551,12 @@ def check_recipe_arguments(args: PretrainArguments):
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
+    if args.also_export_standard:
+        from encoder_zoo.training.run.standard_copy import standard_refusal
+
+        refusal = standard_refusal(recipe.family)
+        if refusal:
+            raise ValueError(f"--also_export_standard with --model {args.model}: {refusal} Drop the flag.")
     overrides = check_config_overrides(recipe, args)
     check_positions(recipe, args, overrides)
     args.init_plan = plan_starting_weights(recipe, args, overrides) if args.starting_point else None
@@ -905,6 +919,15 @@ def export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: Train
         raise SaveFailed.of(error, f"the export {export_dir}", Path(training_args.output_dir)) from error
     logger.info("Exported to %s", export_dir)
     print(finished_message(export_dir, trainer.state.global_step, metrics, trained.config))
+
+
+def export_standard(export_dir: Path) -> Path:
+    """--also_export_standard: the export's standard transformers copy beside it (replacing an earlier one)."""
+    from encoder_zoo.training.run.standard_copy import convert
+
+    standard = convert(export_dir, export_dir.with_name(export_dir.name + "-standard"), overwrite=True)
+    logger.info("Standard transformers copy (no remote code) in %s", standard)
+    return standard
 
 
 def finished_message(export_dir: Path, steps: int, metrics: dict, config) -> str:

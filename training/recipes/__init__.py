@@ -8,6 +8,7 @@ from encoder_zoo.training.recipes.registry import (
     ENCODER_CLIENTS,
     FILL_MASK,
     PRETRAINING_HEAD,
+    STANDARD_CLIENTS,
     TINY_EXPORT,
     ClientColumn,
     CommonTests,
@@ -28,10 +29,12 @@ from encoder_zoo.training.recipes.registry import (
     pretraining_export,
     pretraining_kind,
     save_tiny_export,
+    standard_copy_export,
     train_step_flops,
 )
 
-__all__ = ["CLIENTS", "ENCODER_CLIENTS", "FILL_MASK", "PRETRAINING_HEAD", "TINY_EXPORT", "ClientColumn", "CommonTests",
-           "Family", "FineTuningPreset", "Recipe", "StartingWeights", "TinyExport", "TrainingDefaults", "all_recipes",
-           "client_columns", "encoder_fields", "families", "family_of_model_type", "flop_kinds", "get_recipe",
-           "glue_presets", "pretraining_export", "pretraining_kind", "save_tiny_export", "train_step_flops"]
+__all__ = ["CLIENTS", "ENCODER_CLIENTS", "FILL_MASK", "PRETRAINING_HEAD", "STANDARD_CLIENTS", "TINY_EXPORT",
+           "ClientColumn", "CommonTests", "Family", "FineTuningPreset", "Recipe", "StartingWeights", "TinyExport",
+           "TrainingDefaults", "all_recipes", "client_columns", "encoder_fields", "families", "family_of_model_type",
+           "flop_kinds", "get_recipe", "glue_presets", "pretraining_export", "pretraining_kind", "save_tiny_export",
+           "standard_copy_export", "train_step_flops"]

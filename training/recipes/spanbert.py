@@ -16,6 +16,7 @@ from encoder_zoo.training.recipes import (
     ENCODER_CLIENTS,
     FILL_MASK,
     PRETRAINING_HEAD,
+    STANDARD_CLIENTS,
     ClientColumn,
     CommonTests,
     Family,
@@ -25,6 +26,7 @@ from encoder_zoo.training.recipes import (
     TrainingDefaults,
     encoder_fields,
     pretraining_export,
+    standard_copy_export,
 )
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
@@ -350,3 +352,9 @@ FAMILY = Family(
         ClientColumn("spanbert", (FILL_MASK, PRETRAINING_HEAD, *ENCODER_CLIENTS), pretraining_export("spanbert")),
     ),
 )
+        # The standard BERT copies (training/to_transformers.py), loaded without remote code.
+        ClientColumn("spanbert (standard BERT)", (FILL_MASK, PRETRAINING_HEAD, *STANDARD_CLIENTS),
+                     standard_copy_export(pretraining_export("spanbert"))),
+        ClientColumn("bert_2seq_nsp (standard BERT)", (FILL_MASK, PRETRAINING_HEAD, *STANDARD_CLIENTS),
+                     standard_copy_export(pretraining_export("spanbert", use_span_boundary_objective=False,
+                                                             use_next_sentence_prediction=True))),

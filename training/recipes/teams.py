@@ -10,6 +10,7 @@ from encoder_zoo.training.recipes import (
     ENCODER_CLIENTS,
     FILL_MASK,
     PRETRAINING_HEAD,
+    STANDARD_CLIENTS,
     ClientColumn,
     CommonTests,
     Family,
@@ -19,6 +20,7 @@ from encoder_zoo.training.recipes import (
     TrainingDefaults,
     encoder_fields,
     pretraining_export,
+    standard_copy_export,
 )
 from encoder_zoo.training.recipes.spanbert import build_span_collator
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
@@ -313,3 +315,11 @@ FAMILY = Family(
                                         generator_num_attention_heads=1)),
     ),
 )
+        # The standard ELECTRA copies (training/to_transformers.py), loaded without remote code: the discriminator
+        # (fill-mask is the generator's, in its generator/ folder: tests/test_to_transformers.py).
+        ClientColumn("teams (standard ELECTRA)", STANDARD_CLIENTS,
+                     standard_copy_export(pretraining_export("teams", embedding_size=32))),
+        ClientColumn("electra (standard ELECTRA)", (PRETRAINING_HEAD, *STANDARD_CLIENTS),
+                     standard_copy_export(pretraining_export(
+                         "teams", embedding_size=32, pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none",
+                         generator_hidden_size=16, generator_intermediate_size=32, generator_num_attention_heads=1))),
