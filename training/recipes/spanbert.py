@@ -350,11 +350,11 @@ FAMILY = Family(
     ),
     client_matrix=(
         ClientColumn("spanbert", (FILL_MASK, PRETRAINING_HEAD, *ENCODER_CLIENTS), pretraining_export("spanbert")),
-    ),
-)
         # The standard BERT copies (training/to_transformers.py), loaded without remote code.
         ClientColumn("spanbert (standard BERT)", (FILL_MASK, PRETRAINING_HEAD, *STANDARD_CLIENTS),
                      standard_copy_export(pretraining_export("spanbert"))),
         ClientColumn("bert_2seq_nsp (standard BERT)", (FILL_MASK, PRETRAINING_HEAD, *STANDARD_CLIENTS),
                      standard_copy_export(pretraining_export("spanbert", use_span_boundary_objective=False,
                                                              use_next_sentence_prediction=True))),
+    ),
+)

@@ -313,8 +313,6 @@ FAMILY = Family(
                      pretraining_export("teams", embedding_size=32, pretraining_tasks="rtd", task_head_type="ffn",
                                         layer_tying="none", generator_hidden_size=16, generator_intermediate_size=32,
                                         generator_num_attention_heads=1)),
-    ),
-)
         # The standard ELECTRA copies (training/to_transformers.py), loaded without remote code: the discriminator
         # (fill-mask is the generator's, in its generator/ folder: tests/test_to_transformers.py).
         ClientColumn("teams (standard ELECTRA)", STANDARD_CLIENTS,
@@ -323,3 +321,5 @@ FAMILY = Family(
                      standard_copy_export(pretraining_export(
                          "teams", embedding_size=32, pretraining_tasks="rtd", task_head_type="ffn", layer_tying="none",
                          generator_hidden_size=16, generator_intermediate_size=32, generator_num_attention_heads=1))),
+    ),
+)
