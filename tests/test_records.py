@@ -1,6 +1,7 @@
-"""What a run leaves as its record: a resumed pretraining run's card and training_log.json are the uninterrupted run's
-(loss rows, run mean, `train_loss`), but for the wall-clock fields named here; a fine-tuning run's saved arguments
-name no path of the machine that trained it."""
+"""What a run leaves as its record and says of it: a resumed pretraining run's card and training_log.json are the
+uninterrupted run's (loss rows, run mean, `train_loss`), but for the wall-clock fields named here; a resume names
+each changed setting as what it is (data, or starting weights), and only the ones the run depends on; a fine-tuning
+run's saved arguments name no path of the machine that trained it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers import pretrain
+from test_failures import run
 from test_resume import start, tiny_trainer, wait_for
 from test_resume_exact import SMALL
 
@@ -85,3 +87,94 @@ def test_a_run_killed_between_two_logs_resumes_to_the_uninterrupted_runs_card_an
     summary = next(e for e in log_of(resumed) if "train_runtime" in e)
     assert f"| training loss, mean over the run | {round(summary['train_loss'], 4)} |" in card
     assert all(key in summary for key in ("train_runtime", "train_samples_per_second"))  # the named timings exist
+
+
+def tiny_bert(folder: Path, seed: int) -> Path:
+    """A tiny `BertForPreTraining` with the offline MiniLM tokenizer: an --init_from checkpoint."""
+    import torch
+    import transformers
+
+    from encoder_zoo.training.data.resources import minilm_path
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(seed)
+    transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=128)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_resumed_init_from_run_is_refused_for_other_weights_not_for_an_unused_vocabulary_size(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """An --init_from run trains no tokenizer: a resume with another --tokenizer_vocab_size goes ahead (here: nothing
+    left to do). A resume from another checkpoint is refused in one line that calls it other starting weights, not a
+    data setting, and lists no --tokenizer_vocab_size; with a data setting changed too, each is named as what it is."""
+    first = tiny_bert(tmp_path / "bert", seed=0)
+    args = ["--model", "spanbert", "--max_seq_length", "64", "--max_documents", "40", "--per_device_train_batch_size",
+            "8", "--validation_documents", "0", "--max_steps", "2", "--save_steps", "2", "--warmup_steps", "1",
+            "--dataloader_num_workers", "0", "--output_dir", tmp_path / "run"]
+    code, stderr = run("pretrain.py", [*args, "--init_from", first], monkeypatch, capsys)
+    assert code == 0, stderr[-3000:]
+    assert "--tokenizer_vocab_size" not in json.loads((tmp_path / "run" / "run_inputs.json").read_text())
+
+    resume = [*args, "--resume_from_checkpoint", "true"]
+    code, stderr = run("pretrain.py", [*resume, "--init_from", first, "--tokenizer_vocab_size", "500"], monkeypatch,
+                       capsys)
+    assert code == 0, stderr[-3000:]
+    assert sorted(path.name for path in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
+
+    other = tiny_bert(tmp_path / "other", seed=1)
+    code, stderr = run("pretrain.py", [*resume, "--init_from", other, "--tokenizer_vocab_size", "500"], monkeypatch,
+                       capsys)
+    last = stderr.strip().splitlines()[-1]
+    assert code == 2 and f"the run started from other weights (--init_from '{first}' then, '{other}' now)" in last
+    assert "data setting" not in last and "--tokenizer_vocab_size" not in last, last
+    code, stderr = run("pretrain.py", [*resume, "--init_from", other, "--max_seq_length", "32"], monkeypatch, capsys)
+    last = stderr.strip().splitlines()[-1]
+    assert code == 2 and ("trained with other data settings (--max_seq_length 64 then, 32 now) and started from "
+                          "other weights (--init_from") in last, last
+    assert last.endswith("must continue on the examples its checkpoints were trained on and from the weights, "
+                         "architecture and tokenizer it started from."), last
+
+
+def test_an_unpad_runs_card_names_its_levers_and_what_config_unpad_does(tmp_path, monkeypatch, capsys):
+    """`--unpad --target_buffer`: the card's settings table has a `speed levers` row naming both, and says that the
+    exported config keeps `unpad: true` and how to load the model padded; a run without levers has no such row."""
+    args = ["--model", "spanbert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "40",
+            "--tokenizer_vocab_size", "1000", "--per_device_train_batch_size", "8", "--validation_documents", "0",
+            "--max_steps", "1", "--save_steps", "1", "--dataloader_num_workers", "0"]
+    code, stderr = run("pretrain.py", [*args, "--unpad", "--target_buffer", "--output_dir", tmp_path / "run"],
+                       monkeypatch, capsys)
+    assert code == 0, stderr[-3000:]
+    export = tmp_path / "run" / "export"
+    assert json.loads((export / "config.json").read_text())["unpad"] is True
+    row = next(line for line in (export / "README.md").read_text().splitlines() if line.startswith("| speed levers"))
+    assert "`--unpad`" in row and "`--target_buffer`" in row and "`unpad=False`" in row, row
+    assert "`--packing`" not in row
+
+    from types import SimpleNamespace
+
+    from encoder_zoo.training.run.export import lever_rows
+
+    plain = SimpleNamespace(packing=False, unpad=False, target_buffer=False, attn_implementation=None)
+    assert lever_rows(plain, SimpleNamespace(torch_compile=False)) == {}
+
+
+def test_refusals_of_a_start_read_as_sentences_and_name_hf_download(tmp_path, monkeypatch):
+    """--init_generator_from with a family that has no generator says so (not "only never"); a Hub id offline names
+    `hf download`, the command huggingface_hub ships (it no longer ships `huggingface-cli`)."""
+    from helpers import call_cli
+
+    def refusal(*flags) -> str:
+        result = call_cli("encoder_zoo.training.pretrain", *flags, "--output_dir", str(tmp_path / "run"))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    bert = tiny_bert(tmp_path / "bert", seed=0)
+    message = refusal("--model", "spanbert", "--init_from", str(bert), "--init_generator_from", str(bert))
+    assert "--init_generator_from does not apply to --model spanbert: it has no separate generator; drop it." in message
+    assert "never" not in message
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    message = refusal("--model", "bert", "--init_from", "no-such-org/no-such-model")
+    assert "`hf download no-such-org/no-such-model --local-dir DIR`" in message and "huggingface-cli" not in message

@@ -583,7 +583,8 @@ def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) 
     from encoder_zoo.training.run.locks import hold_run_folder
 
     hold_run_folder(output_dir, training_args)
-    data_inputs = {f"--{name}": getattr(args, name) for name in DATA_SHAPING_FLAGS}
+    data_inputs = {f"--{name}": getattr(args, name) for name in DATA_SHAPING_FLAGS
+                   if not (name == "tokenizer_vocab_size" and args.init_from)}  # no tokenizer is trained: unused
     data_inputs.update({"--seed": training_args.seed, "--data_seed": training_args.data_seed})
     with training_args.main_process_first(local=False, desc="checking the output folder"):
         return prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint,
@@ -950,6 +951,7 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
                  export_dir: Path) -> None:
     from encoder_zoo.training.run.export import (
         export_pretrained,
+        lever_rows,
         optimisation_comparison,
         training_loss_rows,
         validation_rows,
@@ -968,6 +970,7 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
             "masking": (f"{args.masking_scheme}, {args.mlm_probability:.0%}" if args.masking_scheme
                         else "none: every token is a target"),
             "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
+            **lever_rows(args, training_args),
             **compute_rows(trainer),
             **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
             **validation_rows(metrics),

@@ -60,9 +60,10 @@ def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | No
     if init_generator_from:
         generator_types = weights.generator_model_types if weights else ()
         if not generator_types or main.model_type in own_types:
-            raise ValueError(f"{GENERATOR} applies to --model {recipe.name} only "
-                             + ("with an ELECTRA-format --init_from (a zoo export holds its own generator)."
-                                if generator_types else "never: it has no separate generator."))
+            raise ValueError(f"{GENERATOR} applies to --model {recipe.name} only with an ELECTRA-format --init_from (a "
+                             "zoo export holds its own generator); drop it." if generator_types else
+                             f"{GENERATOR} does not apply to --model {recipe.name}: it has no separate generator; "
+                             "drop it.")
         generator = find_checkpoint(init_generator_from, GENERATOR)
         if generator.model_type not in generator_types:
             raise ValueError(f"{GENERATOR} {init_generator_from}: a {generator.model_type} checkpoint; it takes "

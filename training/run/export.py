@@ -117,6 +117,26 @@ def starting_origin(starting: dict[str, Any], recipe, training: dict[str, Any]) 
     }
 
 
+def lever_rows(args, training_args) -> dict[str, str]:
+    """The card's row of the flags that changed how each step ran, not what it learnt (`pretrain.py`'s speed levers,
+    docs/scaling.md): a reader comparing two cards, or rerunning one, sees them. `--unpad` also stays in the exported
+    config (`unpad: true`), so the card says what that does to a user's forward."""
+    used = []
+    if getattr(args, "packing", False):
+        used.append("`--packing` (each batch's examples concatenated into one row, no padding)")
+    if getattr(args, "unpad", False):
+        used.append("`--unpad` (the encoder ran on the real tokens only; config.json keeps `unpad: true`, so a padded "
+                    "batch is unpadded inside the model, the same outputs: pass `unpad=False` to `from_pretrained` to "
+                    "run it padded)")
+    if getattr(args, "target_buffer", False):
+        used.append("`--target_buffer` (masked targets in a fixed-size buffer per batch; the same losses)")
+    if getattr(args, "attn_implementation", None):
+        used.append(f"`--attn_implementation {args.attn_implementation}`")
+    if getattr(training_args, "torch_compile", False):
+        used.append("`--torch_compile`")
+    return {"speed levers": "; ".join(used)} if used else {}
+
+
 def parameter_count(count: int) -> str:
     """A parameter count with three significant digits: 41.2K, 1.61M, 110M, 1.3B (never "0.0M")."""
     for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):

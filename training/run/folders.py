@@ -291,8 +291,13 @@ def record_run_inputs(output_dir: Path, data_inputs: dict) -> None:
     os.replace(staged, output_dir / RUN_INPUTS)  # whole or not at all: every process may write it
 
 
+# Flags of `check_run_inputs`'s record that name the weights a run started from, not its data.
+STARTING_FLAGS = ("--init_from", "--init_generator_from")
+
+
 def check_run_inputs(run_dir: Path, data_inputs: dict, checkpoint: str) -> None:
-    """Refuse to resume `checkpoint` with data settings other than those its run started with, naming each change."""
+    """Refuse to resume `checkpoint` with data settings or starting weights (`STARTING_FLAGS`) other than those its
+    run started with, naming each change as what it is."""
     record = run_dir / RUN_INPUTS
     if not record.is_file():
         logger.warning("%s has no record of the data settings it was trained with (an older run); resuming with "
@@ -303,13 +308,26 @@ def check_run_inputs(run_dir: Path, data_inputs: dict, checkpoint: str) -> None:
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{record} is damaged ({error}); it records the data settings of the run to resume. Restore "
                          "it, or start a new run (--overwrite_output_dir or another --output_dir).") from None
-    changed = [key for key in sorted(set(recorded) | set(data_inputs)) if recorded.get(key) != data_inputs.get(key)]
+    # Only the flags this run's examples depend on: one the record holds that plays no part now (the vocabulary size
+    # of a run that trains no tokenizer) is not a change.
+    changed = [key for key in sorted(data_inputs) if recorded.get(key) != data_inputs.get(key)]
     if changed:
-        details = "; ".join(f"{key} {recorded.get(key)!r} then, {data_inputs.get(key)!r} now" for key in changed)
+        def listed(keys):
+            return "; ".join(f"{key} {recorded.get(key)!r} then, {data_inputs.get(key)!r} now" for key in keys)
+
+        data = [key for key in changed if key not in STARTING_FLAGS]
+        start = [key for key in changed if key in STARTING_FLAGS]
+        faults, reasons = [], []
+        if data:
+            faults.append(f"was trained with other data settings ({listed(data)})")
+            reasons.append("on the examples its checkpoints were trained on")
+        if start:
+            faults.append(f"started from other weights ({listed(start)})")
+            reasons.append("from the weights, architecture and tokenizer it started from")
         raise ValueError(
-            f"--resume_from_checkpoint {checkpoint}: the run was trained with other data settings ({details}). Resume "
-            "with the same flags, or start a new run (--overwrite_output_dir or another --output_dir): a resumed run "
-            "must continue on the examples its checkpoints were trained on.")
+            f"--resume_from_checkpoint {checkpoint}: the run {' and '.join(faults)}. Resume with the same flags, or "
+            "start a new run (--overwrite_output_dir or another --output_dir): a resumed run must continue "
+            f"{' and '.join(reasons)}.")
 
 
 def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> bool:

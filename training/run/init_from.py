@@ -134,7 +134,7 @@ def _download(repo_id: str, flag: str) -> Path:
         reason = ("the Hub is off (HF_HUB_OFFLINE=1) and it is not in the local cache" if HF_HUB_OFFLINE
                   else str(error).strip().splitlines()[0])
         raise ValueError(f"{flag} {repo_id}: cannot read it from the Hub ({reason}). Pass a local model folder "
-                         f"instead (e.g. one saved with save_pretrained, or `huggingface-cli download {repo_id} "
+                         f"instead (e.g. one saved with save_pretrained, or `hf download {repo_id} "
                          "--local-dir DIR` on a machine online).") from None
     return folder
 
