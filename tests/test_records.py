@@ -178,3 +178,28 @@ def test_refusals_of_a_start_read_as_sentences_and_name_hf_download(tmp_path, mo
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     message = refusal("--model", "bert", "--init_from", "no-such-org/no-such-model")
     assert "`hf download no-such-org/no-such-model --local-dir DIR`" in message and "huggingface-cli" not in message
+
+
+def test_a_fine_tuned_folder_names_no_path_of_the_machine_that_trained_it(tmp_path):
+    """run_glue's seed folder and its checkpoint: training_args.json holds `output_dir` relative to itself ("." and
+    ".."), and no file there names the test's folder; a path outside the run keeps only its last component."""
+    from helpers import local_paths_in, save_tiny_spanbert
+
+    from encoder_zoo.glue.run_glue import main
+    from encoder_zoo.training.run.trainer import portable_paths
+
+    model = save_tiny_spanbert(tmp_path / "model", "SpanBertForSequenceClassification")
+    main(["--model_name_or_path", model, "--trust_remote_code", "--task_name", "rotten_tomatoes", "--output_dir",
+          str(tmp_path / "out"), "--max_train_samples", "16", "--max_eval_samples", "8", "--num_train_epochs", "1",
+          "--per_device_train_batch_size", "8", "--seeds", "1", "--save_strategy", "steps", "--save_steps", "1"])
+    seed = tmp_path / "out" / "rotten_tomatoes" / "seed-1"
+    saved = json.loads((seed / "training_args.json").read_text())
+    assert saved["output_dir"] == "." and saved["seed"] == 1
+    assert json.loads((seed / "checkpoint-2" / "training_args.json").read_text())["output_dir"] == ".."
+    assert local_paths_in(seed, tmp_path) == []
+
+    root = tmp_path / "run"
+    assert portable_paths({"deepspeed": "/etc/ds.json", "resume_from_checkpoint": "true", "run_name": "x",
+                           "output_dir": str(root), "logging_dir": str(root / "logs")}, root / "checkpoint-4", root) \
+        == {"deepspeed": "ds.json", "resume_from_checkpoint": "true", "run_name": "x", "output_dir": "..",
+            "logging_dir": "../logs"}

@@ -919,10 +919,36 @@ class FineTuningTrainer(ExactResume, Trainer):
 
 
 def write_training_args(args, folder: Path) -> Path:
-    """`args` as `folder/training_args.json`, replacing a pickled `training_args.bin` there."""
+    """`args` as `folder/training_args.json`, replacing a pickled `training_args.bin` there. The folder is meant to be
+    shared, so it names no folder of the machine that trained it (`portable_paths`): `output_dir` reads "." in the
+    saved model's folder and ".." in a checkpoint's."""
     from transformers.trainer import TRAINING_ARGS_NAME
 
     path = folder / TRAINING_ARGS_JSON
-    path.write_text(args.to_json_string() + "\n", encoding="utf-8")
+    saved = portable_paths(args.to_dict(), Path(folder).resolve(), Path(args.output_dir).resolve())
+    path.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
     (folder / TRAINING_ARGS_NAME).unlink(missing_ok=True)
     return path
+
+
+# TrainingArguments whose value is a path, also when it is relative (to the directory the run started in).
+PATH_ARGUMENTS = ("output_dir", "logging_dir", "resume_from_checkpoint", "deepspeed", "fsdp_config")
+
+
+def portable_paths(value, folder: Path, root: Path, key: str | None = None):
+    """`value` (TrainingArguments.to_dict(), or any part of it) with each path made portable: one inside the run's
+    `root` (its output_dir: the run itself, its checkpoints) relative to `folder`, where the file is written; any
+    other (a DeepSpeed config, a checkpoint of another run) only its last component, its folders being this
+    machine's. A `PATH_ARGUMENTS` value that names nothing on disk (resume_from_checkpoint "true") is kept."""
+    if isinstance(value, dict):
+        return {name: portable_paths(item, folder, root, name) for name, item in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(item, folder, root, key) for item in value]
+    if not isinstance(value, str) or not value:
+        return value
+    if not os.path.isabs(value) and (key not in PATH_ARGUMENTS or (key != "output_dir" and not Path(value).exists())):
+        return value
+    path = Path(value).resolve()
+    if path == root or root in path.parents:
+        return Path(os.path.relpath(path, folder)).as_posix()
+    return path.name
