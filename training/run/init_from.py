@@ -96,11 +96,15 @@ def _load_bin(file: Path) -> dict[str, torch.Tensor]:
 def find_checkpoint(name: str, flag: str) -> Checkpoint:
     """The checkpoint a flag names: a local model folder, or a Hub id (downloaded, or read from the local cache when
     offline); every failure names the flag and the way out."""
+    from encoder_zoo.training.run.fairseq_checkpoint import is_fairseq_checkpoint, read_fairseq_checkpoint
+
     path = Path(name).expanduser()
+    if is_fairseq_checkpoint(path):  # the SpanBERT authors' fairseq model.pt
+        return read_fairseq_checkpoint(path, name, flag)
     if path.exists() or missing_local_path(name):
         if not path.is_dir():
             raise FileNotFoundError(f"{flag} {name}: no such folder (pass a model folder, as save_pretrained writes "
-                                    "it, or a Hub id NAME or ORG/NAME).")
+                                    "it, a Hub id NAME or ORG/NAME, or the SpanBERT authors' fairseq model.pt).")
         folder = path
     else:
         folder = _download(name, flag)
@@ -159,19 +163,26 @@ class InitPlan:
         group's row counts its tensors by how they start."""
         rows: dict[tuple[str, str], list[str]] = {}
         for name, (flag, key) in self.loads.items():
-            rows.setdefault((f"`{_group(name)}`", f"loaded from {flag} `{_group(key)}`"), []).append("")
+            rows.setdefault((f"`{_group(name)}`", f"loaded from {flag} `{_group(self.source_key(flag, key))}`"),
+                            []).append("")
         for name in self.new:
             why = " (shape mismatch ignored)" if name in self.mismatched else ""
             rows.setdefault((f"`{_group(name)}`", f"new{why}"), []).append(
                 self.initialisation.get(name, "the model's initialisation"))
         for flag, key in self.unused:
-            rows.setdefault((f"({flag}) `{_group(key)}`", "in the checkpoint, not used"), []).append("")
+            rows.setdefault((f"({flag}) `{_group(self.source_key(flag, key))}`", "in the checkpoint, not used"),
+                            []).append("")
         lines = ["| parameters | tensors | source |", "| --- | --- | --- |"]
         for (group, source), starts in rows.items():
             counts = {start: starts.count(start) for start in starts if start}
             how = ": " + ", ".join(f"{start} ({n})" if len(counts) > 1 else start for start, n in counts.items())
             lines.append(f"| {group} | {len(starts)} | {source}{how if counts else ''} |")
         return "\n".join(lines)
+
+    def source_key(self, flag: str, key: str) -> str:
+        """The checkpoint's own name for `key` (a fairseq checkpoint's tensors are read under SpanBERT's names)."""
+        checkpoint = self.checkpoints.get(flag)
+        return checkpoint.source_key(key) if hasattr(checkpoint, "source_key") else key
 
     def summary(self) -> str:
         total = len(self.loads) + len(self.new)
@@ -184,10 +195,10 @@ class InitPlan:
                             for flag, c in self.checkpoints.items()},
             "summary": self.summary(),
             "table": self.table(),
-            "loaded": {name: f"{flag} {key}" for name, (flag, key) in self.loads.items()},
+            "loaded": {name: f"{flag} {self.source_key(flag, key)}" for name, (flag, key) in self.loads.items()},
             "new": {name: self.initialisation.get(name, "the model's initialisation") for name in self.new},
             "mismatched": {name: f"{flag} {key} {list(shape)}" for name, (flag, key, shape) in self.mismatched.items()},
-            "unused": [f"{flag} {key}" for flag, key in self.unused],
+            "unused": [f"{flag} {self.source_key(flag, key)}" for flag, key in self.unused],
             "notes": self.notes,
         }
 
@@ -211,7 +222,8 @@ def plan(model: torch.nn.Module, checkpoints: dict[str, Checkpoint],
     `sources` that a checkpoint holds. `also_reads(name)`: checkpoint tensors a parameter accounts for without loading
     them (a decoder tied to the word embeddings). A shape mismatch raises ValueError, naming both shapes."""
     shapes = {flag: checkpoint.shapes() for flag, checkpoint in checkpoints.items()}
-    result = InitPlan(checkpoints, notes=list(notes))
+    own_notes = [note for checkpoint in checkpoints.values() for note in getattr(checkpoint, "notes", ())]
+    result = InitPlan(checkpoints, notes=[*notes, *own_notes])
     used: set[tuple[str, str]] = set()
     for name, parameter in model.named_parameters():
         for flag, key in sources(name):

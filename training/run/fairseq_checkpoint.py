@@ -1,0 +1,175 @@
+"""The SpanBERT authors' fairseq checkpoint (`model.pt`, e.g. their `spanbert_large_with_head`) as a `--init_from`
+start: read without fairseq and without running its pickle, and presented under SpanBERT's parameter names.
+
+Their file is a dict pickled by fairseq: `args` (an `argparse.Namespace` whose `config` is their own
+`fairseq.models.pair_bert.BertConfig`) and `model`, the state dict of their `BertForPreTraining` under `decoder.`:
+the encoder `decoder.bert.*` (BERT's names, LayerNorm as `gamma`/`beta`), the MLM head `decoder.cls.predictions.*`,
+the pair-target (SBO) head `decoder.cls.pair_target_predictions.*` (`position_embeddings`, `mlp_layer_norm.linear1`,
+`layer_norm1`, `linear2`, `layer_norm2`, `decoder`, `bias`) and, without `--no-nsp`, BERT's pooler and NSP head.
+
+The pickle is read by torch's weights-only unpickler, which builds tensors, storages and plain containers and, here,
+`argparse.Namespace` and a stand-in for their `BertConfig` (an object that only holds attributes): any other class
+the file asks for is refused by name before anything of it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from encoder_zoo.training.run.init_from import Checkpoint
+
+THEIR_CONFIG = "fairseq.models.pair_bert.BertConfig"
+ALLOWED = ("argparse.Namespace", THEIR_CONFIG)
+PREFIX = "decoder."
+# Their module names inside the pair-target head's MLP -> SpanBERT's `sbo.mlp` indices (Linear, act, LayerNorm, ...).
+SBO_MLP = {"mlp_layer_norm.linear1": "mlp.0", "mlp_layer_norm.layer_norm1": "mlp.2",
+           "mlp_layer_norm.linear2": "mlp.3", "mlp_layer_norm.layer_norm2": "mlp.5"}
+# Their BertConfig fields that are SpanBertConfig's under the same name and meaning.
+CONFIG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+                 "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+                 "initializer_range")
+
+
+class TheirBertConfig:
+    """Stands in for `fairseq.models.pair_bert.BertConfig` while unpickling: holds its attributes, runs no code."""
+
+
+@dataclass(frozen=True)
+class FairseqCheckpoint(Checkpoint):
+    """Their `model.pt` (`file`), its tensors under SpanBERT's names (`renamed`: ours -> theirs), and what the load
+    table should say about it (`notes`)."""
+
+    file: Path = Path()
+    tensors_by_name: dict = field(default_factory=dict, compare=False, repr=False)
+    renamed: dict = field(default_factory=dict, compare=False, repr=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def hub_id(self) -> str | None:
+        return None
+
+    @property
+    def display(self) -> str:
+        return "/".join(self.file.resolve().parts[-2:])
+
+    def weight_files(self) -> list[Path]:
+        return [self.file]
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(tensor.shape) for name, tensor in self.tensors_by_name.items()}
+
+    def tensors(self, keys) -> dict[str, torch.Tensor]:
+        return {key: self.tensors_by_name[key] for key in keys if key in self.tensors_by_name}
+
+    def source_key(self, key: str) -> str:
+        """The key in their file that our `key` was read from."""
+        return self.renamed.get(key, key)
+
+
+def is_fairseq_checkpoint(path: Path) -> bool:
+    return path.is_file() and path.suffix == ".pt"
+
+
+def load_restricted(file: Path, flag: str) -> dict:
+    """Their pickle through torch's weights-only unpickler, with `argparse.Namespace` and the `BertConfig` stand-in
+    allowed; any other class it names is refused, naming it, before any of it is built."""
+    where = f"{flag} {file}"
+    try:
+        asked = torch.serialization.get_unsafe_globals_in_checkpoint(str(file))
+    except Exception:  # a file in torch's legacy (pre-1.6, non-zip) format: the unpickler below refuses the same way
+        asked = []
+    refused = [name for name in asked if name not in ALLOWED]
+    if refused:
+        raise ValueError(f"{where}: its pickle asks for {', '.join(refused)}; only tensors, argparse.Namespace and "
+                         f"{THEIR_CONFIG} are read from a fairseq checkpoint, so nothing of it was run or loaded.")
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace, (TheirBertConfig, THEIR_CONFIG)]):
+            loaded = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        asked_for = found[1] if found else str(error).strip().splitlines()[0]
+        raise ValueError(f"{where}: its pickle asks for {asked_for}; only tensors, argparse.Namespace and "
+                         f"{THEIR_CONFIG} are read from a fairseq checkpoint, so nothing of it was run or "
+                         "loaded.") from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise OSError(f"{where} is truncated or not a PyTorch file ({str(error).strip().splitlines()[0]}).") from None
+    if not isinstance(loaded, dict) or "model" not in loaded:
+        raise ValueError(f"{where}: not a fairseq checkpoint (a dict with 'model' and 'args'); pass the authors' "
+                         "model.pt, or a model folder.")
+    return loaded
+
+
+def our_name(key: str) -> str | None:
+    """SpanBERT's parameter name for one of their keys (`decoder.` stripped), or None where SpanBERT has none."""
+    key = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", key))
+    if key.startswith("bert."):
+        return "spanbert." + key.removeprefix("bert.")
+    if key.startswith(("cls.predictions.", "cls.seq_relationship.")):
+        return key
+    if key.startswith("cls.pair_target_predictions."):
+        rest = key.removeprefix("cls.pair_target_predictions.")
+        for theirs, ours in SBO_MLP.items():
+            if rest.startswith(theirs + "."):
+                return f"sbo.{ours}.{rest.removeprefix(theirs + '.')}"
+        return f"sbo.{rest}"
+    return None
+
+
+def read_fairseq_checkpoint(file: Path, name: str, flag: str) -> FairseqCheckpoint:
+    """Their `model.pt` as a SpanBERT checkpoint: config from `args.config` and the tensors' shapes, tensors renamed.
+    Refuses another architecture (no `decoder.bert.` encoder), naming what it holds."""
+    loaded = load_restricted(file, flag)
+    state, args = loaded["model"], loaded.get("args")
+    where = f"{flag} {name}"
+    if not any(key.startswith(PREFIX + "bert.embeddings.") for key in state):
+        tops = sorted({".".join(key.split(".")[:2]) for key in state})
+        raise ValueError(f"{where}: a fairseq checkpoint of another architecture (its tensors are under "
+                         f"{', '.join(tops[:6])}; arch {getattr(args, 'arch', 'unknown')!r}), not the SpanBERT "
+                         "authors' BertForPreTraining (decoder.bert.*); --init_from takes their pair_bert "
+                         "checkpoints only.")
+    config = getattr(args, "config", None)
+    if not isinstance(config, TheirBertConfig):
+        raise ValueError(f"{where}: its args hold no config (their BertConfig); the architecture comes from it.")
+    layer = getattr(args, "pair_target_layer", -1)
+    if layer not in (-1, None):
+        raise ValueError(f"{where}: its pair-target head reads layer {layer}; SpanBERT's SBO head reads the last "
+                         "layer (-1), so this checkpoint's head cannot be continued.")
+    renamed, unknown = {}, []
+    for key, tensor in state.items():
+        ours = our_name(key.removeprefix(PREFIX)) if key.startswith(PREFIX) else None
+        if ours is None:
+            unknown.append(key)
+            continue
+        renamed[ours] = key
+    if unknown:
+        raise ValueError(f"{where}: tensors SpanBERT has no place for ({', '.join(unknown[:4])}); is it a pair_bert "
+                         "checkpoint of the SpanBERT authors' code?")
+    tensors = {ours: state[key] for ours, key in renamed.items()}
+    words = tensors["spanbert.embeddings.word_embeddings.weight"]
+    architecture = {"model_type": "spanbert", "vocab_size": words.shape[0], "layer_norm_eps": 1e-12,
+                    **{k: getattr(config, k) for k in CONFIG_FIELDS if hasattr(config, k)}}
+    notes = [f"Read from the SpanBERT authors' fairseq checkpoint `{file.name}` (their BertForPreTraining under "
+             "`decoder.`; LayerNorm `gamma`/`beta` read as `weight`/`bias`)."]
+    positions = tensors.get("sbo.position_embeddings.weight")
+    if positions is not None:
+        architecture.update(max_span_targets=positions.shape[0], sbo_position_embedding_size=positions.shape[1])
+        from encoder_zoo import models
+
+        fields = models.get_class("spanbert", "AutoConfig").__dataclass_fields__
+        recipe = (fields["max_span_targets"].default, fields["sbo_position_embedding_size"].default)
+        same = tuple(positions.shape) == recipe
+        notes.append(f"SBO head: their pair-target head, {positions.shape[0]} target positions x {positions.shape[1]} "
+                     f"wide, kept as it is{'' if same else f' (the recipe has {recipe[0]} x {recipe[1]})'}: the "
+                     "architecture comes from the checkpoint.")
+    if getattr(config, "clamp_attention", False):
+        notes.append("clamp_attention: their attention clamps scores to [-10000, 10000] before the padding mask (a "
+                     "guard for fp16); SpanBERT's attention does not clamp. The softmax is the same unless two scores "
+                     "of one row both exceed 10,000 (both one-hot otherwise), so it is honoured by equivalence.")
+    return FairseqCheckpoint(flag, name, file.parent, architecture, file=file, tensors_by_name=tensors,
+                             renamed=renamed, notes=tuple(notes))
