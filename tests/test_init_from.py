@@ -95,7 +95,14 @@ def test_electra_from_an_electra_pair_is_that_pair_at_step_0(tmp_path, electra_p
     discriminator, generator = electra_pair
     model, init = started_model(tmp_path, "--model", "electra", "--init_from", str(discriminator),
                                 "--init_generator_from", str(generator))
-    assert not init.new and not init.unused  # the generator's own copy of the shared embeddings counts as read
+    # The generator's own copy of the shared embeddings is not read: counted and named, with the note saying why.
+    assert not init.new and {key for _, key in init.unused} == {
+        f"electra.embeddings.{part}" for part in ("word_embeddings.weight", "position_embeddings.weight",
+                                                  "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias")}
+    assert {flag for flag, _ in init.unused} == {"--init_generator_from"} and "5 checkpoint tensors not used" in (
+        init.summary())
+    assert "| (--init_generator_from) `electra.embeddings.*` | 5 | in the checkpoint, not used |" in init.table()
+    assert any("the --init_generator_from checkpoint's own copy is not read" in note for note in init.notes)
     model.save_pretrained(tmp_path / "saved")
     generator_ours = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(tmp_path / "saved").eval()
     reference = transformers.ElectraForPreTraining.from_pretrained(discriminator).eval()

@@ -102,7 +102,14 @@ class PretrainArguments:
     tokenizer_name: str | None = field(
         default=None,
         metadata={"help": "A fast tokenizer (path or Hub id). Default: the --init_from checkpoint's, else train a "
-                  "cased WordPiece on the corpus."},
+                  "cased WordPiece on the corpus. With --init_from it must be the checkpoint's vocabulary (size, "
+                  "special token ids, every token's id), unless --resize_embeddings."},
+    )
+    resize_embeddings: bool = field(
+        default=False,
+        metadata={"help": "--init_from with a --tokenizer_name of another vocabulary (or a checkpoint whose tokenizer "
+                  "outgrew its embeddings): resize the vocabulary-sized tensors to the tokenizer, each token taking "
+                  "the checkpoint's row of the same token; the log and the card list the new rows."},
     )
     also_export_standard: bool = field(
         default=False,
@@ -271,7 +278,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     # First pass: which recipe and size, how long a run and what per-device batch, to resolve the paper's defaults.
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
     recipe = get_recipe(args.model)  # fail fast on an unknown --model
-    point = read_starting_point(recipe, args, argv)
+    point = read_starting_point(recipe, args, argv, training_args)
     if args.model_size not in recipe.training_defaults:
         raise ValueError(f"--model_size {args.model_size!r} is not a {args.model} preset; choose from "
                          f"{', '.join(recipe.sizes)}.")
@@ -286,6 +293,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
     args.starting_point = point
+    args.resuming = training_args.resume_from_checkpoint not in (None, "", "False", "false")
     if point is not None:
         args.model_size = point.size
     if args.max_seq_length is None:  # neither the user nor the paper's size set it
@@ -306,20 +314,56 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     return args, training_args
 
 
-def read_starting_point(recipe, args: PretrainArguments, argv: list[str]):
+def read_starting_point(recipe, args: PretrainArguments, argv: list[str], training_args=None):
     """--init_from's checkpoints, architecture and size preset (`training.recipes.starting`), read before the recipe's
-    defaults, which depend on the size; None without --init_from."""
+    defaults, which depend on the size; None without --init_from. A resumed run whose starting checkpoints cannot be
+    read any more continues from its own checkpoint alone (`resumed_starting_point`)."""
     if not args.init_from:
         for flag, value in (("--init_generator_from", args.init_generator_from),
-                            ("--ignore_mismatched_sizes", args.ignore_mismatched_sizes)):
+                            ("--ignore_mismatched_sizes", args.ignore_mismatched_sizes),
+                            ("--resize_embeddings", args.resize_embeddings)):
             if value:
                 raise ValueError(f"{flag} applies only with --init_from PATH_OR_HUB_ID.")
         return None
     from encoder_zoo.training.recipes.starting import starting_point
+    from encoder_zoo.training.run.init_from import GENERATOR, MAIN, find_checkpoint
 
-    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size,
-                           size_given=any(a.split("=")[0] == "--model_size" for a in argv))
+    size_given = any(a.split("=")[0] == "--model_size" for a in argv)
+    if training_args is not None and training_args.resume_from_checkpoint not in (None, "", "False", "false"):
+        try:
+            for flag, name in ((MAIN, args.init_from), (GENERATOR, args.init_generator_from)):
+                if name:
+                    find_checkpoint(name, flag)
+        except (OSError, ValueError) as error:  # gone, damaged, or a Hub id offline
+            return resumed_starting_point(recipe, args, training_args, str(error), size_given)
+    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size, size_given=size_given)
     args.model_size = point.size
+    return point
+
+
+def resumed_starting_point(recipe, args: PretrainArguments, training_args, reason: str, size_given: bool):
+    """A resumed --init_from run whose starting checkpoint cannot be read any more (`reason`): its weights come from
+    its own checkpoint anyway, so that checkpoint gives the architecture, OUTPUT_DIR/tokenizer the tokenizer and
+    OUTPUT_DIR/init_from.json the card's record of the start. Refused, naming what is missing, when one is not there."""
+    from encoder_zoo.training.recipes.starting import starting_point
+    from encoder_zoo.training.run.folders import RESUME_VALUES, checkpoints
+    from encoder_zoo.training.run.init_from import RECORD
+    from encoder_zoo.training.run.trainer import checkpoint_is_complete
+
+    output_dir, resume = Path(training_args.output_dir), training_args.resume_from_checkpoint
+    candidates = (checkpoints(output_dir) if output_dir.is_dir() else []) if resume in RESUME_VALUES else [Path(resume)]
+    complete = [folder for folder in candidates if folder.is_dir() and checkpoint_is_complete(folder)]
+    needed = {"a complete checkpoint-* folder to resume": bool(complete),
+              "tokenizer/ (the run's tokenizer)": (output_dir / "tokenizer").is_dir(),
+              f"{RECORD} (the record of the start)": (output_dir / RECORD).is_file()}
+    missing = [what for what, found in needed.items() if not found]
+    if missing:
+        raise FileNotFoundError(f"{reason.rstrip('.')}. Resuming without it needs what the run saved, but "
+                                f"{output_dir} has no {' and no '.join(missing)}: restore it, or start afresh "
+                                "(--overwrite_output_dir or another --output_dir).")
+    point = starting_point(recipe, str(complete[-1]), None, args.model_size, size_given=size_given)
+    args.model_size = point.size
+    point.unreadable = reason  # kept with the point: `args` is parsed again after this
     return point
 
 
@@ -436,28 +480,69 @@ def plan_starting_weights(recipe, args: PretrainArguments, overrides: dict):
     if positions is not None and args.max_seq_length > positions:
         raise ValueError(f"--max_seq_length {args.max_seq_length} is longer than the {positions} positions of "
                          f"--init_from {args.init_from}: pass --max_seq_length {positions} or less.")
-    if args.tokenizer_name and len(load_tokenizer(args.tokenizer_name)) > config.vocab_size:
-        raise ValueError(f"--tokenizer_name {args.tokenizer_name} has more tokens than the {config.vocab_size} "
-                         f"embeddings of --init_from {args.init_from}: drop --tokenizer_name (the checkpoint's "
-                         "tokenizer is the default) or pass one of its vocabulary.")
-    return plan_weights(recipe, args.starting_point, config, args.ignore_mismatched_sizes)
+    config = resize_vocabulary(recipe, args, overrides, config)
+    init = plan_weights(recipe, args.starting_point, config, args.ignore_mismatched_sizes)
+    if getattr(args, "vocabulary_note", None):
+        init.notes.append(args.vocabulary_note)
+    if not getattr(args, "resuming", False):  # a resumed run's weights come from its checkpoint
+        from encoder_zoo.training.run.init_from import weights_problem
+
+        problem = weights_problem(init)
+        if problem:
+            given = " and ".join(f"{c.flag} {c.name}" for c in args.starting_point.checkpoints.values())
+            raise ValueError(f"{given}: {problem}.")
+    return init
+
+
+def resize_vocabulary(recipe, args: PretrainArguments, overrides: dict, config):
+    """The run's tokenizer against the --init_from checkpoint's vocabulary (`init_from.vocabulary_rows`): refused
+    when they differ, or under --resize_embeddings the architecture takes the tokenizer's size and special token ids
+    and each checkpoint is read row by row. The config to plan with."""
+    import dataclasses
+
+    from encoder_zoo import models
+    from encoder_zoo.training.run.init_from import checkpoint_tokenizer, vocabulary_rows
+
+    point = args.starting_point
+    own = checkpoint_tokenizer(point.main)
+    tokenizer = load_tokenizer(args.tokenizer_name) if args.tokenizer_name else None
+    rows = vocabulary_rows(point.main, config.vocab_size, own, tokenizer, args.tokenizer_name, args.resize_embeddings)
+    if rows is None:
+        if args.resize_embeddings:
+            logger.info("--resize_embeddings: the tokenizer is the checkpoint's vocabulary; nothing to resize.")
+        return config
+    tokenizer = tokenizer or own
+    point.checkpoints = {flag: dataclasses.replace(c, rows=rows) for flag, c in point.checkpoints.items()}
+    point.architecture = {key: value for key, value in point.architecture.items()
+                          if not key.endswith("_token_id")}  # the tokenizer's, set with the model's config
+    point.architecture["vocab_size"] = rows.new_size
+    args.vocabulary_note = rows.describe(tokenizer)
+    logger.info("%s.", args.vocabulary_note)
+    return models.get_class(recipe.family, "AutoConfig")(**config_arguments(recipe, args, overrides))
 
 
 def tokenizer_fingerprint(args: PretrainArguments, train_docs) -> dict:
     """Everything a run's tokenizer depends on; a tokenizer in OUTPUT_DIR/tokenizer is reused only if it matches.
-    (Training is deterministic: the seed plays no part.)"""
+    (Training is deterministic: the seed plays no part.) A given tokenizer (--tokenizer_name, or the --init_from
+    checkpoint's own) is keyed by its files' content, not by the path it was read from."""
     from encoder_zoo.training.data.corpus import text_digest
+    from encoder_zoo.training.data.tokenizer import tokenizer_files_digest, tokenizer_source_digest
+    from encoder_zoo.training.run.folders import TOKENIZER_SOURCE
 
-    starting = {"init_from": args.init_from} if args.init_from and not args.tokenizer_name else {}
+    source = None
+    if args.tokenizer_name:
+        source = tokenizer_source_digest(args.tokenizer_name)
+    elif args.init_from:  # the checkpoint's own tokenizer
+        source = tokenizer_files_digest(args.starting_point.main.folder)
+    given = bool(args.tokenizer_name or args.init_from)
     return {
-        **starting,  # the checkpoint's own tokenizer
-        "tokenizer_name": args.tokenizer_name,
+        TOKENIZER_SOURCE: source,
         "dataset": args.dataset, "dataset_config": args.dataset_config, "dataset_split": args.dataset_split,
         "text_column": args.text_column, "max_documents": args.max_documents,
         "validation_documents": args.validation_documents,
-        "vocab_size": None if args.tokenizer_name else args.tokenizer_vocab_size,
+        "vocab_size": None if given else args.tokenizer_vocab_size,
         # the recipe's tokenizer may depend on the model (the cloze character CNN reads whole words)
-        "model": None if args.tokenizer_name else [args.model, args.model_size, args.config_overrides],
+        "model": None if given else [args.model, args.model_size, args.config_overrides],
         "training_documents": len(train_docs), "training_text_digest": text_digest(train_docs),
     }
 
@@ -480,6 +565,7 @@ def main(argv: list[str] | None = None) -> Path:
     recipe, overrides = check_recipe_arguments(args)
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
+    new_folder = not output_dir.exists()
     try:
         checkpoint = prepare_run_folder(args, training_args, output_dir, export_dir)  # held by this run until it ends
         if checkpoint is not None and already_finished(checkpoint, training_args, export_dir):
@@ -487,7 +573,7 @@ def main(argv: list[str] | None = None) -> Path:
             return export_dir
         return train_and_export(args, training_args, recipe, overrides, output_dir, export_dir, checkpoint)
     finally:
-        release_run_folder(output_dir)
+        release_run_folder(output_dir, new_folder)
 
 
 def train_and_export(args, training_args, recipe, overrides, output_dir: Path, export_dir: Path,
@@ -551,6 +637,11 @@ def check_recipe_arguments(args: PretrainArguments):
     args.masking_scheme = args.masking_scheme or recipe.default_masking_scheme
     if args.masking_scheme is not None and args.masking_scheme not in SCHEMES:
         raise ValueError(f"Unknown --masking_scheme {args.masking_scheme!r}; choose one of {', '.join(SCHEMES)}.")
+    if args.masking_scheme is not None and not 0 < args.mlm_probability < 1:
+        raise ValueError(f"--mlm_probability {args.mlm_probability:g}: pass a fraction between 0 and 1, both excluded "
+                         "(the share of word pieces masked; 0.15 is BERT's), so that every block keeps unmasked "
+                         "context.")
+    check_target_buffer(recipe, args)
     if args.also_export_standard:
         from encoder_zoo.training.run.standard_copy import standard_refusal
 
@@ -576,6 +667,22 @@ def check_recipe_arguments(args: PretrainArguments):
     return recipe, overrides
 
 
+def check_target_buffer(recipe, args: PretrainArguments) -> None:
+    """`--target_buffer` needs a collator that makes masked targets (not cloze's every-token targets, nor segment
+    pairs): refused before the run folder, by wrapping the recipe's collator built on a stand-in tokenizer."""
+    if not args.target_buffer:
+        return
+    import copy
+
+    from encoder_zoo.training.data.packing import with_target_buffer
+    from encoder_zoo.training.data.tokenizer import train_word_tokenizer
+
+    stand_in = train_word_tokenizer(["a b c d"], vocab_size=16, min_frequency=1)
+    probe = copy.copy(args)
+    probe.random_token_distribution = "uniform"  # no corpus yet: the law of random replacements plays no part here
+    with_target_buffer(recipe.build_collator(stand_in, probe))
+
+
 def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) -> str | None:
     """Hold the output folder for this run (another run in it is refused), check (or set aside) what it holds, and
     record or check the data settings; the checkpoint to resume from, if any."""
@@ -592,10 +699,17 @@ def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) 
                                   {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name}, data_inputs)
 
 
-def release_run_folder(output_dir: Path) -> None:
+def release_run_folder(output_dir: Path, new_folder: bool = False) -> None:
+    """Release the run's hold on its folder; a folder this run created and left empty (refused while checking it)
+    is removed, so that a refusal leaves nothing behind."""
     from encoder_zoo.training.run.locks import release
 
     release(output_dir)
+    if new_folder:
+        try:
+            output_dir.rmdir()  # only ever an empty folder
+        except OSError:
+            pass
 
 
 def read_training_text(recipe, args, training_args) -> TrainingText:
@@ -800,8 +914,10 @@ def load_starting_weights(model, args, training_args, output_dir: Path, resuming
                     "(the nearest in width), not its paper's batch or length.", args.init_from, args.model,
                     point.size)
     if resuming:
-        logger.info("Resuming: the weights come from the checkpoint (the run started from %s; %s).", args.init_from,
-                    output_dir / RECORD)
+        gone = getattr(point, "unreadable", None)
+        logger.info("Resuming: the weights come from the checkpoint (the run started from %s; %s)%s.", args.init_from,
+                    output_dir / RECORD, f". The starting checkpoint cannot be read now ({gone}): the architecture "
+                    "comes from the run's own checkpoint, the tokenizer from OUTPUT_DIR/tokenizer" if gone else "")
         return
     apply(model, init)
     if training_args.process_index == 0:

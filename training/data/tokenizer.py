@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
@@ -31,6 +32,43 @@ def without_loading_state(tokenizer):
     for key in LOADING_STATE:
         tokenizer.init_kwargs.pop(key, None)
     return tokenizer
+
+
+# The files that make a tokenizer (vocabulary, merges, special tokens, settings), and any sentencepiece `*.model`.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt")
+
+
+def tokenizer_files_digest(folder: str | Path) -> str | None:
+    """A hash of the tokenizer files in `folder` (names and bytes; None when it holds none): what keys a reused
+    tokenizer by its content, whatever path it was read from."""
+    import hashlib
+
+    folder = Path(folder).expanduser()
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name in TOKENIZER_FILES or p.suffix == ".model")
+                   ) if folder.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_source_digest(name: str) -> str:
+    """What a tokenizer named by `name` (a folder or a Hub id) is made of: the hash of its files (a Hub id's in the
+    local cache), or the Hub id itself when no file can be found."""
+    if not Path(name).expanduser().is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(name, "tokenizer_config.json")
+        except ValueError:  # not a valid Hub id either: the loader names it
+            cached = None
+        if not isinstance(cached, str):
+            return name
+        name = str(Path(cached).parent)
+    return tokenizer_files_digest(name) or name
 
 
 def boundary_token_ids(tokenizer) -> tuple[int | None, int | None]:

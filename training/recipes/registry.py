@@ -406,7 +406,8 @@ class StartingWeights:
             accounts for without loading them (a decoder tied to the word embeddings, a generator's own copy of the
             embeddings it shares).
         generator_model_types: model types `--init_generator_from` takes (empty: the flag does not apply).
-        notes: `(model config) -> lines` on what has no counterpart in such a checkpoint, and how it starts.
+        notes: `(model config, flags of the checkpoints given) -> lines` on what has no counterpart in such a
+            checkpoint, and how it starts.
     """
 
     model_types: tuple[str, ...]
@@ -414,7 +415,7 @@ class StartingWeights:
     sources: Callable[[str, Any], list[tuple[str, str]]]
     also_reads: Callable[[str, Any], list[tuple[str, str]]] = lambda name, config: []
     generator_model_types: tuple[str, ...] = ()
-    notes: Callable[[Any], list[str]] = lambda config: []
+    notes: Callable[[Any, tuple[str, ...]], list[str]] = lambda config, flags: []
 
 
 def encoder_fields(checkpoint_config: dict) -> dict:

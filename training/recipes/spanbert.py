@@ -322,9 +322,11 @@ def bert_tied_reads(name: str, config) -> list[tuple[str, str]]:
     return [("--init_from", name)] if name.startswith("cls.predictions.decoder.") else []
 
 
-def bert_notes(config) -> list[str]:
+def bert_notes(config, flags=()) -> list[str]:
     notes = ["MLM head (`cls.predictions`) and NSP head (`cls.seq_relationship`): loaded where the checkpoint has them "
-             "(BertForMaskedLM, BertForPreTraining), else new."]
+             "(BertForMaskedLM, BertForPreTraining), else new." if config.use_next_sentence_prediction else
+             "MLM head (`cls.predictions`): loaded where the checkpoint has one (BertForMaskedLM, BertForPreTraining), "
+             "else new; this model has no NSP head, so a checkpoint's (`cls.seq_relationship`) is not used."]
     if config.use_span_boundary_objective:
         notes.append("SBO head (`sbo`): new (BERT has none); its output layer is tied to the loaded word embeddings.")
     return notes

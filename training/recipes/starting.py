@@ -114,7 +114,8 @@ def plan_weights(recipe: Recipe, point: StartingPoint, config, ignore_mismatched
     if point.foreign:
         weights = family_of_model_type(recipe.family).starting_weights
         return plan(model, point.checkpoints, lambda name: weights.sources(name, config),
-                    lambda name: weights.also_reads(name, config), ignore_mismatched_sizes, weights.notes(config))
+                    lambda name: weights.also_reads(name, config), ignore_mismatched_sizes,
+                    weights.notes(config, tuple(point.checkpoints)))
     tied = getattr(model, "all_tied_weights_keys", None) or {}
     return plan(model, point.checkpoints, lambda name: [(MAIN, name)],
                 lambda name: [(MAIN, name)] if name in tied else [], ignore_mismatched_sizes, [])

@@ -255,18 +255,16 @@ def electra_sources(name: str, config) -> list[tuple[str, str]]:
 
 def electra_tied_reads(name: str, config) -> list[tuple[str, str]]:
     """Checkpoint tensors the shared word embeddings account for: the generator's output layer (tied to them, as in
-    ELECTRA and BERT) and the generator checkpoint's own embeddings, which ELECTRA ties to the discriminator's."""
+    ELECTRA and BERT). The generator checkpoint's own copy of the embeddings is not read (the table lists it as not
+    used): the discriminator's are shared."""
     if name == "teams.embeddings.word_embeddings.weight":
-        return [(GENERATOR, "generator_lm_head.weight"), (MAIN, "cls.predictions.decoder.weight"),
-                *[(GENERATOR, f"electra.embeddings.{part}") for part in (
-                    "word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight",
-                    "LayerNorm.weight", "LayerNorm.bias")]]
+        return [(GENERATOR, "generator_lm_head.weight"), (MAIN, "cls.predictions.decoder.weight")]
     return [(MAIN, "cls.predictions.decoder.bias")] if name == "generator.bias" else []
 
 
-def electra_notes(config) -> list[str]:
-    notes = ["Embeddings: the discriminator's (--init_from), shared with the generator as in ELECTRA and TEAMS; a "
-             "--init_generator_from checkpoint's own copy is not read."]
+def electra_notes(config, flags=()) -> list[str]:
+    notes = ["Embeddings: the discriminator's (--init_from), shared with the generator as in ELECTRA and TEAMS"
+             + ("; the --init_generator_from checkpoint's own copy is not read." if GENERATOR in flags else ".")]
     if config.num_shared_generator_layers:
         notes.append(f"Generator: its bottom {config.num_shared_generator_layers} layer(s) ARE the discriminator's "
                      "(shared, TEAMS's layer tying); its other layers come from --init_generator_from, else start as "

@@ -4,7 +4,8 @@
 - An output folder holding a previous run is never trained over: the run refuses, or with `--overwrite_output_dir`
   moves the old run's files to `OUTPUT_DIR/replaced-<time>/` (nothing is deleted, nothing is mixed).
 - An export never lands on a folder that is not an encoder-zoo export, and an older export is moved aside.
-- A tokenizer left in `OUTPUT_DIR/tokenizer` is reused only if it was made from the same inputs.
+- A tokenizer left in `OUTPUT_DIR/tokenizer` is reused only if it was made from the same inputs (a given tokenizer's
+  by the content of its files, not their path), and the log says so.
 - A resumed run has the data settings it started with (`run_inputs.json`), or is refused, naming each change.
 - An export is written into a hidden staging folder next to its place and renamed there once complete; a leftover
   staging folder (a run killed while exporting) is deleted at the next start.
@@ -28,6 +29,10 @@ CHECKPOINT_PREFIX = "checkpoint-"
 INCOMPLETE_PREFIX = "incomplete-"
 EXPORT_MARKER = "training_log.json"  # written into every export by training/run/export.py
 TOKENIZER_INPUTS = "training_inputs.json"
+# The record's key for a given tokenizer (--tokenizer_name, or the --init_from checkpoint's own): the hash of its
+# files, so that a tokenizer whose files changed at the same path is not reused. Older records named the path instead.
+TOKENIZER_SOURCE = "tokenizer_files"
+SOURCE_KEYS = (TOKENIZER_SOURCE, "init_from", "tokenizer_name")
 # What shaped a run's training examples (sequence length, masking, data, tokenizer, ...), recorded at its start: a
 # resumed run must have the same, or its checkpoints would continue on other data.
 RUN_INPUTS = "run_inputs.json"
@@ -43,12 +48,16 @@ def timestamp() -> str:
 
 
 def check_writable_dir(path: Path, flag: str) -> None:
-    """Fail at parse time, before any corpus is read, if `path` cannot become a folder we write into."""
+    """Fail at parse time, before any corpus is read, if `path` cannot become a folder we write into. Nothing is
+    created: a folder that does not exist yet is judged by its nearest existing parent, so a run refused later leaves
+    no folder behind."""
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{flag} {path} is a file, not a folder; pass a folder path.")
+    existing = next(folder for folder in (path.absolute(), *path.absolute().parents) if folder.exists())
+    if not existing.is_dir():
+        raise FileExistsError(f"{flag} {path}: {existing} is a file, not a folder; pass a folder path.")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
+        probe = existing / f".write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
@@ -345,11 +354,19 @@ def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> boo
             f"{tokenizer_dir} to use it anyway, --overwrite_output_dir to start afresh, or another --output_dir.")
     recorded = json.loads(record.read_text())
     changed = sorted(key for key in set(recorded) | set(inputs) if recorded.get(key) != inputs.get(key))
+    if changed and resuming and set(changed) <= set(SOURCE_KEYS):  # the flags themselves are checked by run_inputs
+        logger.warning("%s: the tokenizer this run was given differs from when it started, or cannot be read now (%s); "
+                       "the resumed run keeps this one, which its checkpoints were trained with.", tokenizer_dir,
+                       ", ".join(changed))
+        return True
     if changed:
         details = "; ".join(f"{key}: {recorded.get(key)!r} then, {inputs.get(key)!r} now" for key in changed)
         raise FileExistsError(
             f"{tokenizer_dir} was made from other inputs ({details}). Run with the same options, "
             "--overwrite_output_dir to start afresh (the old run is moved aside), or another --output_dir.")
+    source = recorded.get(TOKENIZER_SOURCE)
+    logger.info("Reusing the tokenizer in %s: made from the same inputs (%s).", tokenizer_dir,
+                f"a given tokenizer whose files hash to {source}" if source else "the same corpus and settings")
     return True
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from encoder_zoo.training.run.loading import missing_local_path
+from encoder_zoo.training.run.loading import damaged_weights, missing_local_path
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,32 @@ BOOKKEEPING_KEYS = ("architectures", "auto_map", "transformers_version", "_name_
 
 
 @dataclass(frozen=True)
+class RowMap:
+    """`--resize_embeddings`: for each row of the run's vocabulary (its token id), the checkpoint row it takes (the
+    same token's), or -1 for a new row (a token the checkpoint's vocabulary lacks)."""
+
+    old_size: int
+    old_ids: tuple[int, ...]
+
+    @property
+    def new_size(self) -> int:
+        return len(self.old_ids)
+
+    @property
+    def new_rows(self) -> list[int]:
+        return [new for new, old in enumerate(self.old_ids) if old < 0]
+
+    def describe(self, tokenizer) -> str:
+        """One sentence: how many rows are copied, and which are new (ids and tokens, the first 20)."""
+        new = self.new_rows
+        tokens = tokenizer.convert_ids_to_tokens(new[:20])
+        shown = ", ".join(f"{i} {token}" for i, token in zip(new, tokens)) + (", ..." if len(new) > 20 else "")
+        return (f"--resize_embeddings: the vocabulary-sized tensors go from {self.old_size} to {self.new_size} rows; "
+                f"{self.new_size - len(new)} take the checkpoint's row of the same token, {len(new)} are new"
+                + (f" (id token: {shown})" if new else ""))
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """A model folder named by `flag`: as the user gave it (`name`), where it lies, and its config.json."""
 
@@ -39,6 +65,7 @@ class Checkpoint:
     name: str
     folder: Path
     config: dict
+    rows: RowMap | None = None  # --resize_embeddings: which row of its vocabulary-sized tensors each new row takes
 
     @property
     def model_type(self) -> str | None:
@@ -90,7 +117,12 @@ class Checkpoint:
 
 
 def _load_bin(file: Path) -> dict[str, torch.Tensor]:
-    return torch.load(file, map_location="cpu", weights_only=True)  # tensors only: no pickled code runs
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)  # tensors only: no pickled code runs
+    except Exception as error:  # a truncated or foreign file: torch raises several types
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise OSError(f"{file} is truncated or not a PyTorch weights file ({reason}); re-export or re-download the "
+                      "checkpoint.") from None
 
 
 def find_checkpoint(name: str, flag: str) -> Checkpoint:
@@ -119,6 +151,9 @@ def find_checkpoint(name: str, flag: str) -> Checkpoint:
     checkpoint = Checkpoint(flag, name, folder, config)
     if not checkpoint.weight_files():
         raise FileNotFoundError(f"{flag} {name}: {folder} holds no weights (*.safetensors or pytorch_model*.bin).")
+    problem = damaged_weights(str(folder))
+    if problem:
+        raise OSError(f"{flag} {name}: {problem}; re-export or re-download the checkpoint.")
     return checkpoint
 
 
@@ -143,6 +178,102 @@ def _download(repo_id: str, flag: str) -> Path:
     return folder
 
 
+# Files that hold a tokenizer's vocabulary (tokenizer_config.json and special_tokens_map.json only describe one).
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                    "sentencepiece.bpe.model")
+SPECIAL_TOKENS = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+
+
+def checkpoint_tokenizer(checkpoint: Checkpoint):
+    """The tokenizer saved beside a checkpoint's weights, or None when its folder holds no vocabulary file."""
+    from encoder_zoo.training.data.tokenizer import load_tokenizer
+
+    if not any((checkpoint.folder / name).is_file() for name in VOCABULARY_FILES):
+        return None
+    return load_tokenizer(str(checkpoint.folder), f"{checkpoint.flag} {checkpoint.name}")
+
+
+def _special_ids(tokenizer) -> dict[str, int]:
+    return {getattr(tokenizer, f"{kind}_token"): getattr(tokenizer, f"{kind}_token_id") for kind in SPECIAL_TOKENS
+            if getattr(tokenizer, f"{kind}_token_id", None) is not None}
+
+
+def vocabulary_rows(checkpoint: Checkpoint, embeddings: int, own, tokenizer, tokenizer_name: str | None,
+                    resize: bool) -> RowMap | None:
+    """Check the run's tokenizer against the checkpoint's vocabulary, before anything is written: its own tokenizer
+    (`own`; None when the folder has none) and its `embeddings` rows (config.json's vocab_size). A different
+    vocabulary (size, special token ids, or any token at another id) would read other tokens' rows, so it is refused,
+    naming both, unless `resize` (--resize_embeddings): then the rows are mapped token by token (`RowMap`; by id when
+    the checkpoint has no tokenizer). None when the vocabularies agree."""
+    where = f"{MAIN} {checkpoint.name}"
+    if tokenizer_name is None:
+        if own is None:
+            raise FileNotFoundError(
+                f"{where}: {checkpoint.folder} holds no tokenizer ({', '.join(VOCABULARY_FILES[:3])}, ...), and the "
+                "checkpoint's vocabulary comes with it; pass --tokenizer_name with the tokenizer its weights were "
+                "trained with.")
+        if len(own) <= embeddings:
+            return None
+        if not resize:
+            raise ValueError(
+                f"{where}: its tokenizer has {len(own)} tokens, more than its {embeddings} embedding rows "
+                "(config.json's vocab_size): the folder's tokenizer and weights disagree. Pass --tokenizer_name with "
+                "the tokenizer its weights were trained with, or --resize_embeddings to give the "
+                f"{len(own) - embeddings} tokens beyond them new rows.")
+        return _rows(own, own, embeddings)
+    if own is not None and len(own) > embeddings:  # its own disagrees with its weights: judged as if it had none
+        own = None
+    differences = []
+    new_special = _special_ids(tokenizer)
+    if own is not None:
+        if len(tokenizer) != len(own):
+            differences.append(f"{len(tokenizer)} tokens against {len(own)}")
+        old_special = _special_ids(own)
+        differences += [f"{token} {new_special.get(token)} against {old_special.get(token)}"
+                        for token in sorted(set(old_special) | set(new_special))
+                        if new_special.get(token) != old_special.get(token)]
+        old_vocab = own.get_vocab()
+        moved = sum(old_vocab.get(token) != i for token, i in tokenizer.get_vocab().items())
+        if moved and not differences:
+            differences.append(f"{moved} tokens at other ids")
+    else:
+        differences += [f"{token} {new_special[token]} against its config.json's {kind}_token_id "
+                        f"{checkpoint.config[f'{kind}_token_id']}"
+                        for kind in SPECIAL_TOKENS for token in [getattr(tokenizer, f"{kind}_token", None)]
+                        if token in new_special and checkpoint.config.get(f"{kind}_token_id") not in (
+                            None, new_special[token])]
+    if len(tokenizer) > embeddings and not differences:
+        differences.append(f"{len(tokenizer)} tokens, more than its {embeddings} embedding rows")
+    if own is None and not differences:
+        logger.info("%s has no tokenizer: --tokenizer_name %s is taken as its vocabulary (%d tokens for %d embedding "
+                    "rows; the special token ids agree with its config.json).", where, tokenizer_name,
+                    len(tokenizer), embeddings)
+    if not differences:
+        return None
+    if not resize:
+        raise ValueError(
+            f"--tokenizer_name {tokenizer_name} is another vocabulary than {where}'s ({'; '.join(differences)}): its "
+            "ids would read other tokens' embedding rows. "
+            + ("Drop --tokenizer_name (the checkpoint's own tokenizer is the default)" if own is not None else
+               "Pass the tokenizer its weights were trained with")
+            + ", or pass --resize_embeddings to map the embeddings onto it "
+            + ("token by token (tokens the checkpoint lacks get new rows)." if own is not None else
+               "by id (ids beyond its rows get new ones)."))
+    return _rows(own, tokenizer, embeddings)
+
+
+def _rows(own, tokenizer, embeddings: int) -> RowMap:
+    """Each of `tokenizer`'s ids -> the checkpoint row of the same token in `own` (by id without `own`), or -1."""
+    if own is None:
+        return RowMap(embeddings, tuple(i if i < embeddings else -1 for i in range(len(tokenizer))))
+    old_vocab = {token: i for token, i in own.get_vocab().items() if i < embeddings}
+    ids = [-1] * len(tokenizer)
+    for token, i in tokenizer.get_vocab().items():
+        if i < len(ids):
+            ids[i] = old_vocab.get(token, -1)
+    return RowMap(embeddings, tuple(ids))
+
+
 @dataclass
 class InitPlan:
     """Which checkpoint tensor each parameter of the new model takes: `loads` (parameter -> (flag, key)), `new`
@@ -156,27 +287,44 @@ class InitPlan:
     mismatched: dict[str, tuple[str, str, tuple]] = field(default_factory=dict)
     unused: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    resized: list[str] = field(default_factory=list)  # loaded row by row (`Checkpoint.rows`, --resize_embeddings)
     initialisation: dict[str, str] = field(default_factory=dict)  # new parameter -> how it starts, once applied
 
     def table(self) -> str:
         """One short Markdown table: parameters grouped by module (layer numbers collapsed), with their source; a new
-        group's row counts its tensors by how they start."""
-        rows: dict[tuple[str, str], list[str]] = {}
+        group's row counts its tensors by how they start. No name is hidden: a module whose tensors have several
+        sources is split into its submodules, and a row of one tensor names it in full."""
+        entries = []  # (parameter or checkpoint key, row prefix, source, checkpoint key read, source suffix, start)
         for name, (flag, key) in self.loads.items():
-            rows.setdefault((f"`{_group(name)}`", f"loaded from {flag} `{_group(self.source_key(flag, key))}`"),
-                            []).append("")
+            remapped = " (rows by token, --resize_embeddings)" if name in self.resized else ""
+            entries.append((name, "", f"loaded from {flag}", self.source_key(flag, key), remapped, ""))
         for name in self.new:
             why = " (shape mismatch ignored)" if name in self.mismatched else ""
-            rows.setdefault((f"`{_group(name)}`", f"new{why}"), []).append(
-                self.initialisation.get(name, "the model's initialisation"))
-        for flag, key in self.unused:
-            rows.setdefault((f"({flag}) `{_group(self.source_key(flag, key))}`", "in the checkpoint, not used"),
-                            []).append("")
+            start = self.initialisation.get(name, "the model's initialisation")
+            entries.append((name, "", f"new{why}", None, "", start))
+        entries += [(self.source_key(flag, key), f"({flag}) ", "in the checkpoint, not used", None, "", "")
+                    for flag, key in self.unused]
+
+        def row(entry, fine: bool) -> tuple[str, str]:
+            name, prefix, source, key, suffix, _ = entry
+            return f"{prefix}`{_group(name, fine)}`", (f"{source} `{_group(key, fine)}`{suffix}" if key else source)
+
+        sources: dict[str, set[str]] = {}
+        for entry in entries:
+            group, source = row(entry, fine=False)
+            sources.setdefault(group, set()).add(source)
+        rows: dict[tuple[str, str], list] = {}
+        for entry in entries:
+            rows.setdefault(row(entry, fine=len(sources[row(entry, fine=False)[0]]) > 1), []).append(entry)
         lines = ["| parameters | tensors | source |", "| --- | --- | --- |"]
-        for (group, source), starts in rows.items():
+        for (group, source), members in rows.items():
+            if len(members) == 1:
+                name, prefix, source, key, suffix, _ = members[0]
+                group, source = f"{prefix}`{name}`", (f"{source} `{key}`{suffix}" if key else source)
+            starts = [member[-1] for member in members]
             counts = {start: starts.count(start) for start in starts if start}
             how = ": " + ", ".join(f"{start} ({n})" if len(counts) > 1 else start for start, n in counts.items())
-            lines.append(f"| {group} | {len(starts)} | {source}{how if counts else ''} |")
+            lines.append(f"| {group} | {len(members)} | {source}{how if counts else ''} |")
         return "\n".join(lines)
 
     def source_key(self, flag: str, key: str) -> str:
@@ -198,6 +346,7 @@ class InitPlan:
             "loaded": {name: f"{flag} {self.source_key(flag, key)}" for name, (flag, key) in self.loads.items()},
             "new": {name: self.initialisation.get(name, "the model's initialisation") for name in self.new},
             "mismatched": {name: f"{flag} {key} {list(shape)}" for name, (flag, key, shape) in self.mismatched.items()},
+            "resized": self.resized,
             "unused": [f"{flag} {self.source_key(flag, key)}" for flag, key in self.unused],
             "notes": self.notes,
         }
@@ -207,12 +356,12 @@ class InitPlan:
         (folder / RECORD).write_text(json.dumps(self.record(), indent=1))
 
 
-def _group(name: str) -> str:
+def _group(name: str, fine: bool = False) -> str:
     """A module's name with layer numbers collapsed: `encoder.layer.3.output.dense.weight` -> `encoder.layer.*.output`
-    (the table's rows)."""
+    (the table's rows); `fine`: one level deeper, `encoder.layer.*.output.dense`."""
     collapsed = re.sub(r"\.\d+(?=\.)", ".*", name)
     parts = collapsed.split(".")
-    return ".".join(parts[:-2] if len(parts) > 3 else parts[:-1] or parts) + ".*"
+    return ".".join(parts[:-2] if len(parts) > 3 and not fine else parts[:-1] or parts) + ".*"
 
 
 def plan(model: torch.nn.Module, checkpoints: dict[str, Checkpoint],
@@ -230,6 +379,12 @@ def plan(model: torch.nn.Module, checkpoints: dict[str, Checkpoint],
             if key not in shapes.get(flag, {}):
                 continue
             used.add((flag, key))
+            rows = checkpoints[flag].rows
+            if rows is not None and shapes[flag][key][:1] == (rows.old_size,) and tuple(parameter.shape[:1]) == (
+                    rows.new_size,) and shapes[flag][key][1:] == tuple(parameter.shape[1:]):
+                result.loads[name] = (flag, key)  # a vocabulary-sized tensor: loaded row by row
+                result.resized.append(name)
+                break
             if shapes[flag][key] != tuple(parameter.shape):
                 if not ignore_mismatched_sizes:
                     raise ValueError(
@@ -250,6 +405,35 @@ def plan(model: torch.nn.Module, checkpoints: dict[str, Checkpoint],
     return result
 
 
+def weights_problem(init: InitPlan) -> str | None:
+    """What is wrong with the tensors `init` loads, in one sentence naming them (None if nothing): NaN/inf, or values
+    beyond `trainer.HUGE_WEIGHT`, which no training recovers from. Read before the run folder is made, so that a
+    damaged checkpoint is refused at once rather than at the first step."""
+    from encoder_zoo.training.run.trainer import HUGE_WEIGHT
+
+    non_finite, huge, total = [], [], 0
+    for flag, checkpoint in init.checkpoints.items():
+        keys = {key for f, key in init.loads.values() if f == flag}
+        for key, value in checkpoint.tensors(keys).items():
+            if not value.is_floating_point() or not value.numel():
+                continue
+            total += 1
+            if not torch.isfinite(value).all():
+                non_finite.append(f"{flag} {key}")
+            elif value.abs().max().item() > HUGE_WEIGHT:
+                huge.append((f"{flag} {key}", value.abs().max().item()))
+    if non_finite:
+        shown = ", ".join(non_finite[:3]) + (", ..." if len(non_finite) > 3 else "")
+        return (f"{len(non_finite)} of the {total} weight tensors it would load hold NaN/inf ({shown}): the checkpoint "
+                "is damaged; re-export or re-download it")
+    if huge:
+        name, value = max(huge, key=lambda item: item[1])
+        return (f"its weights hold values up to {value:.3g} in magnitude ({name}"
+                + (f" and {len(huge) - 1} more tensors" if len(huge) > 1 else "") + "), which overflow in fp32: the "
+                "checkpoint is damaged; re-export or re-download it")
+    return None
+
+
 def apply(model: torch.nn.Module, init: InitPlan) -> None:
     """Copy each planned tensor into `model` and record how each new parameter starts (read off its values)."""
     parameters = dict(model.named_parameters())
@@ -258,7 +442,12 @@ def apply(model: torch.nn.Module, init: InitPlan) -> None:
         tensors = checkpoint.tensors(set(names.values()))
         with torch.no_grad():
             for name, key in names.items():
-                parameters[name].copy_(tensors[key].to(parameters[name].dtype))
+                value = tensors[key].to(parameters[name].dtype)
+                if name in init.resized:  # the rows of tokens the checkpoint has; the others keep their initialisation
+                    old = torch.tensor(checkpoint.rows.old_ids)
+                    parameters[name][old >= 0] = value[old[old >= 0]]
+                else:
+                    parameters[name].copy_(value)
     init.initialisation = {name: _describe_init(parameters[name]) for name in init.new}
     model.tie_weights()
 
