@@ -47,7 +47,7 @@ bench: install
 gpu-check: install
 	HF_HUB_OFFLINE=1 $(PYTHON) bench/gpu_check.py $(if $(SMOKE),--smoke) $(ARGS)
 
-# The one prepared device script (issue 49): the levers checked against the paths they replace and benchmarked next to
+# The one prepared device script of the GPU levers: checked against the paths they replace and benchmarked next to
 # the references, on one GPU with no network in under 10 minutes, results in bench/results/gpu_<date>_<gpu>/. No
 # `install` first (no network there): bench/gpu_run.sh installs carried wheels (.whl/) if needed. SMOKE=1: on CPU.
 gpu-run:

@@ -4,7 +4,7 @@ transformers reference, in one run, on the same batches of real Wikipedia text. 
     python bench/bench_gpu.py                      # on a GPU: base size, sequence lengths 512 and 128, bf16
     python bench/bench_gpu.py --pairs spanbert bert --seq_lengths 512 --compile both
     python bench/bench_gpu.py --smoke              # anywhere, CPU included: tiny sizes, 2 steps, writes nothing
-    python bench/bench_gpu.py --variants base unpad+buffer   # our side with and without the levers of issue 49
+    python bench/bench_gpu.py --variants base unpad+buffer   # our side with and without the GPU levers
 
 Pairs (ours | reference):
   spanbert  SpanBertForPreTraining, MLM + SBO on span masking  | transformers' BertForMaskedLM (SDPA)
@@ -21,7 +21,7 @@ package is installed, else sdpa), `--packing` (padding-free rows; default on wit
 torch.compile (`--compile ours`, the default on a GPU), fused AdamW and bf16 autocast. The reference runs as
 transformers ships it: SDPA on padded batches, with the same optimizer and autocast (`--compile both` compiles it too).
 
-`--variants` times our side once per set of levers (issue 49), each next to the same reference:
+`--variants` times our side once per set of GPU levers (--unpad, --target_buffer), each next to the same reference:
   base         our side as above
   buffer       the fixed-size target buffer (`pretrain.py --target_buffer`): no data-dependent shape, no host sync
   unpad        the unpadded encoder (`pretrain.py --unpad`): rows packed on the host, attention through `sdpa_varlen`

@@ -18,7 +18,7 @@ Checks (the entry points run as processes of their own: `training/pretrain.py`, 
   packing:<model>    a packed batch (`pack_batch`, varlen kernel on a GPU) gives the padded batch's logits and loss;
   packing:pretrain   and `pretrain.py --packing` the padded run's per-step losses (dropout off in both).
   compile:pretrain   `pretrain.py --torch_compile true` gives the eager run's per-step losses (dropout off).
-  levers:<model>     the levers of issue 49 against the eager padded model, same weights and batch: the fixed-size
+  levers:<model>     the GPU levers against the eager padded model, same weights and batch: the fixed-size
                      target buffer, the unpadded encoder (`sdpa_varlen`: PyTorch's varlen flash kernel on a GPU) and
                      both (packed on the host), within the bf16 tolerances (TEAMS's samplers without noise, so every
                      layout draws the same tokens); on a GPU, a train step with both levers makes no synchronising

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared device script (issue 49; `make gpu-run`): on a lent GPU with no network, in under 10 minutes,
+# The one prepared device script of the GPU levers (`make gpu-run`): on a lent GPU with no network, in under 10 minutes,
 #   1. bench/gpu_check.py's checks of every lever next to the paths they replace (groups levers, attention, packing,
 #      compile; `make gpu-check` runs the rest);
 #   2. bench/bench_gpu.py over the 10 cells (5 pairs x lengths 512 and 128): our side without levers, with the target

@@ -54,7 +54,7 @@ class Budget:
     max_eval_samples: int | None
     tasks: tuple[str, ...]  # evaluation tasks allowed at this budget (intersected with the experiment's)
     bf16: bool = False
-    # Continued pretraining (issue 48's `adapt`): every pretraining continues this encoder ("minilm": the shipped
+    # Continued pretraining (the `adapt` budget): every pretraining continues this encoder ("minilm": the shipped
     # MiniLM, `training.run.minilm_path()`) with its own objective (`pretrain.py --init_from`), whose architecture and
     # tokenizer come from it: `model_size` then only names the size preset whose training defaults the run keeps
     # (MiniLM's nearest, `small`), and `tokenizer_vocab_size` is unused. None: every pretraining starts from random.
@@ -163,7 +163,7 @@ BUDGETS = {
         finetune_batch_size=32,
         finetune_max_seq_length=128, max_train_samples=2000, max_eval_samples=500,
         tasks=("rotten_tomatoes", "movie_sentiment_regression", "wiki_cloze", *HELDOUT)),
-    # Issue 48: each paper's objective as a continued-pretraining step on the shipped MiniLM, on the evaluation task's
+    # Each paper's objective as a continued-pretraining step on the shipped MiniLM, on the evaluation task's
     # own training sentences; the steps sized from measured per-step costs to fit 2 hours with --jobs 2 on 2 cores
     # (docs/reproduction.md, "The adapt budget"). Its arms and controls: `Experiment.adapted`.
     "adapt": Budget(

@@ -30,7 +30,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- repro-table: begin (python repro/summary.py) -->", "<!-- repro-table: end -->"
 ZOO_BEGIN, ZOO_END = "<!-- zoo-table: begin (python repro/summary.py) -->", "<!-- zoo-table: end -->"
 # README's tables: the papers' at each budget a CPU runs, paper by paper; the zoo at `adapt`, which fits one sitting
-# with floors, both controls and one scale (issue 48).
+# with floors, both controls and one scale.
 README_BUDGETS = ("cpu", "adapt")
 README_ZOO_BUDGET = "adapt"
 # `repro.zoo.SIGNIFICANCE_RULE` in short, for README; each zoo report quotes the rule whole.
@@ -43,7 +43,7 @@ DIFFERENCE_KEY = ("Differences, intervals and MDDs are in percent points (accura
                   "scale; a held-out loss, where shown, is in nats.")
 
 
-# A report whose held-out MLM row is the 80/10/10 mean (task heldout_mlm), made before issue 51: the masked-only loss
+# A report whose held-out MLM row is the 80/10/10 mean (task heldout_mlm), made before the masked-only loss: that loss
 # needs the pretrained models, which its cache alone keeps.
 MIXED_HELDOUT = ("Its held-out MLM loss averages all 80/10/10 targets, a tenth of them left unchanged and copied from "
                  "the input (made before the masked-only loss became the headline, which needs its cached "
@@ -51,7 +51,7 @@ MIXED_HELDOUT = ("Its held-out MLM loss averages all 80/10/10 targets, a tenth o
 
 
 def made_before_controls(results: dict) -> bool:
-    """A report written before floors, positive controls and one scale (issue 37): its results hold no control."""
+    """A report written before floors, positive controls and one scale: its results hold no control."""
     return "control" not in results
 
 

@@ -43,12 +43,12 @@ def heldout_loss(name: str, output: str, what: str, metric: str | None = None) -
 
 
 PRETRAINING_TASKS: dict[str, PretrainingTask] = {
-    # The masked LMs' headline (issue 51): the MLM loss at the targets replaced by [MASK], which the model predicts
+    # The masked LMs' headline: the MLM loss at the targets replaced by [MASK], which the model predicts
     # without seeing them (training.run.trainer's add_masked_only; TEAMS's and ELECTRA's is their generator's).
     "heldout_mlm_masked": heldout_loss("heldout_mlm_masked", "mlm_loss", "MLM loss at [MASK] targets only",
                                        metric="eval_mlm_masked_loss"),
     # The model's own mlm_loss: every 80/10/10 target, a tenth of them left unchanged and copied from the input. What
-    # the reports made before issue 51 show.
+    # the reports made before the masked-only loss show.
     "heldout_mlm": heldout_loss("heldout_mlm", "mlm_loss", "MLM loss over all 80/10/10 targets"),
     # The two-tower model's token-prediction losses: the cloze loss (every token from both sides, never seen: there
     # is no [MASK] to score apart) of a cloze arm, the bilm loss (each tower's next token, averaged) of a bilm arm; an

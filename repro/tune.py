@@ -1,4 +1,4 @@
-"""Tune a budget on what no claim reads (issue 37): pretraining on the held-out loss against its unigram floor, and
+"""Tune a budget on what no claim reads: pretraining on the held-out loss against its unigram floor, and
 fine-tuning on the positive control (a pretrained encoder against the same architecture at random initialisation)
 and the floors. No paper's claim, no comparison between methods, is read here: the settings cannot be tuned on an
 outcome.
@@ -47,7 +47,7 @@ RUN_QA = REPO / "qa" / "run_qa.py"
 RANDOM_INIT = REPO / "repro" / "random_init.py"
 FLOORS = REPO / "repro" / "floors.py"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-# The held-out token-prediction loss each recipe logs: the MLM loss at [MASK]ed targets only (issue 51; the
+# The held-out token-prediction loss each recipe logs: the MLM loss at [MASK]ed targets only (the headline; the
 # generator's for TEAMS/ELECTRA), else the 80/10/10 one of a run made before it, the cloze model's cloze loss.
 LOSS_KEYS = ("eval_mlm_masked_loss", "eval_mlm_loss", "eval_loss")
 

@@ -1,5 +1,5 @@
 """Bad input to the fine-tuning scripts (run_glue.py, run_qa.py, run_open_qa.py, init_hire.py, hire_importance.py),
-as issue 39 and 40 list it: each case ends with one clear line naming the input and the fix (status 2), or with the
+as the catalogue lists it: each case ends with one clear line naming the input and the fix (status 2), or with the
 right result, never silently or in a traceback; Ctrl-C says what was saved (status 130); Hub data fails within seconds
 offline; per-seed cards are complete; scores are printed in percent.
 

@@ -1,4 +1,4 @@
-"""Issue 51: the held-out MLM loss and accuracy over the targets replaced by [MASK] only, beside the 80/10/10 mean."""
+"""The held-out MLM loss and accuracy over the targets replaced by [MASK] only, beside the 80/10/10 mean."""
 
 from types import SimpleNamespace
 

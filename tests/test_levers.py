@@ -1,4 +1,4 @@
-"""The GPU levers of issue 49, proven on CPU: the fixed-size target buffer (`--target_buffer`: a train step without a
+"""The GPU levers, proven on CPU: the fixed-size target buffer (`--target_buffer`: a train step without a
 data-dependent shape, so without a host sync or a graph break) and the unpadded encoder (`--unpad`: real tokens
 only, attention per sequence), each against today's padded gather: the same losses and gradients."""
 

@@ -1,4 +1,4 @@
-"""Client edges of the models (issues 39 and 40): BERTAC's and HIRE's attention implementation, input length against
+"""Client edges of the models: BERTAC's and HIRE's attention implementation, input length against
 the encoder's positions, BertacConfig's CNN ids, sentence-transformers over a `bertac_cnn` export, the card of a
 HIRE or BERTAC folder that carries its encoder's code, and quiet loads (transformers' load report lists no
 pretraining head, and still lists a real mismatch)."""

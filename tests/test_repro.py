@@ -259,7 +259,7 @@ def test_a_report_gives_floors_the_control_the_primary_and_reads_identical_arms_
 
 
 def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_nats(tmp_path):
-    """One scale (issue 40): results.json keeps what the scripts store (accuracy 0-1, QA F1 0-100, the loss in nats);
+    """One scale: results.json keeps what the scripts store (accuracy 0-1, QA F1 0-100, the loss in nats);
     a report's scores, floors, differences and MDDs, the paper's numbers beside them, and README's rows show percent
     points, as GLUE and SQuAD print them: an accuracy of 0.5312 reads 53.12, an F1 of 25.5 stays 25.5, a held-out
     loss of 6.5 nats stays 6.5."""
@@ -1387,7 +1387,7 @@ def test_run_help_offers_rerun_stale(capsys):
 
 
 def test_every_pretrained_arm_reports_its_own_held_out_token_loss_against_a_unigram_floor(tmp_path):
-    """Issue 37: each pretrained arm's held-out token-prediction loss is read from its pretraining, with a unigram
+    """Each pretrained arm's held-out token-prediction loss is read from its pretraining, with a unigram
     floor: the MLM loss (TEAMS's and ELECTRA's generator's), and the two-tower model's own, cloze or bilm."""
     from encoder_zoo.repro.jobs import Sweep
 

@@ -289,7 +289,7 @@ def test_units_without_spread_get_the_exact_permutation_p_and_no_mdd(paired):
     assert no_better["verdict"] == INDISTINGUISHABLE and no_better["p_value"] == pytest.approx(five["p_value"])
 
 
-# ------------------------------------------------------------------------------------- the rules of issue 37
+# --------------------------------------------------------------- the rules of floors, controls and unit intervals
 def test_mean_interval_is_the_t_interval_of_unit_means_and_covers_95_percent():
     mean, low, high = mean_interval([0.56, 0.58, 0.57])
     half = 4.302653 * 0.01 / math.sqrt(3)  # t_0.975 with 2 df times the standard error

@@ -88,7 +88,7 @@ def test_pretraining_sweep_reads_the_heldout_loss_against_its_own_unigram_floor(
     assert row["loss_key"] == "eval_mlm_masked_loss" and row["steps"] == 6 and row["learning_rate"] == 1e-3
     state = json.loads((tmp_path / "cache" / "bert-lr0.001-wu2-s6-seed1" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
-    key = "eval_mlm_masked_loss"  # the headline (issue 51), not the 80/10/10 eval_mlm_loss
+    key = "eval_mlm_masked_loss"  # the headline (masked targets only), not the 80/10/10 eval_mlm_loss
     assert row["heldout_loss"] == [e[key] for e in state["log_history"] if key in e][-1]
     assert 0 < row["unigram_floor"] < 10 and row["below_floor"] == pytest.approx(row["unigram_floor"]
                                                                                   - row["heldout_loss"], abs=1e-3)
