@@ -475,7 +475,9 @@ class LogAtCheckpoints(TrainerCallback):
     inside an interval, its first log would average the steps after the checkpoint only, and Trainer's `train_loss`
     those of the session. With a log at each checkpoint nothing is pending when one is saved, so a resumed run logs
     what the uninterrupted run logs, and the logs reach the last step, from which the run's mean loss is computed
-    (`training.run.export.mean_logged_loss`). Must run after every callback that asks for a save."""
+    (`training.run.export.mean_logged_loss`). A stop by signal (`SaveOnSignal`) saves and so logs at its step: a
+    run resumed from there has that log entry more than an uninterrupted one. Must run after every callback that
+    asks for a save."""
 
     def on_step_end(self, args, state, control, **kwargs):
         if args.logging_strategy != "no" and (control.should_save or control.should_training_stop):
