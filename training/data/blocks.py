@@ -3,10 +3,16 @@ NSP, optional linguistic spans, the unigram law for random replacements and the 
 
 from __future__ import annotations
 
+import logging
+
 import datasets
 import numpy as np
 
 from encoder_zoo.training.data.corpus import split_sentences
+
+logger = logging.getLogger(__name__)
+# A block filled below this share of its length on average is said in the log (`say_how_full`).
+SHORT_BLOCKS = 0.5
 
 
 def pack_blocks(
@@ -18,13 +24,16 @@ def pack_blocks(
     num_proc: int | None = None,
 ) -> datasets.Dataset:
     """SpanBERT's single-sequence blocks: whole sentences of ONE document packed up to `max_seq_length - 2` word
-    pieces, as `[CLS] x [SEP]`. A sentence longer than a block is cut into block-sized pieces.
+    pieces, as `[CLS] x [SEP]`. A sentence longer than a block is cut into block-sized pieces. Documents are never
+    packed together (the authors' blocks hold one document), so a document shorter than a block gives one short
+    block: the embedded lead sections average about 100 word pieces, whatever `max_seq_length` asks (the log says how
+    full the blocks are, `say_how_full`).
 
     Columns: `input_ids`, `word_start` (1 where a token begins a word, from the fast tokenizer's word ids; 0 on
     special tokens) and, with `annotate_spans` in {"named_entity", "noun_phrase"}, `linguistic_span` (per token the
     index of the spaCy entity / noun chunk it belongs to within the block, -1 outside).
     """
-    return corpus.map(
+    blocks = corpus.map(
         block_packer(tokenizer, max_seq_length, annotate_spans, spacy_model),
         batched=True,
         batch_size=64,
@@ -32,6 +41,27 @@ def pack_blocks(
         num_proc=num_proc,
         desc=f"Packing {max_seq_length}-token blocks",
     )
+    say_how_full(blocks, max_seq_length)
+    return blocks
+
+
+def say_how_full(blocks: datasets.Dataset, max_seq_length: int, sample: int = 10_000) -> float | None:
+    """Log the blocks' mean length (over the first `sample`) against `max_seq_length`, with why and what to do where
+    they are short: a step then trains on fewer tokens than batch x length. Returns the mean (None: no block)."""
+    lengths = [len(ids) for ids in blocks.select(range(min(sample, len(blocks))))["input_ids"]] if len(blocks) else []
+    if not lengths:
+        return None
+    mean = float(np.mean(lengths))
+    if mean < SHORT_BLOCKS * max_seq_length:
+        logger.warning(
+            "%d blocks of at most %d tokens average %.0f (%.0f%% full): a block holds whole sentences of one "
+            "document, as SpanBERT's do, and these documents are shorter than a block, so a step trains on about "
+            "%.0f%% of batch x --max_seq_length tokens. Longer documents fill longer blocks (--dataset with whole "
+            "articles); a shorter --max_seq_length costs less for the same text.", len(blocks), max_seq_length, mean,
+            100 * mean / max_seq_length, 100 * mean / max_seq_length)
+    else:
+        logger.info("%d blocks of at most %d tokens, %.0f on average", len(blocks), max_seq_length, mean)
+    return mean
 
 
 def block_packer(tokenizer, max_seq_length: int = 512, annotate_spans: str | None = None,
