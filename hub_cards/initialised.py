@@ -22,11 +22,14 @@ def write_initialised_card(model, encoder, backbone: str, code_files, output: Pa
     encoder_config = config.backbone_config
     carried = carried_backbone_code(encoder, backbone, list(code_files))
     origin = hub_origin(backbone)  # the shipped MiniLM: its Hub id and licence, not a local path
-    name = f"{origin[0]} (the copy shipped on PyPI)" if origin else display_name(backbone)
+    continues = None if origin else continued_hub_origin(backbone)  # a zoo export of continued pretraining
+    name = (f"{origin[0]} (the copy shipped on PyPI)" if origin else display_name(backbone)
+            + (f" (continued pretraining of {continues})" if continues else ""))
     meta = CardMetadata(
         model_name=output.resolve().name,
         auto_map=dict(config.auto_map or {}),
-        base_model=origin[0] if origin else backbone if not Path(backbone).expanduser().exists() else None,
+        base_model=(origin[0] if origin else continues if continues
+                    else backbone if not Path(backbone).expanduser().exists() else None),
         architecture={
             "encoder": f"{name} ({encoder_config.model_type}, {encoder_config.num_hidden_layers} "
                        f"layers, width {encoder_config.hidden_size})",
@@ -40,3 +43,15 @@ def write_initialised_card(model, encoder, backbone: str, code_files, output: Pa
         **fields,
     )
     return write_card(meta, output)
+
+
+def continued_hub_origin(backbone: str) -> str | None:
+    """The first Hub origin a zoo export of continued pretraining records (its init_from.json's `base_model`), so a
+    model built over it keeps the lineage; None for anything else."""
+    import json
+
+    try:
+        record = json.loads((Path(backbone).expanduser() / "init_from.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record.get("base_model") if isinstance(record, dict) else None

@@ -104,17 +104,27 @@ def starting_origin(starting: dict[str, Any], recipe, training: dict[str, Any]) 
     others = "".join(f" and {flag} `{c['name']}`" for flag, c in starting["checkpoints"].items()
                      if flag != "--init_from")
     notes = "".join(f"\n- {note}" for note in starting.get("notes", []))
+    # A continuation of a continuation (phase 2 after phase 1, TAPT after DAPT) keeps its first Hub origin.
+    chain = starting.get("chain") or [main]
+    base_model = starting.get("base_model", main.get("hub_id"))
+    through = "".join(f", which continues `{start['name']}`" for start in reversed(chain[:-1]))
     return {
-        "model_name": f"{recipe.name}-from-{main['name'].rstrip('/').split('/')[-1]}",
-        "summary": f"Continued pretraining, not the paper's run from scratch: started from `{main['name']}`{others} "
-                   f"(its weights, architecture and tokenizer), then trained {steps} more steps with this objective "
-                   f"by this project's `training/pretrain.py --model {recipe.name} --init_from`.",
-        "base_model": main.get("hub_id"),
+        "model_name": f"{recipe.name}-from-{_short_name(base_model or main['name'])}",
+        "summary": f"Continued pretraining, not the paper's run from scratch: started from `{main['name']}`{through}"
+                   f"{others} (its weights, architecture and tokenizer), then trained {steps} more steps with this "
+                   f"objective by this project's `training/pretrain.py --model {recipe.name} --init_from`.",
+        "base_model": base_model,
         "section": f"{starting['summary']}.{notes}\n\n{starting['table']}",
         "optimisation_note": "; the paper pretrains from random weights, this run continues published ones",
-        "limitation": f"{steps} steps of continued pretraining on top of `{main['name']}`: its strengths, limits "
-                      "and biases carry over.",
+        "limitation": f"{steps} steps of continued pretraining on top of `{main['name']}`{through}: its strengths, "
+                      "limits and biases carry over.",
     }
+
+
+def _short_name(name: str) -> str:
+    """A starting point's last name part for a model name: a Hub id's, a folder's, a fairseq file's folder's."""
+    parts = name.rstrip("/").split("/")
+    return parts[-2] if parts[-1].endswith(".pt") and len(parts) > 1 else parts[-1]
 
 
 def lever_rows(args, training_args) -> dict[str, str]:

@@ -82,6 +82,17 @@ class Checkpoint:
         return origin[0] if origin else None
 
     @property
+    def lineage(self) -> list[dict]:
+        """The starting points this checkpoint itself continues, oldest first, as its own init_from.json records them
+        (an export of a continued run keeps it); empty where none is recorded."""
+        try:
+            earlier = json.loads((self.folder / RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        main = earlier.get("checkpoints", {}).get(MAIN)
+        return list(earlier.get("chain") or ([main] if main else []))
+
+    @property
     def display(self) -> str:
         """How a card names it: its Hub id, or the folder's last two parts (never an absolute local path)."""
         return self.hub_id or "/".join(self.folder.resolve().parts[-2:])
@@ -337,8 +348,19 @@ class InitPlan:
         return (f"{len(self.loads)} of {total} parameter tensors loaded, {len(self.new)} new, "
                 f"{len(self.unused)} checkpoint tensors not used")
 
+    def chain(self) -> list[dict]:
+        """Every starting point of this run, oldest first: what --init_from itself continues (phase 1's start, a DAPT
+        run's), then --init_from."""
+        main = self.checkpoints.get(MAIN)
+        if main is None:
+            return []
+        return [*main.lineage, {"name": main.display, "hub_id": main.hub_id, "model_type": main.model_type}]
+
     def record(self) -> dict:
+        chain = self.chain()
         return {
+            "chain": chain,
+            "base_model": next((start["hub_id"] for start in chain if start.get("hub_id")), None),
             "checkpoints": {flag: {"name": c.display, "hub_id": c.hub_id, "model_type": c.model_type}
                             for flag, c in self.checkpoints.items()},
             "summary": self.summary(),
