@@ -211,6 +211,15 @@ class PretrainArguments:
                   "another word rule, or a damaged file). 0 accepts any coverage."},
     )
     max_nonfinite_steps: int | None = field(default=None, metadata={"help": MAX_NONFINITE_STEPS_HELP})
+    loss_normalization: str = field(
+        default="recipe",
+        metadata={"help": "How an update weighs its targets. recipe: as the recipe's authors (SpanBERT, BERT, TEAMS, "
+                  "ELECTRA, BERTAC: each micro-batch's loss terms are its own means, micro-batches weigh equally; "
+                  "cloze: each term's sum over the tokens of the whole update). update: every loss term's sum divided "
+                  "by its target count over the whole update (all micro-batches, all processes), so any split of the "
+                  "global batch into processes x per-device batch x accumulation gives the same update.",
+                  "choices": ["recipe", "update"]},
+    )
 
 
 # The flags that shape the training examples (and what they train), recorded in OUTPUT_DIR/run_inputs.json at a run's
@@ -293,6 +302,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     )
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
     args.starting_point = point
+    args.flags_given = {a.split("=")[0] for a in argv if a.startswith("--")}
     args.resuming = training_args.resume_from_checkpoint not in (None, "", "False", "false")
     if point is not None:
         args.model_size = point.size
@@ -582,6 +592,7 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
     from encoder_zoo.training.run.sharding import unsharded_model
 
     set_seed(training_args.seed)
+    keep_global_batch(recipe, args, training_args, overrides, output_dir, checkpoint)
 
     text = read_training_text(recipe, args, training_args)
     config_kwargs = config_arguments(recipe, args, overrides)
@@ -607,6 +618,39 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
             upload(export_dir, trainer.args)
     leave_process_group()
     return export_dir
+
+
+def keep_global_batch(recipe, args, training_args, overrides: dict, output_dir: Path, checkpoint: str | None) -> None:
+    """The global batch is the run's invariant: recorded by a new run (OUTPUT_DIR/global_batch.json), kept by a resumed
+    one on any number of processes by deriving its accumulation steps (`training.run.elastic`). DDP searches for unused
+    parameters only for the recipes that have them (`Recipe.unused_parameters`)."""
+    from encoder_zoo.training.run import elastic
+
+    args.global_batch_record = elastic.keep_global_batch(
+        output_dir, checkpoint, training_args, loss_normalization=args.loss_normalization,
+        accumulates=getattr(recipe.trainer_class, "accumulates", True),
+        set_by_user=lambda flag: flag in getattr(args, "flags_given", ()),
+        per_micro_batch=not recipe.weighs_per_update)
+    if training_args.ddp_find_unused_parameters is None:
+        training_args.ddp_find_unused_parameters = bool(recipe.unused_in(overrides))
+
+
+def loss_terms(recipe, args, config):
+    """The loss terms the trainer divides by their counts over the whole update, or None (per micro-batch means):
+    under `--loss_normalization update`, or `recipe` for a recipe whose authors weigh per update (cloze)."""
+    from encoder_zoo.training.run.elastic import family_loss_terms
+
+    if args.loss_normalization != "update" and not recipe.weighs_per_update:
+        return None
+    terms = family_loss_terms(config)
+    if terms is None and args.loss_normalization == "update":
+        raise ValueError(f"--loss_normalization update: --model {args.model} ({config.model_type}"
+                         + (f", loss_type {config.loss_type}" if getattr(config, "loss_type", None) else "")
+                         + ") has no per-target loss terms to count; train it with --loss_normalization recipe.")
+    if terms is None:
+        logger.info("--model %s: the authors weigh each term over the whole update, which these loss terms cannot "
+                    "count; each micro-batch's terms are its own means.", args.model)
+    return terms
 
 
 def already_finished(checkpoint: str, training_args, export_dir: Path) -> bool:
@@ -650,6 +694,11 @@ def check_recipe_arguments(args: PretrainArguments):
             raise ValueError(f"--also_export_standard with --model {args.model}: {refusal} Drop the flag.")
     overrides = check_config_overrides(recipe, args)
     check_positions(recipe, args, overrides)
+    if args.loss_normalization == "update":
+        from encoder_zoo import models
+
+        loss_terms(recipe, args, models.get_class(recipe.family, "AutoConfig")(
+            **config_arguments(recipe, args, overrides)))  # refused before any data is read
     args.init_plan = plan_starting_weights(recipe, args, overrides) if args.starting_point else None
     if args.packing:
         from encoder_zoo import models
@@ -958,7 +1007,9 @@ def build_trainer(recipe, args, training_args, model, tokenizer, collator, train
         max_nonfinite_steps=args.max_nonfinite_steps,
         default_learning_rate=recipe.training_defaults[args.model_size].learning_rate,
         model_flops=family.flops if family else None,
+        loss_terms=loss_terms(recipe, args, model.config),
     )
+    trainer.global_batch_kept = getattr(args, "global_batch_record", None) is not None
     check_engine(trainer)
     return trainer
 

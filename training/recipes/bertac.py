@@ -42,6 +42,7 @@ from encoder_zoo.training.recipes import (
     save_tiny_export,
 )
 from encoder_zoo.training.recipes.hire import common_test_backbone
+from encoder_zoo.training.recipes.registry import PER_MICRO_BATCH, LossWeighting
 from encoder_zoo.training.run.trainer import GanTrainer
 
 logger = logging.getLogger(__name__)
@@ -229,6 +230,13 @@ RECIPES = {
             "discriminator_accuracy.png": ("d_accuracy_real", "d_accuracy_fake"),
             "representation_norms.png": ("real_norm", "fake_norm"),
         },
+        # The GAN pretraining code was never released: Algorithm 1 averages each loss over a minibatch of pairs, and
+        # GanTrainer takes no accumulation, so every process's mean weighs the same number of pairs.
+        loss_weighting=LossWeighting(PER_MICRO_BATCH, "not released; BERTAC's Algorithm 1 averages each loss over a "
+                                     "minibatch of pairs (no accumulation: per-process means of equal-size batches, "
+                                     "averaged over the processes)"),
+        # Each GAN call trains only some networks: D and R's step leaves F (`cnn`) out, F's step leaves R and D out.
+        unused_parameters=("cnn", "real_encoder", "discriminator"),
     ),
 }
 

@@ -24,6 +24,7 @@ from encoder_zoo.training.recipes import (
     TrainingDefaults,
     pretraining_export,
 )
+from encoder_zoo.training.recipes.registry import PER_UPDATE, LossWeighting
 from encoder_zoo.training.run.flops import FlopCount, attention, dense, layer, step_sizes
 
 logger = logging.getLogger(__name__)
@@ -153,6 +154,19 @@ def trained_losses(config: dict) -> tuple[str, ...]:
     return tuple(f"{loss}_loss" for loss in config.get("loss_type", "cloze").split("+"))
 
 
+# fairseq's language-model criterion (cross_entropy, behind the bi_trans_lm branch) sums the token losses and the
+# trainer divides the gradients by the tokens of the whole update, gathered over the workers and --update-freq.
+CLOZE_LOSS_WEIGHTING = LossWeighting(
+    PER_UPDATE, "fairseq's LM criterion: summed token losses divided by the tokens of the whole update (every worker, "
+    "every --update-freq batch); the bilm loss types, whose two directions the model averages, keep per-micro-batch "
+    "means")
+
+
+def unused_without_cloze_loss(values: dict) -> tuple[str, ...]:
+    """Trained on its bilm loss alone, the model never runs its combination layer."""
+    return ("cloze.combination",) if values.get("loss_type", "cloze") == "bilm" else ()
+
+
 RECIPES = {
     "cloze": Recipe(
         name="cloze",
@@ -172,6 +186,8 @@ RECIPES = {
         hyperparameters=CLOZE_HYPERPARAMETERS,
         build_tokenizer=build_cloze_tokenizer,
         init_model=spell_word_vocabulary,
+        loss_weighting=CLOZE_LOSS_WEIGHTING,
+        unused_parameters_of=unused_without_cloze_loss,
     ),
 }
 

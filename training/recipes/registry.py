@@ -191,6 +191,32 @@ class TrainingDefaults:
         return {"betas": (self.adam_beta1, self.adam_beta2), "eps": self.adam_epsilon}
 
 
+# How a recipe's authors weigh the targets of an update (`LossWeighting.per`).
+PER_MICRO_BATCH, PER_UPDATE = "micro_batch", "update"
+
+
+@dataclass(frozen=True)
+class LossWeighting:
+    """How the authors' code weighs a loss term's targets within one update (`--loss_normalization recipe`).
+
+    Attributes:
+        per: `PER_MICRO_BATCH`: each micro-batch's loss terms are means over that micro-batch's targets, and the
+            micro-batches of an update weigh equally (Trainer divides by the accumulation steps, DDP averages the
+            processes): splits that keep the micro-batch give the same update bitwise, others the same in expectation.
+            `PER_UPDATE`: every term's summed loss is divided by its target count over the whole update (every
+            micro-batch of every process), so any split gives the same update (what `--loss_normalization update`
+            does for every recipe).
+        source: what the authors' code does, where it was read.
+    """
+
+    per: str
+    source: str
+
+    def __post_init__(self):
+        if self.per not in (PER_MICRO_BATCH, PER_UPDATE):
+            raise ValueError(f"LossWeighting.per {self.per!r}: choose {PER_MICRO_BATCH!r} or {PER_UPDATE!r}.")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How `training/pretrain.py` builds, feeds, logs and exports one `--model`.
@@ -235,6 +261,13 @@ class Recipe:
         trainer_class: the Trainer subclass that runs the recipe (default `PretrainingTrainer`).
         describe_training: optional `(trainer, args) -> dict` of rows added to (or replacing) the card's training table.
         card_plots: extra card figures, file name -> logged keys drawn in it.
+        loss_weighting: how the authors weigh the targets of an update (`LossWeighting`): what
+            `--loss_normalization recipe` trains with. None: per micro-batch, Trainer's own.
+        unused_parameters: parameter name prefixes that get no gradient in some training forward (a GAN's networks
+            that one call does not train): DDP then searches the autograd graph for them at every step
+            (`find_unused_parameters`); for every other recipe it does not, which saves that traversal.
+        unused_parameters_of: `(config values) -> unused_parameters` where they depend on the config (the two-tower
+            model trained on its bilm loss alone leaves its combination layer out); None: `unused_parameters`.
     """
 
     name: str
@@ -261,6 +294,21 @@ class Recipe:
     trainer_class: type | None = None
     describe_training: Callable[..., dict[str, Any]] | None = None
     card_plots: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    loss_weighting: LossWeighting | None = None
+    unused_parameters: tuple[str, ...] = ()
+    unused_parameters_of: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
+
+    def unused_in(self, config_overrides: dict[str, Any] | None = None) -> tuple[str, ...]:
+        """The parameters (name prefixes) a training forward of this recipe may leave without a gradient, under the
+        run's `--config_overrides`: empty for every recipe whose forward uses all of its parameters."""
+        if self.unused_parameters_of is None:
+            return self.unused_parameters
+        return self.unused_parameters_of({**self.config_overrides, **(config_overrides or {})})
+
+    @property
+    def weighs_per_update(self) -> bool:
+        """Whether `--loss_normalization recipe` already divides each term by its count over the whole update."""
+        return self.loss_weighting is not None and self.loss_weighting.per == PER_UPDATE
 
     def logs(self, config_overrides: dict[str, Any] | None = None) -> tuple[str, ...]:
         """The `logged_outputs` a model of this recipe returns under `config_overrides` (a run's `--config_overrides`,

@@ -28,6 +28,7 @@ from encoder_zoo.training.recipes import (
     pretraining_export,
     standard_copy_export,
 )
+from encoder_zoo.training.recipes.registry import PER_MICRO_BATCH, LossWeighting
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
 BERT_SIZES = {
@@ -193,6 +194,7 @@ def two_segment_recipe(name: str, summary: str, *, next_sentence_prediction: boo
         paper=SPANBERT_PAPER,
         hyperparameters=BERT_BASELINE_HYPERPARAMETERS,
         describe_training=describe_sbo_loss,
+        loss_weighting=SPANBERT_LOSS_WEIGHTING,
     )
 
 
@@ -200,6 +202,14 @@ TWO_SEGMENT_SUMMARY = (
     "pairs of segments `[CLS] A [SEP] B [SEP]` built as BERT builds them (B continues A half of the time, else comes "
     "from another document; together up to the block length), each segment masked on its own"
 )
+
+# SpanBERT's fairseq criterion (pretraining/fairseq/criterions/spanbert_loss.py) returns, per batch,
+# `lm_loss / ntokens + pair_loss / npairs`; the trainer's division by the gathered sample size is one global scale that
+# Adam cancels. So each micro-batch's terms are its own means and micro-batches weigh equally; BERT's baselines on this
+# code path do the same.
+SPANBERT_LOSS_WEIGHTING = LossWeighting(
+    PER_MICRO_BATCH, "SpanBERT's fairseq criterion (spanbert_loss.py): each batch's MLM and SBO (and NSP) terms are "
+    "means over that batch's targets, summed; the batches of an update weigh equally")
 
 RECIPES = {
     "spanbert": Recipe(
@@ -217,6 +227,7 @@ RECIPES = {
         paper=SPANBERT_PAPER,
         hyperparameters=PAPER_HYPERPARAMETERS,
         describe_training=describe_sbo_loss,
+        loss_weighting=SPANBERT_LOSS_WEIGHTING,
     ),
     "bert": Recipe(
         name="bert",
@@ -232,6 +243,7 @@ RECIPES = {
         default_masking_scheme="subword",
         paper=None,
         hyperparameters=BERT_BASELINE_HYPERPARAMETERS,
+        loss_weighting=SPANBERT_LOSS_WEIGHTING,
     ),
     "bert_2seq_nsp": two_segment_recipe(
         "bert_2seq_nsp",

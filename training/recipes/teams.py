@@ -22,6 +22,7 @@ from encoder_zoo.training.recipes import (
     pretraining_export,
     standard_copy_export,
 )
+from encoder_zoo.training.recipes.registry import PER_MICRO_BATCH, LossWeighting
 from encoder_zoo.training.recipes.spanbert import build_span_collator
 from encoder_zoo.training.run.flops import FlopCount, dense, layer, step_sizes
 
@@ -101,6 +102,15 @@ def build_masking_collator(tokenizer, args):
     return build_span_collator(tokenizer, args, span_boundary_targets=False)
 
 
+# Read in the authors' code: TEAMS (tensorflow/models, official/projects/teams/teams_task.py) computes each replica's
+# MLM and MWS losses as means over its masked positions and RTD over its non-padding tokens, then divides by the
+# replicas in sync (a mean over replicas, no accumulation); ELECTRA (google-research/electra, run_pretraining.py) does
+# the same per TPU core. So each micro-batch's terms are its own means, and micro-batches weigh equally.
+TEAMS_LOSS_WEIGHTING = LossWeighting(
+    PER_MICRO_BATCH, "the authors' code (TEAMS: tensorflow/models official/projects/teams/teams_task.py; ELECTRA: "
+    "google-research/electra run_pretraining.py): each replica's terms are means over its own targets (MLM and MWS "
+    "over masked positions, RTD over non-padding tokens), averaged over the replicas")
+
 RECIPES = {
     "teams": Recipe(
         name="teams",
@@ -118,6 +128,7 @@ RECIPES = {
         default_masking_scheme="subword",
         paper=TEAMS_PAPER,
         hyperparameters=TEAMS_HYPERPARAMETERS,
+        loss_weighting=TEAMS_LOSS_WEIGHTING,
     ),
     "electra": Recipe(
         name="electra",
@@ -138,6 +149,7 @@ RECIPES = {
         default_masking_scheme="subword",
         paper=ELECTRA_PAPER,
         hyperparameters=ELECTRA_HYPERPARAMETERS,
+        loss_weighting=TEAMS_LOSS_WEIGHTING,
     ),
 }
 

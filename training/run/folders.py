@@ -279,7 +279,8 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
             if path and Path(path).exists() and Path(path).resolve().is_relative_to(output_dir.resolve()):
                 raise ValueError(f"{flag} {path} lies inside --output_dir {output_dir}, which --overwrite_output_dir "
                                  "would move aside; keep the run's inputs outside its output folder.")
-        entries = previous_run(output_dir) + [n for n in ("tokenizer", "runs", RUN_INPUTS) if (output_dir / n).exists()]
+        entries = previous_run(output_dir) + [n for n in ("tokenizer", "runs", RUN_INPUTS, "global_batch.json")
+                                           if (output_dir / n).exists()]
         if entries:
             target = output_dir / f"replaced-{timestamp()}"
             target.mkdir()

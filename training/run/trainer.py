@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".checkpoint-staging"
 # Tests only: the step whose checkpoint, once written, waits 10 minutes before it is published (to be killed there).
 SAVE_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_SAVE_AT_STEP"
+# Micro-batches whose model FLOPs wait to be counted (`PretrainingTrainer.floating_point_ops`): counted at the next log
+# or save, or once this many have gathered.
+PENDING_FLOP_BATCHES = 64
 # Held-out MLM figures over the targets replaced by [MASK] only (`PretrainingTrainer.add_masked_only`), logged as
 # eval_<name> beside the model's own `mlm_loss`, which averages every 80/10/10 target.
 MASKED_LOSS, MASKED_ACCURACY, MASKED_TARGETS = "mlm_masked_loss", "mlm_masked_accuracy", "mlm_masked_targets"
@@ -68,7 +71,9 @@ class ExactResume:
 
     def train(self, *args, **kwargs):
         trainer_utils_logger = logging.getLogger("transformers.trainer_utils")
-        interval_filter = _IntervalMismatch()
+        # A resume that kept the run's global batch (`training.run.elastic`) may split it otherwise: said there.
+        interval_filter = _IntervalMismatch(INTERVAL_ARGUMENTS + (("per_device_train_batch_size",)
+                                                                  if getattr(self, "global_batch_kept", False) else ()))
         trainer_utils_logger.addFilter(interval_filter)
         try:
             return super().train(*args, **kwargs)
@@ -80,17 +85,23 @@ INTERVAL_ARGUMENTS = ("logging_steps", "eval_steps", "save_steps")
 
 
 class _IntervalMismatch(logging.Filter):
-    """Turns Trainer's resume warning into an INFO line when only the logging/eval/save intervals differ."""
+    """Turns Trainer's resume warning into an INFO line when only the logging/eval/save intervals differ (and the
+    per-device batch, where the global batch was kept)."""
+
+    def __init__(self, allowed: tuple[str, ...] = INTERVAL_ARGUMENTS):
+        super().__init__()
+        self.allowed = allowed
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if not message.startswith("Warning: The following arguments do not match"):
             return True
         lines = [line.strip() for line in message.splitlines()[1:] if line.strip()]
-        if not lines or any(line.split(":", 1)[0] not in INTERVAL_ARGUMENTS for line in lines):
+        if not lines or any(line.split(":", 1)[0] not in self.allowed for line in lines):
             return True
-        logger.info("Resumed with other intervals than the checkpoint recorded (%s): only when logs, evaluations and "
-                    "checkpoints happen changes, not what is trained.", "; ".join(lines))
+        logger.info("Resumed with other intervals or per-device batch than the checkpoint recorded (%s): only when "
+                    "logs, evaluations and checkpoints happen, or how the kept global batch is split, changes.",
+                    "; ".join(lines))
         return False
 
 
@@ -102,8 +113,20 @@ class PretrainingTrainer(ExactResume, Trainer):
 
     def __init__(self, *args, logged_outputs=(), perplexity_of=(), decay_norms_and_biases=False,
                  max_nonfinite_steps: int | None = None, default_learning_rate: float | None = None,
-                 model_flops=None, **kwargs):
+                 model_flops=None, loss_terms=None, **kwargs):
         super().__init__(*args, **kwargs)
+        # `--loss_normalization update` (or a recipe whose authors weigh per update): each term's sum over the
+        # update's targets, counted on all processes before its first forward (`training.run.elastic`).
+        self.update_normalization = None
+        if loss_terms is not None:
+            from encoder_zoo.training.run.elastic import UpdateNormalization
+
+            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+            self.update_normalization = UpdateNormalization(loss_terms, config, self.args.world_size)
+            self.loss_is_scaled_for_ga = True  # the counts span the accumulation steps: no division by them
+        # Counted on the device and read (one sync) only when logged or saved: no host sync per micro-batch.
+        self._pending_tokens: torch.Tensor | int = 0
+        self._pending_flop_batches: list = []
         # The family's model-FLOP count (`training.run.flops.FlopCount`, its `Family.flops`); None: Trainer's estimate.
         self.model_flops = model_flops
         if self.args.label_names is None:
@@ -184,7 +207,32 @@ class PretrainingTrainer(ExactResume, Trainer):
         else:
             self.record_eval(outputs, inputs)
         loss = outputs["loss"]
+        if model.training and self.update_normalization is not None:
+            loss = self.update_normalization.loss(outputs, inputs)
         return (loss, outputs) if return_outputs else loss
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """An update's micro-batches; under update normalisation, their target counts summed over the processes."""
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.update_normalization is not None:
+            self.update_normalization.count(batch_samples, device,
+                                            reduce=lambda counts: self.accelerator.reduce(counts, reduction="sum"))
+        return batch_samples, num_items_in_batch
+
+    def _get_train_sampler(self, train_dataset=None):
+        """Trainer's shuffled order, cut to whole global batches per epoch: update k of an epoch trains examples
+        [k x global, (k + 1) x global) of its permutation whatever the split into processes x per-device batch x
+        accumulation (Trainer's own would end an epoch on a partial update that differs between splits)."""
+        sampler = super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if type(sampler) is not torch.utils.data.RandomSampler or sampler.replacement:
+            return sampler
+        args = self.args
+        total = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
+        whole = len(dataset) // total * total
+        if not whole or whole == len(dataset):
+            return sampler
+        return torch.utils.data.RandomSampler(dataset, num_samples=whole, generator=sampler.generator)
 
     def floating_point_ops(self, inputs) -> int:
         """Model FLOPs of one forward + backward on a training batch, summed by Trainer into `state.total_flos`
@@ -193,8 +241,14 @@ class PretrainingTrainer(ExactResume, Trainer):
         tokens). Which count this run uses is decided at its first batch, logged once and kept as `flop_count`."""
         model = self.accelerator.unwrap_model(self.model)
         if self.flop_count is not None:
-            return (self.model_flops.count(self._flop_kind, model, inputs) if self._flop_kind
-                    else super().floating_point_ops(inputs))
+            if not self._flop_kind:
+                return super().floating_point_ops(inputs)
+            # The count reads data-dependent sizes (real tokens, targets): kept until the next log or save, counted
+            # then in one go, so no micro-batch waits for the device.
+            self._pending_flop_batches.append(inputs)
+            if len(self._pending_flop_batches) >= PENDING_FLOP_BATCHES:
+                self._count_pending_flops()
+            return 0
         kind = self.model_flops.kind(model, inputs) if self.model_flops is not None else None
         flops, reason = None, "no model-FLOP count for this model"
         if kind is not None:
@@ -212,9 +266,45 @@ class PretrainingTrainer(ExactResume, Trainer):
                 logger.info("total_flos: Trainer's estimate, 6 x non-embedding parameters x input tokens (%s).", reason)
         return flops if kind else super().floating_point_ops(inputs)
 
-    def throughput(self, inputs) -> dict[str, int]:
-        """What one training batch counts towards the logged `<unit>_per_second`: its non-padding tokens."""
-        return {"tokens": (int(inputs["attention_mask"].sum()) if "attention_mask" in inputs
+    def _count_pending_flops(self) -> None:
+        if self._pending_flop_batches:
+            model = self.accelerator.unwrap_model(self.model)
+            self.current_flos += float(sum(self.model_flops.count(self._flop_kind, model, inputs)
+                                           for inputs in self._pending_flop_batches))
+            self._pending_flop_batches = []
+
+    def store_flos(self) -> None:
+        self._count_pending_flops()
+        super().store_flos()
+
+    def _track_num_input_tokens(self, inputs) -> None:
+        """Trainer's count of the tokens seen, kept on the device until the next log or save (Trainer gathers and
+        reads it at every micro-batch)."""
+        mode = self.args.include_num_input_tokens_seen
+        if mode == "no" or "input_ids" not in inputs:
+            return super()._track_num_input_tokens(inputs)
+        if mode == "non_padding" and "attention_mask" in inputs:
+            tokens = inputs["attention_mask"].sum()
+        elif mode == "non_padding" and getattr(self.processing_class, "pad_token_id", None) is not None:
+            tokens = (inputs["input_ids"] != self.processing_class.pad_token_id).sum()
+        else:
+            tokens = inputs["input_ids"].numel()
+        self._pending_tokens = self._pending_tokens + tokens
+
+    def _add_pending_tokens(self) -> None:
+        """Every process calls this at the same points (log, save): the pending counts are summed over them."""
+        pending = torch.as_tensor(self._pending_tokens, device=self.args.device, dtype=torch.int64)
+        self._pending_tokens = 0
+        if self.args.include_num_input_tokens_seen == "no":
+            return
+        if self.args.world_size > 1:
+            pending = self.accelerator.reduce(pending, reduction="sum")
+        self.state.num_input_tokens_seen += int(pending.item())
+
+    def throughput(self, inputs) -> dict[str, torch.Tensor | int]:
+        """What one training batch counts towards the logged `<unit>_per_second`: its non-padding tokens (a device
+        tensor, read when logged)."""
+        return {"tokens": (inputs["attention_mask"].sum() if "attention_mask" in inputs
                            else inputs["input_ids"].numel())}
 
     def record(self, outputs, inputs) -> None:
@@ -264,7 +354,7 @@ class PretrainingTrainer(ExactResume, Trainer):
         device = self.args.device
         names = sorted(sums)
         stacked = torch.stack([torch.as_tensor(sums[n], device=device, dtype=torch.float32) for n in names] +
-                              [torch.tensor(float(v), device=device) for v in (count, *extra)])
+                              [torch.as_tensor(v, device=device).float() for v in (count, *extra)])
         stacked = self.accelerator.reduce(stacked, reduction="sum") if self.args.world_size > 1 else stacked
         total = max(stacked[len(names)].item(), 1e-12)
         means = {}
@@ -275,6 +365,7 @@ class PretrainingTrainer(ExactResume, Trainer):
         return means, [v.item() for v in stacked[len(names) + 1 :]]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._add_pending_tokens()  # every process logs at the same points; Trainer's log reports the total
         if "loss" in logs and self._count:
             units = sorted(self._units)
             means, totals = self._reduced_means(self._sums, self._count, *(self._units[u] for u in units))
@@ -360,6 +451,8 @@ class PretrainingTrainer(ExactResume, Trainer):
             shutil.rmtree(staging / name, ignore_errors=True)
         self.accelerator.wait_for_everyone()  # no rank writes into the folder before it is cleared
         self._staging_root = str(staging)
+        self._add_pending_tokens()  # every process saves: the tokens seen so far go into trainer_state.json
+        self.store_flos()
         from encoder_zoo.training.data.streaming import StreamedExamples
 
         try:
@@ -762,6 +855,8 @@ class GanTrainer(PretrainingTrainer):
     stops as a diverged one does (status 3, nothing exported).
     """
 
+    accumulates = False  # each batch is two updates: the global batch is split over the processes only
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.gradient_accumulation_steps != 1:
@@ -781,8 +876,8 @@ class GanTrainer(PretrainingTrainer):
         self._previous_values: torch.Tensor | None = None
         self._collapsed_steps = 0
 
-    def throughput(self, inputs) -> dict[str, int]:
-        words = int(inputs["attention_mask"].sum()) + int(inputs["entity_attention_mask"].sum())
+    def throughput(self, inputs) -> dict[str, torch.Tensor | int]:
+        words = inputs["attention_mask"].sum() + inputs["entity_attention_mask"].sum()
         return {"pairs": int(inputs["input_ids"].shape[0]), "words": words}
 
     def training_step(self, model, inputs, num_items_in_batch=None):

@@ -1,0 +1,222 @@
+"""Elastic runs: the global batch is a run's invariant (recorded at its start, kept by a resume on any number of
+processes), each update trains the same examples however the global batch is split, and `--loss_normalization update`
+makes every split give the same update (1 x 8, 1 x 4 x 2, 2 x 4 and 2 x 2 x 2 agree to 1e-5 for spanbert, teams, cloze
+and bert_2seq_nsp, dropout off). Under the recipe's own weighting, splits that keep the per-device batch agree bitwise,
+resumes on another number of processes included (every process on one thread, so that 1- and 2-process runs round
+alike).
+
+TEAMS runs through `tests/deterministic_samplers.py`: its generator's Gumbel draws follow each process's stream at
+each micro-batch's shape, like dropout masks, so they are turned off with dropout."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import REPO, call_cli, pretrain, pretrain_env, two_process_launcher
+from safetensors.torch import load_file
+
+from encoder_zoo.training.run import elastic
+
+DETERMINISTIC_SAMPLERS = os.path.join(REPO, "tests", "deterministic_samplers.py")
+NO_DROPOUT = {"spanbert": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
+              "bert_2seq_nsp": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
+              "teams": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
+              "cloze": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0,activation_dropout=0.0"}
+FAMILIES = list(NO_DROPOUT)
+
+
+def flags(model: str, out: Path, micro: int, accumulation: int | None, *extra: str) -> list[str]:
+    return ["--model", model, "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
+            "--tokenizer_vocab_size", "1000", "--validation_documents", "0", "--max_steps", "4", "--logging_steps", "1",
+            "--save_steps", "2", "--dataloader_num_workers", "0", "--disable_tqdm", "true",
+            "--config_overrides", NO_DROPOUT[model], "--per_device_train_batch_size", str(micro),
+            *(["--gradient_accumulation_steps", str(accumulation)] if accumulation else []),
+            "--output_dir", str(out), *extra]
+
+
+def train(model: str, out: Path, micro: int, accumulation: int | None, *extra: str, processes: int = 1):
+    """One run (OMP_NUM_THREADS=1 in every process); TEAMS with deterministic samplers."""
+    launcher = two_process_launcher() if processes == 2 else (sys.executable,)
+    if model == "teams":
+        launcher = (*launcher, DETERMINISTIC_SAMPLERS)
+    return pretrain(*flags(model, out, micro, accumulation, *extra), launcher=launcher,
+                    env=pretrain_env(OMP_NUM_THREADS="1"))
+
+
+def weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(out / "export" / "model.safetensors")
+
+
+def largest_difference(a: Path, b: Path) -> float:
+    first, second = weights(a), weights(b)
+    assert first.keys() == second.keys()
+    return max((first[name].float() - second[name].float()).abs().max().item() for name in first)
+
+
+def bitwise_equal(a: Path, b: Path) -> bool:
+    first, second = weights(a), weights(b)
+    return first.keys() == second.keys() and all(torch.equal(first[name], second[name]) for name in first)
+
+
+def resume_copy(run: Path, into: Path, step: int = 2) -> Path:
+    """`run` as it stood at checkpoint-`step`: later checkpoints, its export and final state left out."""
+    shutil.copytree(run, into, ignore=shutil.ignore_patterns(
+        *(f"checkpoint-{s}" for s in range(step + 1, 10)), "export", "trainer_state.json"))
+    return into
+
+
+# ------------------------------------------------------------------------------------------- the global batch
+def arguments(micro: int, processes: int, accumulation: int = 1, rank: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(per_device_train_batch_size=micro, world_size=processes,
+                           gradient_accumulation_steps=accumulation, process_index=rank)
+
+
+def checkpoint(run: Path, processes: int) -> str:
+    folder = run / "checkpoint-2"
+    folder.mkdir(parents=True)
+    for rank in range(processes):
+        (folder / (f"rng_state_{rank}.pth" if processes > 1 else "rng_state.pth")).write_bytes(b"")
+    return str(folder)
+
+
+def keep(run: Path, saved: str | None, args, *given: str, accumulates: bool = True, normalization="recipe"):
+    return elastic.keep_global_batch(run, saved, args, loss_normalization=normalization, accumulates=accumulates,
+                                     set_by_user=lambda flag: flag in given)
+
+
+def test_a_resume_keeps_the_recorded_global_batch_on_any_number_of_processes(tmp_path, caplog):
+    run = tmp_path / "run"
+    keep(run, None, arguments(4, 2))  # a new run records 2 x 4
+    record = json.loads((run / elastic.GLOBAL_BATCH_RECORD).read_text())
+    assert record["global_batch"] == 8 and record["processes"] == 2
+    saved = checkpoint(run, 2)
+
+    args = arguments(4, 1)  # the same flags on one process: the accumulation is derived
+    with caplog.at_level(logging.INFO):
+        keep(run, saved, args)
+    assert args.gradient_accumulation_steps == 2
+    line = next(r.getMessage() for r in caplog.records if "Global batch 8" in r.getMessage())
+    assert "(2 processes x 4 per device x 1 accumulation step): resuming as 1 process x 4 per device x 2" in line
+
+    args = arguments(2, 2, accumulation=1)  # an --gradient_accumulation_steps that would change it is replaced
+    keep(run, saved, args, "--gradient_accumulation_steps")
+    assert args.gradient_accumulation_steps == 2
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):  # a larger micro-batch under a per-micro-batch recipe: said in one line
+        keep(run, saved, arguments(8, 1))
+    assert any("equal in expectation, not bitwise" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        keep(run, saved, arguments(8, 1), normalization="update")
+    assert not any("equal in expectation" in r.getMessage() for r in caplog.records)
+
+    with pytest.raises(ValueError) as refused:  # 8 is no multiple of 3 x 1 or of 1 x 3
+        keep(run, saved, arguments(3, 1))
+    message = str(refused.value)
+    assert "\n" not in message and "global batch of 8" in message
+    assert "1 process x --per_device_train_batch_size 3" in message
+    assert "--per_device_train_batch_size 8 (--gradient_accumulation_steps 1)" in message
+    with pytest.raises(ValueError, match="on a number of processes that divides 8 \\(1, 2, 4, 8\\)"):
+        keep(run, saved, arguments(1, 3))
+    # A trainer without accumulation (the GAN) splits the global batch over the processes.
+    args = arguments(4, 4)
+    keep(run, saved, args, accumulates=False)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 1)
+    with pytest.raises(ValueError, match="does not split over 3 processes without accumulation"):
+        keep(run, saved, arguments(4, 3), accumulates=False)
+
+
+def test_a_run_without_the_record_resumes_only_on_its_own_number_of_processes(tmp_path):
+    run = tmp_path / "older"
+    saved = checkpoint(run, 2)
+    args = arguments(4, 2, accumulation=3)
+    assert keep(run, saved, args) is None and args.gradient_accumulation_steps == 3  # as before
+    with pytest.raises(ValueError) as refused:
+        keep(run, saved, arguments(4, 1))
+    assert "\n" not in str(refused.value)
+    assert "recorded no global batch" in str(refused.value) and "resume it on 2 processes" in str(refused.value)
+
+
+def test_ddp_searches_for_unused_parameters_only_where_a_recipe_has_them(tmp_path):
+    from encoder_zoo.training import pretrain as script
+    from encoder_zoo.training.recipes import get_recipe
+
+    found = {}
+    for model, overrides in (("spanbert", {}), ("teams", {}), ("cloze", {}), ("cloze", {"loss_type": "bilm"}),
+                             ("bertac_cnn", {})):
+        args = SimpleNamespace(loss_normalization="recipe", flags_given=())
+        training_args = SimpleNamespace(**vars(arguments(4, 1)), ddp_find_unused_parameters=None)
+        script.keep_global_batch(get_recipe(model), args, training_args, overrides, tmp_path / model, None)
+        found[(model, overrides.get("loss_type"))] = training_args.ddp_find_unused_parameters
+    assert found == {("spanbert", None): False, ("teams", None): False, ("cloze", None): False,
+                     ("cloze", "bilm"): True, ("bertac_cnn", None): True}
+
+
+@pytest.mark.parametrize("model, extra", [("bertac_cnn", []), ("cloze", ["--config_overrides", "loss_type=bilm"])])
+def test_update_normalization_is_refused_where_no_target_count_exists(tmp_path, model, extra):
+    result = call_cli("encoder_zoo.training.pretrain", "--model", model, "--loss_normalization", "update",
+                      "--output_dir", str(tmp_path / "run"), *extra)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "--loss_normalization update" in last and "--loss_normalization recipe" in last
+    assert not (tmp_path / "run" / "checkpoint-1").exists()
+
+
+# ------------------------------------------------------------------------------------------- one process
+@pytest.mark.slow
+@pytest.mark.parametrize("model", FAMILIES)
+def test_update_normalization_gives_one_update_for_1x8_and_1x4x2(tmp_path, model):
+    train(model, tmp_path / "1x8", 8, 1, "--loss_normalization", "update")
+    train(model, tmp_path / "1x4x2", 4, 2, "--loss_normalization", "update")
+    assert largest_difference(tmp_path / "1x8", tmp_path / "1x4x2") < 1e-5
+
+
+# ------------------------------------------------------------------------------------------- two processes
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("model", FAMILIES)
+def test_update_normalization_gives_one_update_for_every_split(tmp_path, model):
+    """1 x 8 against 2 x 4 and 2 x 2 x 2 (1 x 4 x 2: the single-process test above)."""
+    train(model, tmp_path / "1x8", 8, 1, "--loss_normalization", "update")
+    for name, micro, accumulation in (("2x4", 4, 1), ("2x2x2", 2, 2)):
+        train(model, tmp_path / name, micro, accumulation, "--loss_normalization", "update", processes=2)
+        assert largest_difference(tmp_path / "1x8", tmp_path / name) < 1e-5, name
+
+
+@pytest.mark.multiprocess
+def test_resumes_on_another_number_of_processes_continue_the_run(tmp_path):
+    """Under SpanBERT's own weighting: 2 x 4 and 1 x 4 x 2 are bitwise equal, and so is a 2 -> 1 resume with the same
+    flags (the accumulation derived), and a 1 -> 2 resume of the 1 x 4 x 2 run with its own flags (its
+    --gradient_accumulation_steps 2 replaced by 1). Under `update`, a resume with the micro-batch doubled ends
+    equal to 1e-5."""
+    two, one = tmp_path / "2x4", tmp_path / "1x4x2"
+    train("spanbert", two, 4, None, processes=2)
+    train("spanbert", one, 4, 2)
+    assert bitwise_equal(two, one)
+
+    resumed = train("spanbert", resume_copy(two, tmp_path / "2to1"), 4, None, "--resume_from_checkpoint", "true")
+    assert bitwise_equal(two, tmp_path / "2to1")
+    assert "resuming as 1 process x 4 per device x 2 accumulation steps" in resumed.stderr
+    assert "do not match the ones in the `trainer_state.json`" not in resumed.stderr
+
+    resumed = train("spanbert", resume_copy(one, tmp_path / "1to2"), 4, 2, "--resume_from_checkpoint", "true",
+                    processes=2)
+    assert bitwise_equal(one, tmp_path / "1to2")
+    assert "(--gradient_accumulation_steps 2 replaced)" in resumed.stderr
+
+    update = tmp_path / "update-1x4x2"
+    train("spanbert", update, 4, 2, "--loss_normalization", "update")
+    resumed = train("spanbert", resume_copy(update, tmp_path / "doubled"), 8, None, "--loss_normalization", "update",
+                    "--resume_from_checkpoint", "true")
+    assert "resuming as 1 process x 8 per device x 1 accumulation step" in resumed.stderr
+    assert largest_difference(update, tmp_path / "doubled") < 1e-5
+    doubled = train("spanbert", resume_copy(one, tmp_path / "doubled-recipe"), 8, None, "--resume_from_checkpoint",
+                    "true")
+    assert "equal in expectation, not bitwise" in doubled.stderr

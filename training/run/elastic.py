@@ -1,0 +1,255 @@
+"""Elastic runs: the global batch is a run's invariant, and an update can weigh its targets the same however the global
+batch is split over processes, micro-batches and accumulation steps.
+
+- `GLOBAL_BATCH_RECORD` (OUTPUT_DIR/global_batch.json) is written when a run starts: the global batch and how it was
+  split. A resume on any number of processes keeps the global batch by deriving the accumulation steps,
+  `global / (processes x per-device batch)` (`keep_global_batch`), or is refused in one line naming the numbers and
+  the flags that would work. A run from before the record resumes as before on the same number of processes only.
+- `--loss_normalization update` (`LossTerms`): every loss term's summed loss is divided by its target count over the
+  whole update (all micro-batches of all processes), so 1 x 8, 2 x 4, 1 x 4 x 2 and 2 x 2 x 2 give the same update.
+  The counts are read from the batches before the update's first forward (Trainer prefetches an update's
+  micro-batches) and summed over the processes with one all-reduce, without a host sync.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+GLOBAL_BATCH_RECORD = "global_batch.json"
+NORMALIZATIONS = ("recipe", "update")
+
+
+# ---------------------------------------------------------------------------------------------- the global batch
+def checkpoint_world_size(checkpoint: str | Path) -> int:
+    """How many processes saved `checkpoint`: Trainer writes one rng_state_<rank>.pth per process (rng_state.pth
+    alone for one)."""
+    ranks = list(Path(checkpoint).glob("rng_state_*.pth"))
+    return len(ranks) if ranks else 1
+
+
+def batch_record(training_args, loss_normalization: str) -> dict:
+    micro, processes = training_args.per_device_train_batch_size, training_args.world_size
+    accumulation = training_args.gradient_accumulation_steps
+    return {"global_batch": micro * processes * accumulation, "per_device_train_batch_size": micro,
+            "processes": processes, "gradient_accumulation_steps": accumulation,
+            "loss_normalization": loss_normalization}
+
+
+def write_batch_record(output_dir: Path, record: dict) -> None:
+    """The record, whole or not at all (every process may write the same one)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staged = output_dir / f".{GLOBAL_BATCH_RECORD}.{os.getpid()}"
+    staged.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(staged, output_dir / GLOBAL_BATCH_RECORD)
+
+
+def read_batch_record(run_dir: Path) -> dict | None:
+    path = run_dir / GLOBAL_BATCH_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        int(record["global_batch"])
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} is damaged ({error}); it records the run's global batch. Restore it, or start a new "
+                         "run (--overwrite_output_dir or another --output_dir).") from None
+    return record
+
+
+def _divisors(number: int) -> list[int]:
+    return [d for d in range(1, number + 1) if number % d == 0]
+
+
+def _split(micro: int, processes: int, accumulation: int) -> str:
+    return (f"{processes} process{'es' if processes > 1 else ''} x {micro} per device x {accumulation} accumulation "
+            f"step{'s' if accumulation > 1 else ''}")
+
+
+def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *, loss_normalization: str,
+                      accumulates: bool, set_by_user: Callable[[str], bool],
+                      per_micro_batch: bool = True) -> dict | None:
+    """Record the global batch of a new run, or keep the recorded one on resume: sets
+    `training_args.gradient_accumulation_steps` (or, for a trainer that cannot accumulate, the per-device batch) so
+    that processes x per-device batch x accumulation = the recorded global batch, and says so in one line. Refuses
+    in one line what cannot keep it. Returns the record (None for an older run without one)."""
+    processes, micro = training_args.world_size, training_args.per_device_train_batch_size
+    if checkpoint is None:
+        record = batch_record(training_args, loss_normalization)
+        if training_args.process_index == 0:
+            write_batch_record(output_dir, record)
+        return record
+    run_dir = Path(checkpoint).parent
+    record = read_batch_record(run_dir)
+    if record is None:
+        saved_by = checkpoint_world_size(checkpoint)
+        if saved_by != processes:
+            raise ValueError(
+                f"--resume_from_checkpoint {checkpoint}: its run recorded no global batch (a run from before "
+                f"{GLOBAL_BATCH_RECORD}) and was saved by {saved_by} process{'es' if saved_by > 1 else ''}, this one "
+                f"has {processes}: resume it on {saved_by} process{'es' if saved_by > 1 else ''} with its own "
+                "--per_device_train_batch_size and --gradient_accumulation_steps.")
+        logger.info("%s recorded no global batch (an older run): resuming on the same %d process(es) with the flags as "
+                    "given.", run_dir, processes)
+        return None
+    total = int(record["global_batch"])
+    before = _split(record["per_device_train_batch_size"], record["processes"], record["gradient_accumulation_steps"])
+    replaced = ""
+    if not accumulates:  # the trainer takes no accumulation: the per-device batch carries the whole global batch
+        if total % processes:
+            working = ", ".join(str(p) for p in _divisors(total) if p <= max(64, processes))
+            raise ValueError(f"--resume_from_checkpoint {checkpoint}: the run's global batch of {total} ({before}) "
+                             f"does not split over {processes} processes without accumulation, which this trainer "
+                             f"cannot do: resume on a number of processes that divides {total} ({working}).")
+        needed = total // processes
+        if set_by_user("--per_device_train_batch_size") and micro != needed:
+            replaced = f" (--per_device_train_batch_size {micro} replaced: this trainer takes no accumulation)"
+        training_args.per_device_train_batch_size = needed
+        training_args.gradient_accumulation_steps = 1
+        accumulation = 1
+        micro = needed
+    else:
+        per_step = micro * processes
+        if total % per_step:
+            fits = _divisors(total // processes) if total % processes == 0 else []
+            options = ", ".join(f"--per_device_train_batch_size {m} (--gradient_accumulation_steps "
+                                f"{total // processes // m})" for m in fits[-3:])
+            where = (f"with {processes} processes and {options}" if options else
+                     f"on a number of processes that divides {total} "
+                     f"({', '.join(str(p) for p in _divisors(total) if p <= 64)})")
+            raise ValueError(f"--resume_from_checkpoint {checkpoint}: the run's global batch of {total} ({before}) is "
+                             f"not a multiple of {processes} process{'es' if processes > 1 else ''} x "
+                             f"--per_device_train_batch_size {micro} = {per_step}; resume {where}.")
+        accumulation = total // per_step
+        given = training_args.gradient_accumulation_steps
+        if set_by_user("--gradient_accumulation_steps") and given != accumulation:
+            replaced = f" (--gradient_accumulation_steps {given} replaced)"
+        training_args.gradient_accumulation_steps = accumulation
+    now = _split(micro, processes, accumulation)
+    logger.info("Global batch %d, recorded at the run's start (%s): resuming as %s%s.", total, before, now, replaced)
+    if (micro != record["per_device_train_batch_size"] and per_micro_batch and loss_normalization == "recipe"
+            and accumulates):
+        logger.warning("The per-device batch changed from %d to %d under a recipe that weighs each micro-batch's mean "
+                       "equally: every update sees the same examples, and is equal in expectation, not bitwise "
+                       "(--loss_normalization update makes any split give the same update).",
+                       record["per_device_train_batch_size"], micro)
+    if training_args.process_index == 0:
+        write_batch_record(output_dir, {**record, "resumed_as": batch_record(training_args, loss_normalization)})
+    return record
+
+
+# ---------------------------------------------------------------------------------------------- loss terms
+def _targets(inputs: Mapping, config) -> torch.Tensor:
+    return (inputs["labels"] != -100).sum()
+
+
+def _rows(inputs: Mapping, config) -> torch.Tensor:
+    return torch.as_tensor(inputs["next_sentence_label"].numel(), device=inputs["labels"].device)
+
+
+def _sbo_targets(inputs: Mapping, config) -> torch.Tensor:
+    """The SBO targets SpanBERT's head trains on: positions with an outside left boundary, at most
+    `max_span_targets` into their span (`SpanBertForPreTraining.sbo_targets`), that carry a label."""
+    left = inputs["span_left"]
+    relative = torch.arange(left.shape[1], device=left.device) - left - 1
+    return ((left >= 0) & (relative < config.max_span_targets) & (inputs["labels"] != -100)).sum()
+
+
+def _real_tokens(inputs: Mapping, config) -> torch.Tensor:
+    mask = inputs.get("attention_mask")
+    if mask is None:  # a packed batch: every token is real
+        return torch.as_tensor(inputs["input_ids"].numel(), device=inputs["input_ids"].device)
+    return mask.sum()
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """One term of a model's loss: the `output` its forward returns (a mean over `count` targets of a micro-batch),
+    its weight in the loss (`weight`: a config attribute), and how the model divided its sum (`divisor`: the count,
+    or SpanBERT's count + 1)."""
+
+    output: str
+    count: Callable[[Mapping, object], torch.Tensor]
+    weight: str | None = None
+    divisor: Callable[[torch.Tensor, object], torch.Tensor] | None = None
+
+    def weight_of(self, config) -> float:
+        return float(getattr(config, self.weight)) if self.weight else 1.0
+
+    def divided_by(self, count: torch.Tensor, config) -> torch.Tensor:
+        return self.divisor(count, config) if self.divisor else count.clamp(min=1)
+
+
+def _sbo_divisor(count: torch.Tensor, config) -> torch.Tensor:
+    extra = 1 if getattr(config, "sbo_loss_normalization", "authors") == "authors" else 0
+    return (count + extra).clamp(min=1)
+
+
+def family_loss_terms(config) -> tuple[LossTerm, ...] | None:
+    """The loss terms a pretraining model of `config` returns, or None where update normalisation is not available
+    (a GAN, the two-tower bilm losses whose directions the model averages)."""
+    model_type = getattr(config, "model_type", None)
+    if model_type == "spanbert":
+        return (LossTerm("mlm_loss", _targets, "mlm_loss_weight"),
+                LossTerm("sbo_loss", _sbo_targets, "sbo_loss_weight", _sbo_divisor),
+                LossTerm("nsp_loss", _rows, "nsp_loss_weight"))
+    if model_type == "teams":
+        return (LossTerm("mlm_loss", _targets, "mlm_loss_weight"),
+                LossTerm("rtd_loss", _real_tokens, "rtd_loss_weight"),
+                LossTerm("mws_loss", _targets, "mws_loss_weight"))
+    if model_type == "cloze" and getattr(config, "loss_type", "cloze") == "cloze":
+        return (LossTerm("cloze_loss", _targets),)
+    return None
+
+
+def terms_present(terms: tuple[LossTerm, ...], inputs: Mapping) -> tuple[LossTerm, ...]:
+    needs = {"sbo_loss": "span_left", "nsp_loss": "next_sentence_label"}
+    return tuple(term for term in terms if needs.get(term.output, "labels") in inputs)
+
+
+class UpdateNormalization:
+    """`--loss_normalization update` inside a trainer: `count` the targets of an update's micro-batches (summed over
+    the processes), then `loss` turns each micro-batch's term means back into sums divided by those counts."""
+
+    def __init__(self, terms: tuple[LossTerm, ...], config, processes: int):
+        self.terms, self.config, self.processes = terms, config, processes
+        self.totals: dict[str, torch.Tensor] = {}
+
+    def count(self, batches: list[Mapping], device, reduce=None) -> None:
+        if not batches:
+            return
+        present = terms_present(self.terms, batches[0])
+        counts = torch.stack([torch.stack([term.count(batch, self.config).to(device=device, dtype=torch.float64)
+                                           for term in present]) for batch in batches]).sum(0)
+        if reduce is not None and self.processes > 1:
+            counts = reduce(counts)
+        self.totals = {term.output: counts[index] for index, term in enumerate(present)}
+
+    def loss(self, outputs: Mapping, inputs: Mapping) -> torch.Tensor:
+        """This micro-batch's share of the update's loss: sum over terms of weight x (its summed loss) / (its count
+        over the update), times the processes (DDP and FSDP average the processes' gradients)."""
+        undeclared = [name for name, value in outputs.items() if name.endswith("_loss") and value is not None
+                      and name not in self.totals and torch.is_tensor(value) and value.dim() == 0]
+        if undeclared:
+            raise ValueError(f"--loss_normalization update: the model returned {', '.join(undeclared)}, which has no "
+                             "target count here; train with --loss_normalization recipe.")
+        loss = None
+        for term in terms_present(self.terms, inputs):
+            mean = outputs.get(term.output)
+            if mean is None:
+                continue
+            local = term.count(inputs, self.config)
+            summed = mean.float() * term.divided_by(local, self.config).to(torch.float32)
+            part = term.weight_of(self.config) * summed / self.totals[term.output].clamp(min=1).to(torch.float32)
+            loss = part if loss is None else loss + part
+        if loss is None:
+            raise ValueError("--loss_normalization update: the model returned none of its loss terms.")
+        return loss * self.processes
