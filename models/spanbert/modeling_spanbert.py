@@ -419,8 +419,27 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         Each loss term is computed when its targets are given (MLM: `labels`; SBO: `labels` and the span boundaries;
         NSP: `next_sentence_label`); `loss` is their weighted sum, None without any.
         """
-        has_nsp_head = self.config.use_next_sentence_prediction
-        if next_sentence_label is not None and not has_nsp_head:
+        self.check_inputs(labels, span_left, span_right, next_sentence_label, prediction_mask, target_positions)
+        records_outputs = any(
+            kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
+        )
+        if self.config.unpad and labels is not None and attention_mask is not None and not records_outputs:
+            return self.unpadded_forward(input_ids, attention_mask, labels, span_left, span_right, target_positions,
+                                         token_type_ids=token_type_ids, position_ids=position_ids,
+                                         inputs_embeds=inputs_embeds, **kwargs)
+        if target_positions is not None:
+            return self.buffered_forward(input_ids, labels, target_positions, span_left, span_right,
+                                         next_sentence_label, token_type_ids=token_type_ids,
+                                         position_ids=position_ids, attention_mask=attention_mask,
+                                         inputs_embeds=inputs_embeds, **kwargs)
+        encoder_inputs = dict(attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                              inputs_embeds=inputs_embeds)
+        return self.padded_forward(input_ids, labels, span_left, span_right, next_sentence_label, prediction_mask,
+                                   records_outputs, encoder_inputs, **kwargs)
+
+    def check_inputs(self, labels, span_left, span_right, next_sentence_label, prediction_mask, target_positions):
+        """`forward`'s refusals of inputs that do not go together, one line each."""
+        if next_sentence_label is not None and not self.config.use_next_sentence_prediction:
             raise ValueError(
                 "Got next_sentence_label but this model has no NSP head; set config.use_next_sentence_prediction=True "
                 "or drop the labels."
@@ -434,32 +453,30 @@ class SpanBertForPreTraining(SpanBertPreTrainedModel):
         if target_positions is not None and labels is None:
             raise ValueError("target_positions lists where the labels are (the fixed-size target buffer); pass labels "
                              "too.")
-        records_outputs = any(
-            kwargs.get(name, getattr(self.config, name)) for name in ("output_hidden_states", "output_attentions")
+
+    def unpadded_forward(self, input_ids, attention_mask, labels, span_left, span_right, target_positions,
+                         token_type_ids=None, position_ids=None, inputs_embeds=None,
+                         **kwargs) -> SpanBertForPreTrainingOutput:
+        """`forward` with `config.unpad`: the padded training batch flattened into one row of its real tokens
+        (`unpad_batch`), then run as that packed row."""
+        if self.config.use_next_sentence_prediction:
+            raise ValueError("config.unpad (--unpad): next sentence prediction reads each row's first token, "
+                             "which an unpadded batch does not keep per row; train this recipe without --unpad.")
+        packed, _ = unpad_batch(
+            attention_mask,
+            per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
+                           position_ids=position_ids, inputs_embeds=inputs_embeds),
+            boundaries=dict(span_left=span_left, span_right=span_right),
+            targets=dict(target_positions=target_positions),
         )
-        if self.config.unpad and labels is not None and attention_mask is not None and not records_outputs:
-            if has_nsp_head:
-                raise ValueError("config.unpad (--unpad): next sentence prediction reads each row's first token, "
-                                 "which an unpadded batch does not keep per row; train this recipe without --unpad.")
-            packed, _ = unpad_batch(
-                attention_mask,
-                per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
-                               position_ids=position_ids, inputs_embeds=inputs_embeds),
-                boundaries=dict(span_left=span_left, span_right=span_right),
-                targets=dict(target_positions=target_positions),
-            )
-            return self(**packed, **kwargs)
-        if target_positions is not None:
-            return self.buffered_forward(input_ids, labels, target_positions, span_left, span_right,
-                                         next_sentence_label, token_type_ids=token_type_ids,
-                                         position_ids=position_ids, attention_mask=attention_mask,
-                                         inputs_embeds=inputs_embeds, **kwargs)
+        return self(**packed, **kwargs)
+
+    def padded_forward(self, input_ids, labels, span_left, span_right, next_sentence_label, prediction_mask,
+                       records_outputs: bool, encoder_inputs: dict, **kwargs) -> SpanBertForPreTrainingOutput:
+        """`forward` on a padded batch, or on a row packed on the host: logits at the gathered targets' positions."""
+        has_nsp_head = self.config.use_next_sentence_prediction
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
         output = {}
-        encoder_inputs = dict(
-            attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds
-        )
         # The data-dependent index sets first: under torch.compile they split the graph before the encoder, not in it.
         targets = labels != -100 if labels is not None else prediction_mask
         mlm_rows, mlm_cols = targets.nonzero(as_tuple=True) if targets is not None else (None, None)

@@ -571,34 +571,56 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
                              "too.")
         if labels is None:
             return self.discriminate(input_ids, attention_mask, token_type_ids, position_ids, candidate_ids, **kwargs)
-        config = self.config
-        if config.unpad and attention_mask is not None and not records_outputs(config, kwargs):
-            packed, flat = unpad_batch(
-                attention_mask, per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
-                                               position_ids=position_ids),
-                boundaries={}, targets=dict(target_positions=target_positions),
-            )
-            output = self(**packed, **kwargs)
-            # The padding back where an output has the padded shape.
-            output["corrupted_input_ids"] = pad_back(output.corrupted_input_ids, flat, input_ids)
-            if output.rtd_logits is not None:
-                zeros = input_ids.new_zeros(input_ids.shape, dtype=output.rtd_logits.dtype)
-                output["rtd_logits"] = pad_back(output.rtd_logits, flat, zeros)
-                output["rtd_labels"] = pad_back(output.rtd_labels, flat, zeros.float())
-            return output
-        word_embeddings = self.teams.embeddings.word_embeddings.weight
-        if target_positions is not None:  # a fixed number of slots: no data-dependent shape, no host sync
-            rows, cols, valid = buffer_slots(target_positions)
-            real = None
-            originals = torch.where(valid, labels[rows, cols], input_ids[rows, cols])
-            mlm_targets = torch.where(valid, originals, -100)
+        if self.config.unpad and attention_mask is not None and not records_outputs(self.config, kwargs):
+            return self.unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids, labels,
+                                         target_positions, **kwargs)
+        if target_positions is not None:
+            targets = self.buffered_targets(input_ids, labels, target_positions)
         else:
-            # The data-dependent index sets first: under torch.compile they split the graph before the encoder.
-            rows, cols = (labels != -100).nonzero(as_tuple=True)
-            valid = None
-            real = (attention_mask.nonzero(as_tuple=True)
-                    if attention_mask is not None and self.rtd_head is not None else None)
-            originals = mlm_targets = labels[rows, cols]
+            targets = self.padded_targets(labels, attention_mask)
+        return self.pretraining_step(input_ids, attention_mask, token_type_ids, position_ids, *targets, **kwargs)
+
+    def unpadded_forward(self, input_ids, attention_mask, token_type_ids, position_ids, labels, target_positions,
+                         **kwargs) -> TeamsForPreTrainingOutput:
+        """`forward` with `config.unpad`: the padded batch flattened into one row of its real tokens (`unpad_batch`),
+        run as that packed row, and the per-token outputs padded back."""
+        packed, flat = unpad_batch(
+            attention_mask, per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
+                                           position_ids=position_ids),
+            boundaries={}, targets=dict(target_positions=target_positions),
+        )
+        output = self(**packed, **kwargs)
+        # The padding back where an output has the padded shape.
+        output["corrupted_input_ids"] = pad_back(output.corrupted_input_ids, flat, input_ids)
+        if output.rtd_logits is not None:
+            zeros = input_ids.new_zeros(input_ids.shape, dtype=output.rtd_logits.dtype)
+            output["rtd_logits"] = pad_back(output.rtd_logits, flat, zeros)
+            output["rtd_labels"] = pad_back(output.rtd_labels, flat, zeros.float())
+        return output
+
+    def buffered_targets(self, input_ids, labels, target_positions):
+        """The fixed-size target buffer's slots: a fixed number of them, so no data-dependent shape and no host sync.
+        Returns rows, columns, validity, None (RTD weighs out the padding), original ids and MLM targets."""
+        rows, cols, valid = buffer_slots(target_positions)
+        originals = torch.where(valid, labels[rows, cols], input_ids[rows, cols])
+        return rows, cols, valid, None, originals, torch.where(valid, originals, -100)
+
+    def padded_targets(self, labels, attention_mask):
+        """A padded batch's (or packed row's) targets, gathered: rows, columns, None (every one is valid), the real
+        tokens RTD reads (None without padding or RTD), original ids and MLM targets (the same)."""
+        # The data-dependent index sets first: under torch.compile they split the graph before the encoder.
+        rows, cols = (labels != -100).nonzero(as_tuple=True)
+        real = (attention_mask.nonzero(as_tuple=True)
+                if attention_mask is not None and self.rtd_head is not None else None)
+        originals = labels[rows, cols]
+        return rows, cols, None, real, originals, originals
+
+    def pretraining_step(self, input_ids, attention_mask, token_type_ids, position_ids, rows, cols, valid, real,
+                         originals, mlm_targets, **kwargs) -> TeamsForPreTrainingOutput:
+        """Generator, corruption and discriminator at the targets `(rows, cols)`; `valid` marks the buffer's filled
+        slots (None: every target is), `real` the real tokens RTD averages over (None: every token, or weighed)."""
+        config = self.config
+        word_embeddings = self.teams.embeddings.word_embeddings.weight
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
         output = {}
 
