@@ -84,9 +84,10 @@ class PretrainArguments:
                   "(new optimiser and schedule, step 0) with the checkpoint's architecture and tokenizer. Takes a zoo "
                   "export of the same family (continued or phase-two pretraining), a transformers BERT checkpoint "
                   "for spanbert/bert/bert_2seq* (BertModel, BertForMaskedLM, BertForPreTraining, a "
-                  "sentence-transformers BERT) and an ELECTRA (or BERT) one for teams/electra. Every parameter is "
-                  "listed as loaded or new, with every checkpoint tensor not used (OUTPUT_DIR/init_from.json, the "
-                  "log, the export's card)."},
+                  "sentence-transformers BERT) or the SpanBERT authors' fairseq model.pt (their MLM and SBO heads "
+                  "too; read without running its pickle), and an ELECTRA (or BERT) one for teams/electra. Every "
+                  "parameter is listed as loaded or new, with every checkpoint tensor not used "
+                  "(OUTPUT_DIR/init_from.json, the log, the export's card)."},
     )
     init_generator_from: str | None = field(
         default=None,

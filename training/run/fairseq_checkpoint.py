@@ -22,8 +22,6 @@ from pathlib import Path
 
 import torch
 
-from encoder_zoo.training.run.init_from import Checkpoint
-
 THEIR_CONFIG = "fairseq.models.pair_bert.BertConfig"
 ALLOWED = ("argparse.Namespace", THEIR_CONFIG)
 PREFIX = "decoder."
@@ -41,35 +39,15 @@ class TheirBertConfig:
 
 
 @dataclass(frozen=True)
-class FairseqCheckpoint(Checkpoint):
-    """Their `model.pt` (`file`), its tensors under SpanBERT's names (`renamed`: ours -> theirs), and what the load
-    table should say about it (`notes`)."""
+class AuthorsCheckpoint:
+    """What their `model.pt` holds, under SpanBERT's names: its architecture (a SpanBERT config.json's fields), its
+    tensors (`tensors`: ours -> tensor), where each came from (`renamed`: ours -> theirs), and what the load table
+    should say about it (`notes`)."""
 
-    file: Path = Path()
-    tensors_by_name: dict = field(default_factory=dict, compare=False, repr=False)
-    renamed: dict = field(default_factory=dict, compare=False, repr=False)
+    config: dict
+    tensors: dict = field(repr=False)
+    renamed: dict = field(repr=False)
     notes: tuple[str, ...] = ()
-
-    @property
-    def hub_id(self) -> str | None:
-        return None
-
-    @property
-    def display(self) -> str:
-        return "/".join(self.file.resolve().parts[-2:])
-
-    def weight_files(self) -> list[Path]:
-        return [self.file]
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: tuple(tensor.shape) for name, tensor in self.tensors_by_name.items()}
-
-    def tensors(self, keys) -> dict[str, torch.Tensor]:
-        return {key: self.tensors_by_name[key] for key in keys if key in self.tensors_by_name}
-
-    def source_key(self, key: str) -> str:
-        """The key in their file that our `key` was read from."""
-        return self.renamed.get(key, key)
 
 
 def is_fairseq_checkpoint(path: Path) -> bool:
@@ -121,7 +99,7 @@ def our_name(key: str) -> str | None:
     return None
 
 
-def read_fairseq_checkpoint(file: Path, name: str, flag: str) -> FairseqCheckpoint:
+def read_fairseq_checkpoint(file: Path, name: str, flag: str) -> AuthorsCheckpoint:
     """Their `model.pt` as a SpanBERT checkpoint: config from `args.config` and the tensors' shapes, tensors renamed.
     Refuses another architecture (no `decoder.bert.` encoder), naming what it holds."""
     loaded = load_restricted(file, flag)
@@ -171,5 +149,4 @@ def read_fairseq_checkpoint(file: Path, name: str, flag: str) -> FairseqCheckpoi
         notes.append("clamp_attention: their attention clamps scores to [-10000, 10000] before the padding mask (a "
                      "guard for fp16); SpanBERT's attention does not clamp. The softmax is the same unless two scores "
                      "of one row both exceed 10,000 (both one-hot otherwise), so it is honoured by equivalence.")
-    return FairseqCheckpoint(flag, name, file.parent, architecture, file=file, tensors_by_name=tensors,
-                             renamed=renamed, notes=tuple(notes))
+    return AuthorsCheckpoint(architecture, tensors, renamed, tuple(notes))

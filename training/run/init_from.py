@@ -127,6 +127,40 @@ class Checkpoint:
         return found
 
 
+@dataclass(frozen=True)
+class FairseqCheckpoint(Checkpoint):
+    """The SpanBERT authors' fairseq `model.pt` (`file`), read by `training.run.fairseq_checkpoint` (`contents`: its
+    tensors under SpanBERT's names, each one's key in their file, notes for the load table)."""
+
+    file: Path = Path()
+    contents: object = field(default=None, compare=False, repr=False)
+
+    @property
+    def hub_id(self) -> str | None:
+        return None
+
+    @property
+    def display(self) -> str:
+        return "/".join(self.file.resolve().parts[-2:])
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.contents.notes
+
+    def weight_files(self) -> list[Path]:
+        return [self.file]
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(tensor.shape) for name, tensor in self.contents.tensors.items()}
+
+    def tensors(self, keys) -> dict[str, torch.Tensor]:
+        return {key: self.contents.tensors[key] for key in keys if key in self.contents.tensors}
+
+    def source_key(self, key: str) -> str:
+        """The key in their file that our `key` was read from."""
+        return self.contents.renamed.get(key, key)
+
+
 def _load_bin(file: Path) -> dict[str, torch.Tensor]:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)  # tensors only: no pickled code runs
@@ -143,7 +177,8 @@ def find_checkpoint(name: str, flag: str) -> Checkpoint:
 
     path = Path(name).expanduser()
     if is_fairseq_checkpoint(path):  # the SpanBERT authors' fairseq model.pt
-        return read_fairseq_checkpoint(path, name, flag)
+        contents = read_fairseq_checkpoint(path, name, flag)
+        return FairseqCheckpoint(flag, name, path.parent, contents.config, file=path, contents=contents)
     if path.exists() or missing_local_path(name):
         if not path.is_dir():
             raise FileNotFoundError(f"{flag} {name}: no such folder (pass a model folder, as save_pretrained writes "
