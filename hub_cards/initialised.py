@@ -7,6 +7,7 @@ from pathlib import Path
 
 from encoder_zoo.hub_cards.card import write_card
 from encoder_zoo.hub_cards.metadata import CardMetadata, display_name
+from encoder_zoo.hub_cards.origins import hub_origin
 from encoder_zoo.hub_cards.provenance import backbone_license, carried_backbone_code
 
 
@@ -16,8 +17,6 @@ def write_initialised_card(model, encoder, backbone: str, code_files, output: Pa
     the encoder and the head lead `architecture`, and the auto_map, the base model (a Hub backbone; a local one is
     named in the text only), the fine-tuning (none yet) and the encoder code the folder carries (`code_files`, its
     files there) come from the model. `fields`: the other `CardMetadata` fields (summary, tags, paper, ...)."""
-    from encoder_zoo.training.data.resources import hub_origin
-
     config = model.config
     encoder_config = config.backbone_config
     carried = carried_backbone_code(encoder, backbone, list(code_files))

@@ -107,6 +107,14 @@ def test_model_families_are_self_contained():
     assert not outside, "a family folder travels alone inside every checkpoint:\n" + "\n".join(outside)
 
 
+def test_cards_import_nothing_of_training():
+    """training/ writes cards (`hub_cards`), so the cards never import training back: what both read (the Hub-origin
+    table) lives in hub_cards."""
+    upward = [f"{module} -> {target}" for module, targets in import_graph().items()
+              if module.split(".")[1] == "hub_cards" for target in targets if target.split(".")[1] == "training"]
+    assert not upward, "hub_cards imports from training:\n" + "\n".join(sorted(upward))
+
+
 def test_the_check_sees_imports():
     """The graph is not empty by mistake: known edges are found, lazy and relative ones included."""
     graph = import_graph()
@@ -115,3 +123,4 @@ def test_the_check_sees_imports():
     assert ("encoder_zoo.models.spanbert.configuration_spanbert"
             in graph["encoder_zoo.models.spanbert.modeling_spanbert"])
     assert training_wing("encoder_zoo.training.pretrain") > training_wing("encoder_zoo.training.recipes.registry")
+    assert "encoder_zoo.hub_cards.papers" in graph["encoder_zoo.training.recipes.spanbert"]  # training -> hub_cards

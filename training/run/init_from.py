@@ -76,7 +76,7 @@ class Checkpoint:
         """Its Hub id where known (a Hub id given, or the shipped MiniLM), for the card's `base_model`."""
         if not Path(self.name).expanduser().exists():
             return self.name
-        from encoder_zoo.training.data.resources import hub_origin
+        from encoder_zoo.hub_cards.origins import hub_origin
 
         origin = hub_origin(self.folder)
         return origin[0] if origin else None
