@@ -220,3 +220,53 @@ def test_resumes_on_another_number_of_processes_continue_the_run(tmp_path):
     doubled = train("spanbert", resume_copy(one, tmp_path / "doubled-recipe"), 8, None, "--resume_from_checkpoint",
                     "true")
     assert "equal in expectation, not bitwise" in doubled.stderr
+
+
+# ------------------------------------------------------------------------------------------- streaming
+def test_the_stream_is_global_and_resumes_on_another_split(tmp_path):
+    """Every process reads the one global stream and keeps its micro-batches of it ((index // m) mod P): the examples
+    of update k are the same for 1 x 8, 2 x 4 and 2 x 2 x 2, and a position saved by 2 processes after 3 updates
+    resumes on 1 process (or on 2 with another per-device batch) with the next global example."""
+    import itertools
+
+    from transformers import AutoTokenizer
+
+    from encoder_zoo.training.data.blocks import block_packer
+    from encoder_zoo.training.data.corpus import stream_corpus
+    from encoder_zoo.training.data.resources import minilm_path
+    from encoder_zoo.training.data.streaming import StreamedExamples, StreamSettings, load_position
+
+    packer = block_packer(AutoTokenizer.from_pretrained(minilm_path()), 64)
+    documents = stream_corpus(max_documents=40)
+
+    def stream(processes: int, micro: int, rank: int = 0, start=None) -> StreamedExamples:
+        settings = StreamSettings(seed=3, window_documents=7, world_size=processes, micro_batch=micro)
+        return StreamedExamples(documents, packer, text_column="text", settings=settings, rank=rank, start=start)
+
+    def updates(streams: list[StreamedExamples], micro: int, accumulation: int, count: int) -> list[list[int]]:
+        """The example indices of `count` updates, as Trainer draws them: `accumulation` micro-batches per process."""
+        iterators = [iter(s) for s in streams]
+        steps = []
+        for _ in range(count):
+            step = []
+            for _ in range(accumulation):
+                for examples in iterators:
+                    step += [example["example_index"] for example in itertools.islice(examples, micro)]
+            steps.append(sorted(step))
+        return steps
+
+    one = updates([stream(1, 8)], 8, 1, 5)
+    assert one == [list(range(8 * k, 8 * k + 8)) for k in range(5)]
+    two = [stream(2, 4, rank) for rank in (0, 1)]
+    assert updates(two, 4, 1, 3) == one[:3]
+    assert updates([stream(2, 2, rank) for rank in (0, 1)], 2, 2, 5) == one
+
+    for rank, process in enumerate(two):  # saved after 3 updates of 2 x 4
+        folder = tmp_path / "checkpoint-3"
+        folder.mkdir(exist_ok=True)
+        process.save(folder, consumed=3 * 8)
+    for processes, micro, accumulation in ((1, 8, 1), (1, 4, 2), (2, 2, 2)):
+        settings = StreamSettings(seed=3, window_documents=7, world_size=processes, micro_batch=micro)
+        resumed = [stream(processes, micro, rank, start=load_position(folder, rank, settings))
+                   for rank in range(processes)]
+        assert updates(resumed, micro, accumulation, 2) == one[3:5], (processes, micro)

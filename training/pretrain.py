@@ -1183,10 +1183,15 @@ def streamed_examples(documents, validation_docs, recipe, tokenizer, args, train
         document_digest,
         document_packer,
         load_position,
+        saved_settings,
     )
 
+    # One global stream, each process taking its micro-batches; a run saved before it resumes as it was read.
+    saved = saved_settings(checkpoint) if checkpoint else None
     settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
-                              world_size=training_args.world_size)
+                              world_size=training_args.world_size,
+                              micro_batch=training_args.per_device_train_batch_size,
+                              **({"layout": saved.layout} if saved is not None else {}))
     rank = training_args.process_index
     held_out = (frozenset(document_digest(text) for text in validation_docs["text"]) if validation_docs is not None
                 else frozenset())

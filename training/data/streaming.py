@@ -1,21 +1,27 @@
 """`--streaming`: pretraining text read as training needs it, from a `datasets` IterableDataset (a Hub id or local
 files), packed into the recipe's examples on the fly, in an order that a seed fixes and a checkpoint restores.
 
-Order. `datasets` shuffles the order of the corpus shards (files) every epoch (`shuffle(seed)`, `set_epoch`); each
-process reads its own part (`datasets.distributed.split_dataset_by_node`). The examples packed from each window of
-`--shuffle_window_documents` consecutive documents are then shuffled together, by a permutation keyed by (seed,
-epoch, process, window). The stream never ends: after the last document the next epoch begins, so a run is
-measured in `--max_steps`.
+Order. `datasets` shuffles the order of the corpus shards (files) every epoch (`shuffle(seed)`, `set_epoch`). The
+examples packed from each window of `--shuffle_window_documents` consecutive documents are then shuffled together, by
+a permutation keyed by (seed, epoch, window). The stream never ends: after the last document the next epoch begins,
+so a run is measured in `--max_steps`.
+
+One global stream (`GLOBAL`). Every process reads the whole stream and keeps its own micro-batches of it: with
+per-device batch m over P processes, global example i goes to process (i // m) mod P, so update k trains global
+examples [k x global batch, (k + 1) x global batch) however the global batch is split, as in-memory runs do. (Every
+process packs every document: reading is P times the work of one process, training is not.)
 
 Resume. With every checkpoint each process saves `stream_state-rank<N>.json`: the documents iterable's
-`state_dict()` at the start of the current window, the window's number and how many of its examples were trained
-on. `--resume_from_checkpoint` reloads that state (`load_state_dict`: the shards and documents before it are not
-read again), packs that one window again and skips its consumed examples: training continues with exactly the next
-example. (A shuffle buffer would not do: `datasets` does not save its content.)
+`state_dict()` at the start of a window, the window's number, and the global count of examples the run trained on
+(steps x global batch). `--resume_from_checkpoint` reloads that state (`load_state_dict`: the shards and documents
+before it are not read again), packs that window again and skips to the count: training continues with exactly the
+next example, on any number of processes and per-device batch that keep the global batch. (A shuffle buffer would
+not do: `datasets` does not save its content.) Runs saved before the global stream (`PER_PROCESS`: each process read
+its own part, `split_dataset_by_node`) resume that way, on their own number of processes only.
 
-Masks. An example's index (the collators' `example_index`) is its place in its process's stream, counted across
-epochs (`count * processes + rank`): masks stay a pure function of (seed, index), differ in every epoch (each pass
-gives new indices) and are the same after a restart.
+Masks. An example's index (the collators' `example_index`) is its place in the global stream, counted across epochs:
+masks stay a pure function of (seed, index), differ in every epoch (each pass gives new indices) and are the same
+after a restart, whatever the number of processes.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from encoder_zoo.training.masking.spans import INDEX_COLUMN
 logger = logging.getLogger("pretrain")
 
 STATE_FILE = "stream_state-rank{rank}.json"
+# How the stream is spread over the processes (`StreamSettings.layout`, module docstring).
+GLOBAL, PER_PROCESS = "global", "per_process"
 
 
 class _NoLostBufferWarning(logging.Filter):
@@ -66,11 +74,18 @@ class StreamPosition:
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """What a saved position is only valid with: a resumed run must stream the same way."""
+    """What a saved position is only valid with: a resumed run must stream the same way (`GLOBAL`: with the same seed
+    and window, on any number of processes and per-device batch)."""
 
     seed: int
     window_documents: int
     world_size: int
+    micro_batch: int = 1
+    layout: str = GLOBAL
+
+    def same_stream(self, other: StreamSettings) -> bool:
+        fixed = ("seed", "window_documents", "layout") + (("world_size",) if self.layout == PER_PROCESS else ())
+        return all(getattr(self, key) == getattr(other, key) for key in fixed)
 
 
 def document_digest(text: str) -> bytes:
@@ -108,10 +123,11 @@ class StreamedExamples(torch.utils.data.IterableDataset):
 
     # ------------------------------------------------------------------ documents
     def _documents_of(self, epoch: int, start: dict | None) -> datasets.IterableDataset:
-        """This process's documents in `epoch`'s shard order, from `start` (a `state_dict()`) or the beginning."""
-        stream = split_dataset_by_node(
-            self.documents.shuffle(seed=self.settings.seed, buffer_size=1), rank=self.rank,
-            world_size=self.settings.world_size)
+        """The documents in `epoch`'s shard order (this process's part of them in the `PER_PROCESS` layout), from
+        `start` (a `state_dict()`) or the beginning."""
+        stream = self.documents.shuffle(seed=self.settings.seed, buffer_size=1)
+        if self.settings.layout == PER_PROCESS:
+            stream = split_dataset_by_node(stream, rank=self.rank, world_size=self.settings.world_size)
         stream.set_epoch(epoch)
         if start is not None:
             stream.load_state_dict(start)
@@ -126,7 +142,9 @@ class StreamedExamples(torch.utils.data.IterableDataset):
         names = list(columns)
         count = len(columns[names[0]]) if names else 0
         examples = [{name: np.asarray(columns[name][i], dtype=np.int64) for name in names} for i in range(count)]
-        order = np.random.default_rng([self.settings.seed, epoch, self.rank, window]).permutation(count)
+        # (The key keeps a rank slot, 0 for the global stream: a one-process run of either layout is the same stream.)
+        rank = self.rank if self.settings.layout == PER_PROCESS else 0
+        order = np.random.default_rng([self.settings.seed, epoch, rank, window]).permutation(count)
         return [examples[i] for i in order]
 
     # ------------------------------------------------------------------ iteration
@@ -135,24 +153,31 @@ class StreamedExamples(torch.utils.data.IterableDataset):
             raise RuntimeError("StreamedExamples must be iterated in the main process (--dataloader_num_workers 0).")
         position = replace(self.position)
         world, window_documents = self.settings.world_size, self.settings.window_documents
+        per_process = self.settings.layout == PER_PROCESS
+        micro = self.settings.micro_batch
+        # The global stream restarts at its window and skips to `count` (which may lie in a later window).
+        target, position = position.count, replace(position, count=position.count - position.offset, offset=0)
         while True:  # epochs
             stream = self._documents_of(position.epoch, position.window_start)
             texts = document_texts(iter(stream), self.text_column, self.held_out)
-            whole_epoch, count_before = position.window_start is None and position.offset == 0, position.count
+            whole_epoch, count_before = position.window_start is None and position.count >= target, position.count
             while True:  # windows
                 window_texts = [text for _, text in zip(range(window_documents), texts)]
                 if not window_texts:
                     break
                 next_start = stream.state_dict()  # before the next window's first document
                 examples = self._window_examples(window_texts, position.epoch, position.window)
-                for offset in range(position.offset, len(examples)):
-                    example = examples[offset]
-                    example[INDEX_COLUMN] = position.count * world + self.rank
-                    position = replace(position, offset=offset + 1, count=position.count + 1)
+                for offset, example in enumerate(examples):
+                    index = position.count
+                    position = replace(position, offset=offset + 1, count=index + 1)
+                    if index < target or (not per_process and (index // micro) % world != self.rank):
+                        continue  # trained before the resume, or another process's
+                    example[INDEX_COLUMN] = index * world + self.rank if per_process else index
                     self.position = position
                     yield example
                 position = replace(position, window=position.window + 1, window_start=next_start, offset=0)
-                self.position = position
+                if position.count > target:
+                    self.position = position
             if whole_epoch and position.count == count_before:
                 raise ValueError("The streamed corpus gave no training example for this process: it has no "
                                  "non-empty document (or fewer documents than processes).")
@@ -160,27 +185,46 @@ class StreamedExamples(torch.utils.data.IterableDataset):
             self.position = position
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, checkpoint: Path) -> None:
-        """Write this process's position (the examples trained on so far) into `checkpoint`."""
-        record = {"settings": asdict(self.settings), "position": asdict(self.position)}
+    def save(self, checkpoint: Path, consumed: int | None = None) -> None:
+        """Write the stream's position into `checkpoint`: this process's (`PER_PROCESS`), or, in the global stream,
+        that of the `consumed` examples every process trained on together (steps x global batch)."""
+        position = self.position
+        if self.settings.layout == GLOBAL and consumed is not None:
+            # This process stopped after its last example (before `consumed`): its window starts at or before it.
+            position = replace(position, count=consumed, offset=consumed - (position.count - position.offset))
+        record = {"settings": asdict(self.settings), "position": asdict(position)}
         (Path(checkpoint) / STATE_FILE.format(rank=self.rank)).write_text(json.dumps(record))
 
 
-def load_position(checkpoint: str | Path, rank: int, settings: StreamSettings) -> StreamPosition:
-    """The position a streaming run saved in `checkpoint` for process `rank`; refuses a checkpoint of another kind
-    of run."""
-    path = Path(checkpoint) / STATE_FILE.format(rank=rank)
+def saved_settings(checkpoint: str | Path) -> StreamSettings | None:
+    """The stream settings `checkpoint` was saved with (None: no stream state there). A run from before the global
+    stream saved none of `layout`: its processes each read their own part (`PER_PROCESS`), which is the global stream
+    for one process."""
+    path = Path(checkpoint) / STATE_FILE.format(rank=0)
     if not path.is_file():
-        raise FileNotFoundError(f"{checkpoint} has no {path.name}: it was not saved by a --streaming run with this "
-                                "number of processes. Resume it without --streaming, or start a new run.")
-    record = json.loads(path.read_text())
-    saved = StreamSettings(**record["settings"])
-    if saved != settings:
+        return None
+    saved = dict(json.loads(path.read_text())["settings"])
+    saved.setdefault("layout", PER_PROCESS if saved.get("world_size", 1) > 1 else GLOBAL)
+    return StreamSettings(**saved)
+
+
+def load_position(checkpoint: str | Path, rank: int, settings: StreamSettings) -> StreamPosition:
+    """The position a streaming run saved in `checkpoint` for process `rank` (any process's, in the global stream);
+    refuses a checkpoint of another kind of run."""
+    saved = saved_settings(checkpoint)
+    if saved is None:
+        raise FileNotFoundError(f"{checkpoint} has no {STATE_FILE.format(rank=0)}: it was not saved by a --streaming "
+                                "run. Resume it without --streaming, or start a new run.")
+    if not saved.same_stream(settings):
+        keys = ("seed", "window_documents", "layout") + (("world_size",) if saved.layout == PER_PROCESS else ())
         changed = ", ".join(f"{key} {getattr(saved, key)} then, {getattr(settings, key)} now"
-                            for key in asdict(settings) if getattr(saved, key) != getattr(settings, key))
+                            for key in keys if getattr(saved, key) != getattr(settings, key))
+        each_own = (" and, for a run whose processes each streamed their own part, the same number of processes"
+                    if saved.layout == PER_PROCESS else "")
         raise ValueError(f"{checkpoint} was saved by a stream read another way ({changed}); resume with the same "
-                         "--seed, --shuffle_window_documents and number of processes.")
-    return StreamPosition(**record["position"])
+                         f"--seed and --shuffle_window_documents{each_own}.")
+    path = Path(checkpoint) / STATE_FILE.format(rank=rank if saved.layout == PER_PROCESS else 0)
+    return StreamPosition(**json.loads(path.read_text())["position"])
 
 
 class StreamEpoch(TrainerCallback):

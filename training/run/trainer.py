@@ -457,8 +457,10 @@ class PretrainingTrainer(ExactResume, Trainer):
 
         try:
             super()._save_checkpoint(model, trial)
-            if isinstance(self.train_dataset, StreamedExamples):  # where each process's stream stands
-                self.train_dataset.save(staging / name)
+            if isinstance(self.train_dataset, StreamedExamples):  # where the stream stands: steps x global batch
+                args = self.args
+                self.train_dataset.save(staging / name, consumed=self.state.global_step * args.world_size
+                                        * args.per_device_train_batch_size * args.gradient_accumulation_steps)
         except OSError as error:  # disk full, folder made read-only: the checkpoints already published stay as they are
             if self.args.should_save:
                 shutil.rmtree(staging / name, ignore_errors=True)
