@@ -30,6 +30,7 @@ ENCODER_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
                   "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout")
 TOLERANCE = 1e-5
 GENERATOR_FOLDER = "generator"
+RTD_FOLDER = "rtd"  # TEAMS's RTD branch (its own task layer) as a discriminator of its own
 
 
 @dataclass
@@ -163,6 +164,19 @@ def electra_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conver
         discriminator = {k.removeprefix("electra."): v for k, v in discriminator.items()}
     parts = [Part(discriminator_class, _encoder_config(config, "electra", embedding_size=teams.embedding_size,
                                                        architectures=[discriminator_class]), discriminator)]
+    if not rtd_fits and teams.trains_rtd and teams.has_rtd_task_layer and "rtd_head.dense.weight" in tensors:
+        # TEAMS's RTD head reads its own task layer, fed from layer `task_source_layer`: that path is an ELECTRA
+        # discriminator of its own, in OUTPUT/rtd (replaced-token scores; fine-tuning reads OUTPUT).
+        depth = teams.task_source_layer
+        rtd = dict(embeddings)
+        for index, prefix in enumerate([*(f"teams.layer.{i}." for i in range(depth)), "teams.rtd_layer."]):
+            rtd.update({f"electra.encoder.layer.{index}.{k.removeprefix(prefix)}": k for k in tensors
+                        if k.startswith(prefix)})
+        rtd.update({f"discriminator_predictions.{k.removeprefix('rtd_head.')}": k for k in tensors
+                    if k.startswith("rtd_head.")})
+        parts.append(Part("ElectraForPreTraining", _encoder_config(
+            config, "electra", embedding_size=teams.embedding_size, num_hidden_layers=depth + 1,
+            architectures=["ElectraForPreTraining"]), rtd, RTD_FOLDER))
     if "generator.bias" in tensors:
         shared = teams.num_shared_generator_layers
         generator = {k: v for k, v in embeddings.items() if not k.startswith("electra.embeddings_project.")}
@@ -186,9 +200,6 @@ def electra_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conver
     used |= {"generator.decoder.weight", "generator.decoder.bias"}  # tied to the word embeddings and generator.bias
     dropped = _dropped(tensors, used, [
         (r"mws_head\.", "MWS head (multi-word selection): ELECTRA has no such head"),
-        (r"teams\.rtd_layer\.", "RTD task layer: ElectraForPreTraining's RTD head reads the top layer, which here is "
-                                "the MWS task layer (the representation fine-tuning reads)"),
-        (r"rtd_head\.", "RTD head: it reads the RTD task layer, which is not the exported top layer"),
         (r"teams\.mws_layer\.", "MWS task layer: the exported layers are the RTD task layer's path"),
         (r"(classifier|qa_outputs)\.", "a fine-tuning head"),
     ])
@@ -239,6 +250,9 @@ def check_exact(export: Path, conversion: Conversion, built: list) -> None:
         zoo = models.get_class(model_type, "AutoModelForPreTraining").from_pretrained(export).eval()(**batch)
         hidden = models.get_class(model_type, "AutoModel").from_pretrained(export).eval()(**batch).last_hidden_state
         for part, model in zip(conversion.parts, built):
+            if part.subfolder == RTD_FOLDER:
+                part.checks["RTD logits"] = _diff(model(**batch).logits, zoo.rtd_logits, real)
+                continue
             if part.subfolder == GENERATOR_FOLDER:
                 masked_lm = models.get_class(model_type, "AutoModelForMaskedLM").from_pretrained(export).eval()
                 part.checks["generator MLM logits"] = _diff(model(**batch).logits, masked_lm(**batch).logits, real)
@@ -299,11 +313,15 @@ def write_card(output: Path, title: str, export: Path, conversion: Conversion, b
             usage += (" (it has no NSP head and no pooler, as the export has none: `AutoModelForPreTraining` and "
                       "`AutoModel` start those new, and say so)")
     else:
+        folders = {part.subfolder for part in conversion.parts}
         usage = ("`AutoModel` and `AutoModelForPreTraining` (the discriminator)" if top == "ElectraForPreTraining" else
-                 "`AutoModel` (the discriminator; its RTD head reads another layer than the exported top one, so "
-                 "`AutoModelForPreTraining` would start it new)")
+                 "`AutoModel` (the discriminator: the layers fine-tuning reads)")
+        if RTD_FOLDER in folders:
+            usage += (f", `AutoModelForPreTraining` on `{RTD_FOLDER}/` (TEAMS's RTD head reads its own task layer, "
+                      "fed from the layer below the top: that path is a discriminator of its own, sharing the "
+                      "embeddings and lower layers)")
         usage += (f", `AutoModelForMaskedLM` and `pipeline(\"fill-mask\")` on `{GENERATOR_FOLDER}/` (the generator)"
-                  if len(conversion.parts) > 1 else "")
+                  if GENERATOR_FOLDER in folders else "")
     text = [
         *front, "",
         f"# {title}", "",
