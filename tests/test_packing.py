@@ -41,11 +41,11 @@ def varied_batch(blocks, size=6):
     return [blocks[i] for i in picks]
 
 
-def spanbert(tokenizer, sbo=True, attn="sdpa"):
+def spanbert(tokenizer, sbo=True, attn="sdpa", **overrides):
     torch.manual_seed(0)
     config = SpanBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=64, use_span_boundary_objective=sbo,
-                            **NO_DROPOUT)
+                            **NO_DROPOUT, **overrides)
     config._attn_implementation = attn
     return SpanBertForPreTraining(config)
 
@@ -165,6 +165,42 @@ def test_packing_wrapper_hands_epochs_over_and_evaluates_padded(tokenizer, block
     assert "attention_mask" in packed.for_evaluation()(examples)
     with pytest.raises(ValueError, match="next sentence"):
         pack_batch({**collator(examples), "next_sentence_label": torch.zeros(len(examples), dtype=torch.long)})
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_a_batch_without_targets_is_refused_and_an_empty_row_among_others_trains(tokenizer, blocks, unpad,
+                                                                                 monkeypatch):
+    """A batch of only padding (empty examples) or special tokens has nothing to predict: the collator refuses it in
+    one line, padded, buffered or packed. A row of only padding beside real rows trains, padded and unpadded
+    (`--unpad`), with the losses of the real rows alone (TEAMS's samplers without noise: the buffer draws per slot)."""
+    from encoder_zoo.models.teams import modeling_teams
+
+    monkeypatch.setattr(modeling_teams, "gumbel_noise", lambda shape, device, generator=None: torch.zeros(shape))
+    empty = [{"input_ids": [], "word_start": [], "example_index": i} for i in range(3)]
+    specials = [{"input_ids": [tokenizer.cls_token_id, tokenizer.sep_token_id], "word_start": [True, True],
+                 "example_index": i} for i in range(3)]
+    for scheme in ("span", "subword"):
+        collator = SpanMaskingCollator(tokenizer, scheme=scheme, random_token_distribution="uniform", seed=3,
+                                       pad_to_multiple_of=8, target_buffer=unpad)
+        for examples in (empty, specials):
+            for collate in (collator, PackedBatchCollator(collator)):
+                with pytest.raises(ValueError, match=r"^SpanMaskingCollator: none of this batch's 3 examples has a "
+                                                     r"token to mask .*drop such empty examples") as refusal:
+                    collate(examples)
+                assert "\n" not in str(refusal.value)
+
+    collator = SpanMaskingCollator(tokenizer, random_token_distribution="uniform", seed=3, target_buffer=unpad)
+    real = varied_batch(blocks, size=2)
+    alone, with_empty = collator(real), collator([*real, {**empty[0], "example_index": 99}])
+    assert not with_empty["attention_mask"][-1].any()
+    for build in (lambda **kw: spanbert(tokenizer, **kw), lambda **kw: teams(tokenizer, **kw)):
+        model = build(unpad=unpad)
+        reference_losses, reference_gradients = losses_and_gradients(model, alone)
+        losses, gradients = losses_and_gradients(model, with_empty)
+        for name, value in reference_losses.items():
+            assert torch.isfinite(losses[name]), name
+            torch.testing.assert_close(losses[name], value, rtol=1e-5, atol=1e-6, msg=name)
+        assert all(torch.isfinite(gradient).all() for gradient in gradients.values())
 
 
 @pytest.mark.slow

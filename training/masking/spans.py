@@ -239,6 +239,12 @@ class SpanMaskingCollator:
         positions = np.arange(width)
         attention_mask = positions[None, :] < lengths[:, None]
         maskable = attention_mask & ~np.isin(ids, self.special_ids)
+        # Refused, not trained as a zero-target step: the trainer has no step without targets. A NaN loss would stop
+        # the run as diverged (DivergenceGuard, blaming the learning rate); a zero one would still move every weight
+        # (AdamW's momentum and decay) and pull the logged loss means towards 0.
+        if not maskable.any():
+            raise ValueError(f"{type(self).__name__}: none of this batch's {batch} examples has a token to mask (only "
+                             "padding and special tokens): drop such empty examples from the corpus or shards.")
         budget = np.ceil(maskable.sum(1) * self.mlm_probability).astype(np.int64)
         # Candidate spans per row, a function of the row alone (enough to meet the budget but in rare cases).
         n_candidates = np.where(self.scheme == "subword", 0, (budget * 1.5).astype(np.int64) + 10)
