@@ -2,7 +2,9 @@
 (`trainer`), run folders and checkpoints (`folders`), one run per folder (`locks`), loading a model with clear errors
 (`loading`), model FLOPs of a train step (`flops`), FSDP2 (`sharding`), the export and its card (`export`), inputs
 a model needs beyond its tokenizer's (`task_inputs`), what installed packages add to the registries (`plugins`),
-and what every script's command line shares (`entry`: `run_cli`, the one `cli()` wrapper).
+elastic runs (`elastic`: the global batch kept across world sizes, `--loss_normalization`), the standard BERT/ELECTRA
+copy of an export (`standard_copy`), the SpanBERT authors' fairseq checkpoint (`fairseq_checkpoint`), and what
+every script's command line shares (`entry`: `run_cli`, the one `cli()` wrapper).
 
 This package is also the one public face of `training/` for the fine-tuning scripts in `glue/` and `qa/`: they import
 only the names below, never a module inside `training/` directly.
@@ -25,7 +27,7 @@ _PUBLIC = {
     "load_corpus": "encoder_zoo.training.data.corpus",
     "split_sentences": "encoder_zoo.training.data.corpus",
     "minilm_path": "encoder_zoo.training.data.resources",
-    "hub_origin": "encoder_zoo.training.data.resources",  # a shipped model's Hub id and licence, for cards
+    "hub_origin": "encoder_zoo.hub_cards.origins",  # a shipped model's Hub id and licence, for cards
     "resource_path": "encoder_zoo.training.data.resources",
     "without_loading_state": "encoder_zoo.training.data.tokenizer",  # what a tokenizer saved after loading leaves out
     "check_new_output_dir": "encoder_zoo.training.run.folders",
