@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
         reloaded as   : {reloaded['class']} (fresh process, trust_remote_code=True)
           output      : {reloaded['hidden_shape']}
           fill-mask   : "Paris is the capital of [MASK]." -> {reloaded['fill_mask_top5']}
+                        (a {summary['steps']}-step model predicts frequent words, not yet facts)
     """))
     return summary
 
