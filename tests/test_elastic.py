@@ -68,8 +68,9 @@ def bitwise_equal(a: Path, b: Path) -> bool:
 
 def resume_copy(run: Path, into: Path, step: int = 2) -> Path:
     """`run` as it stood at checkpoint-`step`: later checkpoints, its export and final state left out."""
-    shutil.copytree(run, into, ignore=shutil.ignore_patterns(
-        *(f"checkpoint-{s}" for s in range(step + 1, 10)), "export", "trainer_state.json"))
+    shutil.copytree(run, into, ignore=shutil.ignore_patterns(*(f"checkpoint-{s}" for s in range(step + 1, 10)),
+                                                             "export"))
+    (into / "trainer_state.json").unlink()
     return into
 
 
@@ -270,3 +271,40 @@ def test_the_stream_is_global_and_resumes_on_another_split(tmp_path):
         resumed = [stream(processes, micro, rank, start=load_position(folder, rank, settings))
                    for rank in range(processes)]
         assert updates(resumed, micro, accumulation, 2) == one[3:5], (processes, micro)
+
+
+@pytest.mark.multiprocess
+def test_a_streaming_run_resumes_on_another_number_of_processes(tmp_path):
+    """--streaming, SpanBERT's weighting, one thread per process: 2 x 4 resumed at step 2 on 1 process with the same
+    flags, and 1 x 4 x 2 resumed on 2 processes, end bitwise equal to the uninterrupted runs, which are equal too."""
+    stream = ["--streaming", "true", "--shuffle_window_documents", "10", "--streaming_sample_documents", "100"]
+    two, one = tmp_path / "2x4", tmp_path / "1x4x2"
+    train("spanbert", two, 4, None, *stream, processes=2)
+    train("spanbert", one, 4, 2, *stream)
+    assert bitwise_equal(two, one)
+    train("spanbert", resume_copy(two, tmp_path / "2to1"), 4, None, *stream, "--resume_from_checkpoint", "true")
+    assert bitwise_equal(two, tmp_path / "2to1")
+    train("spanbert", resume_copy(one, tmp_path / "1to2"), 4, 2, *stream, "--resume_from_checkpoint", "true",
+          processes=2)
+    assert bitwise_equal(one, tmp_path / "1to2")
+
+
+@pytest.mark.multiprocess
+def test_two_machine_ranks_on_localhost_train_the_same_run(tmp_path):
+    """Two `accelerate launch` calls, machine ranks 0 and 1 of one process each on 127.0.0.1 (what a 2-node job runs):
+    they train and export the run that one node of 2 processes trains, bitwise (one thread per process)."""
+    import subprocess
+
+    from helpers import ACCELERATE_LAUNCH, PRETRAIN, free_port
+
+    single, nodes = tmp_path / "one-node", tmp_path / "two-nodes"
+    train("spanbert", single, 4, None, processes=2)
+    port = free_port()
+    launches = [subprocess.Popen([*ACCELERATE_LAUNCH, "--multi_gpu", "--num_machines", "2", "--machine_rank", str(rank),
+                                  "--num_processes", "2", "--main_process_ip", "127.0.0.1", "--main_process_port",
+                                  str(port), PRETRAIN, *flags("spanbert", nodes, 4, None)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 env=pretrain_env(OMP_NUM_THREADS="1")) for rank in (0, 1)]
+    errors = [launch.communicate(timeout=600)[1] for launch in launches]
+    assert [launch.returncode for launch in launches] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
+    assert bitwise_equal(single, nodes)
