@@ -308,3 +308,71 @@ def test_two_machine_ranks_on_localhost_train_the_same_run(tmp_path):
     errors = [launch.communicate(timeout=600)[1] for launch in launches]
     assert [launch.returncode for launch in launches] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
     assert bitwise_equal(single, nodes)
+
+
+def _pretrain_workers(output_dir: Path) -> list[int]:
+    """The pretrain.py processes of the run in `output_dir` (not their launchers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        text = b" ".join(command).decode(errors="ignore")
+        if entry.name.isdigit() and str(output_dir) in text and "pretrain.py" in text and "accelerate" not in text \
+                and not text.startswith("bash"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.multiprocess
+def test_the_slurm_script_is_preempted_requeued_on_fewer_nodes_and_resumes_exactly(tmp_path):
+    """training/slurm/pretrain.sbatch under a stand-in for srun/scontrol that runs each node on this machine: a
+    2-node job (1 process each) gets SIGTERM after its first checkpoint, saves and stops; requeued on 1 node it resumes
+    (the accumulation derived from the recorded global batch) and ends bitwise equal to an uninterrupted run on 2
+    processes. A requeue onto 0 nodes is refused in one line."""
+    import signal
+    import subprocess
+    import time
+
+    from helpers import free_port
+
+    standin = os.path.join(REPO, "tests", "slurm_standin")
+    script = os.path.join(REPO, "training", "slurm", "pretrain.sbatch")
+    reference, out = tmp_path / "reference", tmp_path / "run"
+    steps = ["--max_steps", "12"]
+    train("spanbert", reference, 4, None, *steps, processes=2)
+
+    def job(nodes: int) -> dict:
+        path = os.pathsep.join([standin, os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+        return {**pretrain_env(OMP_NUM_THREADS="1"), "PATH": path, "SRUN": os.path.join(standin, "srun"),
+                "SLURM_NNODES": str(nodes), "SLURM_JOB_NODELIST": "node[1-2]", "GPUS_PER_NODE": "1",
+                "CONFIG": os.path.join(REPO, "training", "accelerate_configs", "ddp.yaml"), "OUTPUT_DIR": str(out),
+                "MODEL": "spanbert", "MODEL_SIZE": "tiny", "PORT": str(free_port())}
+
+    args = [*flags("spanbert", out, 4, None), *steps]
+    first = subprocess.Popen(["bash", script, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=job(2), cwd=REPO, start_new_session=True)
+    deadline = time.time() + 600
+    while not (out / "checkpoint-2" / "trainer_state.json").exists():
+        assert first.poll() is None, first.stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    workers = _pretrain_workers(out)
+    assert len(workers) == 2
+    for pid in workers:  # Slurm's --signal=TERM reaches every process of the job
+        os.kill(pid, signal.SIGTERM)
+    first.communicate(timeout=600)
+    assert first.returncode != 0
+    saved = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert 2 <= saved[-1] < 12 and not (out / "export").exists()
+
+    refused = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=job(0), cwd=REPO)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "no node to run on" in refused.stderr
+
+    requeued = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=job(1), cwd=REPO,
+                              timeout=600)
+    assert requeued.returncode == 0, requeued.stderr[-4000:]
+    assert "resuming as 1 process x 4 per device x 2 accumulation steps" in requeued.stderr
+    assert bitwise_equal(reference, out)
