@@ -229,3 +229,34 @@ def test_slurm_script_launches_one_node_of_two_processes(tmp_path):
     assert "Resuming from" in result.stderr
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and (out / "export" / "model.safetensors").exists()
+
+
+def test_fsdp_checkpoints_reshard_onto_another_number_of_processes(tmp_path):
+    """FSDP2's sharded checkpoints are torch.distributed.checkpoint folders (one .distcp file per saving process),
+    which load onto any number of processes: a 2-process FSDP run resumed at step 2 on 1 process, and a 1-process run
+    (accumulation 2) resumed on 2, end within 1e-5 of the uninterrupted runs (TEAMS with deterministic samplers,
+    dropout off; the global batch kept by deriving the accumulation)."""
+    deterministic = os.path.join(REPO, "tests", "deterministic_samplers.py")
+
+    def run(out, processes, *extra):
+        pretrain(*TEAMS, "--output_dir", str(out), *extra,
+                 launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, deterministic, processes=processes))
+
+    def resumed_copy(out, into):
+        shutil.copytree(out, into, ignore=shutil.ignore_patterns("checkpoint-4", "export"))
+        (into / "trainer_state.json").unlink()
+        return into
+
+    def largest_difference(a, b):
+        first, second = load_file(a / "export" / "model.safetensors"), load_file(b / "export" / "model.safetensors")
+        return max((first[name] - second[name]).abs().max().item() for name in first)
+
+    two, one = tmp_path / "2x4", tmp_path / "1x4x2"
+    run(two, 2)
+    assert sorted(p.name for p in (two / "checkpoint-2" / "pytorch_model_fsdp_0").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp"]
+    run(resumed_copy(two, tmp_path / "2to1"), 1, "--resume_from_checkpoint", "true")
+    assert largest_difference(two, tmp_path / "2to1") < 1e-5
+    run(one, 1, "--gradient_accumulation_steps", "2")
+    run(resumed_copy(one, tmp_path / "1to2"), 2, "--resume_from_checkpoint", "true")
+    assert largest_difference(one, tmp_path / "1to2") < 1e-5
