@@ -485,6 +485,9 @@ CLIENTS = ("feature-extraction", FILL_MASK, "text-classification", PRETRAINING_H
            "PEFT LoRA (sequence classification)", "sentence-transformers", "gradient checkpointing", "torch.compile",
            "attn_implementation (explicit, set_attn_implementation)", "quiet load (AutoModel, no load report)")
 ENCODER_CLIENTS = tuple(name for name in CLIENTS if name not in (FILL_MASK, PRETRAINING_HEAD))
+# A standard copy (training/to_transformers.py) loads through transformers' own classes, whose bare model reports a
+# checkpoint's heads as UNEXPECTED (a BERT or ELECTRA pretraining checkpoint's, as any): no quiet load.
+STANDARD_CLIENTS = tuple(name for name in ENCODER_CLIENTS if not name.startswith("quiet load"))
 # The size of every tiny export of the client matrix (`ClientColumn.build`).
 TINY_EXPORT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                    max_position_embeddings=64)
@@ -534,9 +537,6 @@ def save_tiny_export(model, folder: Path, tokenizer) -> TinyExport:
     tokenizer.save_pretrained(folder)
     return TinyExport(Path(folder))
 
-# A standard copy (training/to_transformers.py) loads through transformers' own classes, whose bare model reports a
-# checkpoint's heads as UNEXPECTED (a BERT or ELECTRA pretraining checkpoint's, as any): no quiet load.
-STANDARD_CLIENTS = tuple(name for name in ENCODER_CLIENTS if not name.startswith("quiet load"))
 
 def pretraining_export(model_type: str, **config) -> Callable[[Path, Any], TinyExport]:
     """A `ClientColumn.build` that saves a tiny random `AutoModelForPreTraining` of `model_type` (`TINY_EXPORT` wide,
@@ -550,6 +550,20 @@ def pretraining_export(model_type: str, **config) -> Callable[[Path, Any], TinyE
                                 tokenizer)
 
     return build
+
+
+def standard_copy_export(build: Callable[[Path, Any], TinyExport]) -> Callable[[Path, Any], TinyExport]:
+    """A `ClientColumn.build` of the standard transformers copy (`training/to_transformers.py`: no remote code) of
+    the tiny export `build` writes: the zoo export in `folder/zoo`, its copy in `folder/standard`."""
+
+    def standard(folder: Path, tokenizer) -> TinyExport:
+        from encoder_zoo.training.run.standard_copy import convert
+
+        (Path(folder) / "zoo").mkdir()
+        zoo = build(Path(folder) / "zoo", tokenizer)
+        return TinyExport(convert(zoo.folder, Path(folder) / "standard"))
+
+    return standard
 
 
 @dataclass(frozen=True)
@@ -600,20 +614,6 @@ class Family:
 def family_modules() -> list[str]:
     """The modules of this package that define `FAMILY`."""
     return _modules_defining("FAMILY")
-
-def standard_copy_export(build: Callable[[Path, Any], TinyExport]) -> Callable[[Path, Any], TinyExport]:
-    """A `ClientColumn.build` of the standard transformers copy (`training/to_transformers.py`: no remote code) of
-    the tiny export `build` writes: the zoo export in `folder/zoo`, its copy in `folder/standard`."""
-
-    def standard(folder: Path, tokenizer) -> TinyExport:
-        from encoder_zoo.training.run.standard_copy import convert
-
-        (Path(folder) / "zoo").mkdir()
-        zoo = build(Path(folder) / "zoo", tokenizer)
-        return TinyExport(convert(zoo.folder, Path(folder) / "standard"))
-
-    return standard
-
 
 
 def families() -> dict[str, Family]:
