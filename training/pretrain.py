@@ -304,7 +304,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + recipe_flags + argv)
     args.starting_point = point
     args.flags_given = {a.split("=")[0] for a in argv if a.startswith("--")}
-    args.resuming = training_args.resume_from_checkpoint not in (None, "", "False", "false")
+    from encoder_zoo.training.run.folders import resumes
+
+    args.resuming = resumes(training_args.resume_from_checkpoint)  # read by the checks before the run folder
     if point is not None:
         args.model_size = point.size
     if args.max_seq_length is None:  # neither the user nor the paper's size set it
@@ -325,7 +327,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
     return args, training_args
 
 
-def read_starting_point(recipe, args: PretrainArguments, argv: list[str], training_args=None):
+def read_starting_point(recipe, args: PretrainArguments, argv: list[str], training_args):
     """--init_from's checkpoints, architecture and size preset (`training.recipes.starting`), read before the recipe's
     defaults, which depend on the size; None without --init_from. A resumed run whose starting checkpoints cannot be
     read any more continues from its own checkpoint alone (`resumed_starting_point`)."""
@@ -337,10 +339,11 @@ def read_starting_point(recipe, args: PretrainArguments, argv: list[str], traini
                 raise ValueError(f"{flag} applies only with --init_from PATH_OR_HUB_ID.")
         return None
     from encoder_zoo.training.recipes.starting import starting_point
+    from encoder_zoo.training.run.folders import resumes
     from encoder_zoo.training.run.init_from import GENERATOR, MAIN, find_checkpoint
 
     size_given = any(a.split("=")[0] == "--model_size" for a in argv)
-    if training_args is not None and training_args.resume_from_checkpoint not in (None, "", "False", "false"):
+    if resumes(training_args.resume_from_checkpoint):
         try:
             for flag, name in ((MAIN, args.init_from), (GENERATOR, args.init_generator_from)):
                 if name:

@@ -43,6 +43,11 @@ TRAINED_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_AFTER_TRAINING"
 RESUME_VALUES = ("True", "true", "auto", "last")
 
 
+def resumes(resume: str | None) -> bool:
+    """Whether a --resume_from_checkpoint value asks to resume (a checkpoint path, or one of `RESUME_VALUES`)."""
+    return resume not in (None, "", "False", "false")
+
+
 def timestamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
@@ -243,7 +248,7 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
     if output_dir.is_dir():
         set_aside_partial_saves(output_dir)
     discard_partial_export(export_dir)
-    if resume not in (None, "", "False", "false"):
+    if resumes(resume):
         check_export_dir(export_dir)
         if resume in RESUME_VALUES:
             complete = checkpoints(output_dir) if output_dir.is_dir() else []  # partial ones were set aside
