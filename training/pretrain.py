@@ -1204,9 +1204,9 @@ def streamed_examples(documents, validation_docs, recipe, tokenizer, args, train
 
 
 def trained_examples(trainer) -> int:
-    args = trainer.args
-    return (trainer.state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps
-            * args.world_size)
+    from encoder_zoo.training.run.elastic import global_batch
+
+    return trainer.state.global_step * global_batch(trainer.args)
 
 
 def compute_rows(trainer) -> dict:

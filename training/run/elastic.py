@@ -36,10 +36,16 @@ def checkpoint_world_size(checkpoint: str | Path) -> int:
     return len(ranks) if ranks else 1
 
 
+def global_batch(training_args) -> int:
+    """Examples per update: per-device batch x processes x accumulation steps."""
+    return (training_args.per_device_train_batch_size * training_args.world_size
+            * training_args.gradient_accumulation_steps)
+
+
 def batch_record(training_args, loss_normalization: str) -> dict:
     micro, processes = training_args.per_device_train_batch_size, training_args.world_size
     accumulation = training_args.gradient_accumulation_steps
-    return {"global_batch": micro * processes * accumulation, "per_device_train_batch_size": micro,
+    return {"global_batch": global_batch(training_args), "per_device_train_batch_size": micro,
             "processes": processes, "gradient_accumulation_steps": accumulation,
             "loss_normalization": loss_normalization}
 

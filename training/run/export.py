@@ -10,6 +10,7 @@ from typing import Any
 from encoder_zoo import models
 from encoder_zoo.hub_cards import CardMetadata, plot_loss_curve, write_card
 from encoder_zoo.training.run.describe import describe_optimizer, describe_schedule, describe_warmup
+from encoder_zoo.training.run.elastic import global_batch
 
 ARCHITECTURE_KEYS = (
     "vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -230,7 +231,7 @@ def optimisation_comparison(trainer, paper, max_seq_length: int,
     decayed = set(trainer.get_decay_parameter_names(trainer.model)) & set(names)
     warmup = args.get_warmup_steps(state.max_steps)
     scheduler_kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
-    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    examples_per_update = global_batch(args)
     rows = {
         "optimizer": (describe_optimizer(type(optimizer).__name__, optimizer.defaults),
                       describe_optimizer(paper.optim_class_name(), paper.optimizer_kwargs())),
@@ -242,7 +243,7 @@ def optimisation_comparison(trainer, paper, max_seq_length: int,
         "weight decay": (_decay_text(args.weight_decay, len(decayed) == len(names)),
                          _decay_text(paper.weight_decay, paper.decay_norms_and_biases)),
         "gradient clipping": (_clip_text(args.max_grad_norm), _clip_text(paper.max_grad_norm)),
-        "batch (sequences per update)": (f"{global_batch}",
+        "batch (sequences per update)": (f"{examples_per_update}",
                                          f"{paper.batch_size}" if paper.batch_size else "not stated"),
         "sequence length": (f"{max_seq_length}", f"{paper.max_seq_length}"),
         "updates": (f"{state.global_step}", f"{paper.total_steps}"),

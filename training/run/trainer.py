@@ -227,8 +227,9 @@ class PretrainingTrainer(ExactResume, Trainer):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if type(sampler) is not torch.utils.data.RandomSampler or sampler.replacement:
             return sampler
-        args = self.args
-        total = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
+        from encoder_zoo.training.run.elastic import global_batch
+
+        total = global_batch(self.args)
         whole = len(dataset) // total * total
         if not whole or whole == len(dataset):
             return sampler
@@ -458,9 +459,9 @@ class PretrainingTrainer(ExactResume, Trainer):
         try:
             super()._save_checkpoint(model, trial)
             if isinstance(self.train_dataset, StreamedExamples):  # where the stream stands: steps x global batch
-                args = self.args
-                self.train_dataset.save(staging / name, consumed=self.state.global_step * args.world_size
-                                        * args.per_device_train_batch_size * args.gradient_accumulation_steps)
+                from encoder_zoo.training.run.elastic import global_batch
+
+                self.train_dataset.save(staging / name, consumed=self.state.global_step * global_batch(self.args))
         except OSError as error:  # disk full, folder made read-only: the checkpoints already published stay as they are
             if self.args.should_save:
                 shutil.rmtree(staging / name, ignore_errors=True)
