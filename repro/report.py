@@ -182,7 +182,8 @@ def render_report(results: dict, sweep, folder: Path) -> None:
              *([f"**What this tests:** {budget.tests_what}.", ""] if budget.tests_what else []),
              code_line(results["code"]), "",
              "## The paper's numbers", "", "```", experiment.paper_table, "```", "", PAPER_SCALE, "",
-             *primary_line(results), *scores_section(results, sweep), *verdicts_section(results, sweep),
+             *primary_line(results), *since_section(results), *scores_section(results, sweep),
+             *verdicts_section(results, sweep),
              *failures_section(results, sweep),
              *schedules_section(results, sweep), "## Notes", "", experiment.notes or "—", "",
              *how_run_section(results, sweep)]
@@ -344,6 +345,31 @@ def primary_line(results: dict) -> list[str]:
     return [f"**Primary claim**, tested alone at 5% with {units}: {arm_label(primary['arm'], results)} > "
             f"{arm_label(primary['baseline'], results)} on "
             f"{task} ({primary['source']}): {verdict_text(claim)}.", ""]
+
+
+def since_section(results: dict) -> list[str]:
+    """What changed since the report this one replaced (`results["previous"]`, stored by `repro/summary.py --since`):
+    per positive control and claim, the difference and verdict before and now and what changed
+    (`repro.changes.changes`); nothing for a report without a previous one."""
+    from encoder_zoo.repro.changes import changes, difference
+
+    previous = results.get("previous")
+    if not previous:
+        return []
+
+    def cell(entry: dict | None, task: str) -> str:
+        return "—" if entry is None else f"{difference(entry, task)}, {entry['verdict']}"
+
+    rows = [[change["role"] or "—", f"{arm_label(change['arm'], results)} vs {arm_label(change['baseline'], results)}",
+             task_facts(change["task"]).description if change["task"] else "—", cell(change["before"], change["task"]),
+             cell(change["now"], change["task"]), change["why"]] for change in changes(previous, results)]
+    commit, because = (previous.get("commit") or "unknown")[:7], (previous.get("because") or "").rstrip(". ")
+    return ["## Since the previous report", "",
+            f"This report replaces the one of commit `{commit}` (code `{previous.get('code') or 'unknown'}`), rerun "
+            f"because {because or 'no reason given'}. Differences and floors on the tables' scale (percent points; a "
+            "held-out loss in nats); what changed is composed from the two results (`repro/changes.py`).", "",
+            *table(["role", "claim", "task", "before: difference [90% CI], verdict",
+                    "now: difference [90% CI], verdict", "what changed"], rows), ""]
 
 
 def verdicts_section(results: dict, sweep) -> list[str]:

@@ -10,6 +10,11 @@
                                                        # README's into it between their markers
     python repro/summary.py --rerender repro/reports/spanbert/adapt  # a committed report's text and plot written
                                                                     # again from its results.json, training nothing
+    python repro/summary.py --since COMMIT --because TEXT REPORT_FOLDER...  # after a rerun: each folder's results.json
+        # keeps its report at COMMIT in short (`git show COMMIT:<folder>/results.json`, `repro.changes`) under
+        # "previous", and the folder is re-rendered as --rerender does, with a section "Since the previous report"
+        # (per claim and positive control: verdict and difference before and now, and what changed). TEXT completes
+        # "rerun because ..."; running it again writes the same files.
 
 `tests/test_repro.py` checks that README's tables are this output, so they are never edited by hand.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from pathlib import Path
 
 from encoder_zoo.repro.budgets import arm_label
@@ -234,6 +240,45 @@ def rerender(folder: Path) -> None:
             render_report(results, sweep, folder)
 
 
+def git(args: list[str], where: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True)
+
+
+def previous_results(folder: Path, commit: str) -> tuple[str, dict]:
+    """The commit (its full hash) and the results.json that `folder` held at `commit`, read from the git repository
+    the folder lies in."""
+    root = git(["rev-parse", "--show-toplevel"], folder)
+    if root.returncode:
+        raise SystemExit(f"--since: {folder} lies in no git repository: give a report folder of the repository")
+    path = f"{(folder.resolve().relative_to(Path(root.stdout.strip()).resolve())).as_posix()}/results.json"
+    resolved = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], folder)
+    if resolved.returncode:
+        raise SystemExit(f"--since: git knows no commit {commit!r}: give a commit of this repository (git log)")
+    shown = git(["show", f"{commit}:{path}"], folder)
+    if shown.returncode:
+        raise SystemExit(f"--since: commit {commit} has no {path}: give the commit of the report it replaces "
+                         f"(git log -- {path})")
+    return resolved.stdout.strip(), json.loads(shown.stdout)
+
+
+def since(folder: Path, commit: str, because: str) -> None:
+    """Store in `folder`'s results.json its report at `commit` in short (`repro.changes.previous_record`, under
+    "previous"), then re-render the folder (`rerender`); a refused re-render leaves results.json as it was."""
+    from encoder_zoo.repro.changes import previous_record
+
+    resolved, old = previous_results(folder, commit)
+    if old.get("experiment") == "zoo":
+        raise SystemExit(f"--since: {folder} is the zoo's report, which has no claims: give a paper's report folder")
+    path = folder / "results.json"
+    before = path.read_text(encoding="utf-8")
+    path.write_text(json.dumps({**json.loads(before), "previous": previous_record(old, resolved, because)}, indent=2))
+    try:
+        rerender(folder)
+    except ValueError as error:
+        path.write_text(before)
+        raise SystemExit(f"--since: {error}") from None
+
+
 def write_readme(text: str, readme: Path = README, markers: tuple[str, str] = (BEGIN, END)) -> None:
     """Replace what README holds between `markers` by `text`, the rest untouched."""
     begin, end = markers
@@ -251,7 +296,21 @@ def main(argv=None) -> None:
     parser.add_argument("--write", action="store_true", help=f"Write README's tables into {README.name}.")
     parser.add_argument("--rerender", nargs="+", type=Path, metavar="REPORT_FOLDER", help="Write these committed "
                         "reports' report.md and plot.png again from their results.json (no run), then stop.")
+    parser.add_argument("--since", metavar="COMMIT", help="After a rerun: store in each REPORT_FOLDER's results.json "
+                        "its report at COMMIT in short (read with git show COMMIT:<folder>/results.json) and re-render "
+                        "the folder as --rerender does, with a section on what changed since; needs --because.")
+    parser.add_argument("--because", metavar="TEXT", help="With --since: why the reports were rerun, as the report "
+                        "says it after 'rerun because' (e.g. 'the cpu budget fine-tunes on 2,000 rows').")
+    parser.add_argument("folders", nargs="*", type=Path, metavar="REPORT_FOLDER",
+                        help="With --since: the rerun reports' folders (e.g. repro/reports/hire/cpu).")
     args = parser.parse_args(argv)
+    if args.since is not None or args.because is not None or args.folders:
+        if args.since is None or not args.because or not args.folders:
+            parser.error("--since COMMIT --because TEXT REPORT_FOLDER... go together: give all three")
+        for folder in args.folders:
+            since(folder, args.since, args.because)
+            print(f"Re-rendered {folder / 'report.md'} with what changed since {args.since}")
+        return
     if args.rerender:
         for folder in args.rerender:
             rerender(folder)

@@ -1418,3 +1418,150 @@ def test_an_experiment_may_pretrain_for_fewer_steps_at_a_budget():
     assert EXPERIMENTS["cloze"].at(BUDGETS["cpu"]).budget.pretrain_steps == 2000
     teams = [j for j in sweep_jobs("teams") if j.kind == "pretrain"]
     assert {flag(j.command, "--max_steps") for j in teams} == {"4000"}
+
+
+# --------------------------------------------------------------------------------------- since the previous report
+def test_changes_name_what_changed_per_claim_and_control():
+    """`repro.changes`: the committed HIRE report against a rerun whose bag-of-words floor rose, whose positive
+    control lost its signal and so gated the primary claim, one claim unchanged, one dropped and one new: each row
+    says so in one line, on the tables' scale, from the data alone."""
+    from encoder_zoo.repro.changes import GONE, NEW, SAME, changes, previous_record
+
+    old = json.loads((REPO / "repro" / "reports" / "hire" / "cpu" / "results.json").read_text())
+    new = json.loads(json.dumps(old))
+    new["floors"]["rotten_tomatoes"][1]["value"] = 0.70
+    control = new["control"]["rotten_tomatoes"]
+    control["verdict"] = control["decision"]["verdict"] = NO_SIGNAL
+    control["decision"].update(estimate=0.01, low=-0.01, high=0.03, mdd=0.04)
+    primary = new["claims"][0]
+    primary["verdict"] = NO_CONTROL
+    primary["decision"].update(estimate=0.03, low=0.01, high=0.05, mdd=0.02)
+    dropped = new["claims"].pop()  # hire vs mean_weighting
+    new["claims"].append({**new["claims"][1], "baseline": "backbone_random"})
+    previous = previous_record(old, "abc1234def", "the floors changed")
+    assert previous["floors"] == {"rotten_tomatoes": 0.654} and previous["code"] == old["code"]["current"]
+    assert previous["controls"]["rotten_tomatoes"]["verdict"] == REPRODUCED and len(previous["claims"]) == 4
+    assert set(previous["claims"][0]) == {"role", "arm", "baseline", "task", "metric", "verdict", "estimate", "low",
+                                          "high", "mdd"}
+
+    rows = changes(previous, new)
+    assert [(r["role"], r["arm"], r["baseline"]) for r in rows] == [
+        ("control", "backbone", "backbone_random"), ("primary", "hire", "backbone"),
+        ("secondary", "hire", "without_hire"), ("secondary", "hire", "without_fusion"),
+        ("secondary", "hire", "backbone_random"), ("secondary", "hire", "mean_weighting")]
+    old_control = old["control"]["rotten_tomatoes"]["decision"]
+    assert rows[0]["before"]["verdict"] == REPRODUCED and rows[0]["now"]["verdict"] == NO_SIGNAL
+    assert rows[0]["why"].startswith("highest floor 65.4 -> 70; difference ") and "positive control" not in rows[0][
+        "why"] and rows[0]["why"].endswith("-> 1 [-1, 3], within its MDD 4")
+    assert f"{100 * old_control['estimate']:.4g} [" in rows[0]["why"]
+    assert rows[1]["why"] == (f"highest floor 65.4 -> 70; positive control {REPRODUCED} -> {NO_SIGNAL}; difference "
+                              "-0.72 [-1.6, 0.16], within its MDD 1.255 -> 3 [1, 5], beyond its MDD 2")
+    assert rows[1]["before"]["verdict"] == NOT_REPRODUCED and rows[1]["now"] == {
+        "verdict": NO_CONTROL, "estimate": 0.03, "low": 0.01, "high": 0.05, "mdd": 0.02}
+    assert rows[2]["why"] == rows[3]["why"] == SAME
+    assert rows[4]["why"] == NEW and rows[4]["before"] is None
+    assert rows[5]["why"] == GONE and rows[5]["now"] is None and rows[5]["before"]["verdict"] == dropped["verdict"]
+    assert all(r["task"] == "rotten_tomatoes" and r["metric"] == "accuracy" for r in rows)
+    assert all(r["why"] == SAME for r in changes(previous, old))
+
+
+def test_a_report_with_a_previous_one_says_what_changed_and_one_without_does_not(tmp_path):
+    """A re-rendered report whose results hold "previous" has the section "Since the previous report" right after
+    its primary claim, before its scores: the previous commit, code and reason, then one table row per control and
+    claim; without "previous", the report is the committed one, without the section."""
+    import shutil
+
+    from encoder_zoo.repro.changes import previous_record
+    from encoder_zoo.repro.summary import REPORTS, rerender
+
+    committed = REPORTS / "spanbert" / "adapt"
+    shutil.copytree(committed, tmp_path / "plain")
+    rerender(tmp_path / "plain")
+    plain = (tmp_path / "plain" / "report.md").read_text()
+    assert plain == (committed / "report.md").read_text() and "Since the previous report" not in plain
+
+    old = json.loads((committed / "results.json").read_text())
+    new = json.loads(json.dumps(old))
+    new["floors"]["rotten_tomatoes"][1]["value"] = 0.65
+    new["claims"][1]["verdict"] = new["claims"][1]["decision"]["verdict"] = NOT_REPRODUCED
+    shutil.copytree(committed, tmp_path / "since")
+    (tmp_path / "since" / "results.json").write_text(
+        json.dumps({**new, "previous": previous_record(old, "0123456789abcdef", "the floor was refitted.")}))
+    rerender(tmp_path / "since")
+    report = (tmp_path / "since" / "report.md").read_text()
+    section = report.split("## Since the previous report\n\n", 1)[1]
+    assert report.index("**Primary claim**") < report.index("## Since the previous report") < report.index("## Ours")
+    assert section.startswith(f"This report replaces the one of commit `0123456` (code `{old['code']['current']}`), "
+                              "rerun because the floor was refitted. Differences")
+    rows = section.split("\n\n")[1].splitlines()
+    assert rows[0] == ("| role | claim | task | before: difference [90% CI], verdict | now: difference [90% CI], "
+                       "verdict | what changed |")
+    assert len(rows) == 2 + 1 + len(old["claims"])  # header, rule, the control, the claims
+    assert rows[2].startswith("| control | minilm vs minilm_random |") and rows[2].endswith("| same verdict |")
+    assert rows[3].endswith("| same verdict |") and "| 1.76 [" in rows[3]
+    assert rows[4].endswith(f", {NOT_REPRODUCED} | highest floor 61.8 -> 65; difference unchanged, 0.96 [-0.1387, "
+                            "2.059], within its MDD 1.567 |")
+    assert json.loads((tmp_path / "since" / "results.json").read_text())["previous"]["commit"] == "0123456789abcdef"
+
+
+def test_summary_since_stores_the_previous_report_and_rerenders_the_same_files_twice(tmp_path):
+    """`repro/summary.py --since COMMIT --because TEXT FOLDER`, end to end in a scratch repository whose commit holds
+    the committed SpanBERT adapt report: the rerun's results.json keeps it in short under "previous" (the full
+    commit, its code), its report.md says what changed; a second run writes the same bytes; an unknown commit, a
+    folder the commit lacks, and a report the budget cannot re-render (HIRE at cpu, made at other settings) are
+    refused in one line, its results.json left as it was; the committed reports are not touched."""
+    import hashlib
+    import shutil
+
+    from encoder_zoo.repro.summary import REPORTS, main
+
+    def git(*args, cwd=tmp_path):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                               *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+    def digest(folder):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+    committed = {name: digest(REPORTS / name) for name in ("spanbert/adapt", "hire/cpu")}
+    folder, hire = tmp_path / "repro/reports/spanbert/adapt", tmp_path / "repro/reports/hire/cpu"
+    shutil.copytree(REPORTS / "spanbert" / "adapt", folder)
+    shutil.copytree(REPORTS / "hire" / "cpu", hire)
+    for f in (folder, hire):
+        rel = f.relative_to(tmp_path).as_posix()
+        (f / "results.json").write_text(git("show", f"HEAD:{rel}/results.json", cwd=REPO))
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "the previous reports")
+    head = git("rev-parse", "HEAD")
+    rerun = json.loads((folder / "results.json").read_text())
+    rerun["claims"][0]["verdict"] = rerun["claims"][0]["decision"]["verdict"] = REPRODUCED
+    (folder / "results.json").write_text(json.dumps(rerun, indent=2))
+
+    done = subprocess.run([sys.executable, "repro/summary.py", "--since", "HEAD", "--because", "the masking changed",
+                           str(folder)], cwd=REPO, env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((folder / "results.json").read_text())
+    assert results["previous"]["commit"] == head and results["previous"]["because"] == "the masking changed"
+    assert results["previous"]["code"] == rerun["code"]["current"]
+    assert {k: v for k, v in results.items() if k not in ("previous", "budget")} == {
+        k: v for k, v in rerun.items() if k != "budget"}
+    report = (folder / "report.md").read_text()
+    assert f"commit `{head[:7]}`" in report and "rerun because the masking changed." in report
+    assert f", {REPRODUCED} | difference unchanged, 1.76 [0.6049, 2.915], beyond its MDD 1.647 |" in report
+    first = digest(folder)
+    main(["--since", "HEAD", str(folder), "--because", "the masking changed"])
+    assert digest(folder) == first
+
+    other = tmp_path / "other"  # not in the commit
+    shutil.copytree(folder, other)
+    for commit, where, message in (("HEAD~3", folder, "git knows no commit 'HEAD~3'"),
+                                   ("HEAD", other, "commit HEAD has no other/results.json"),
+                                   ("HEAD", hire, "made at other cpu settings")):
+        before = digest(where)
+        with pytest.raises(SystemExit, match=message) as refused:
+            main(["--since", commit, "--because", "x", str(where)])
+        assert "\n" not in str(refused.value) and str(refused.value).startswith("--since: ")
+        assert digest(where) == before
+    with pytest.raises(SystemExit):
+        main(["--since", "HEAD", str(folder)])  # no --because
+    assert {name: digest(REPORTS / name) for name in committed} == committed

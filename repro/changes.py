@@ -1,0 +1,112 @@
+"""What changed since a report's previous run: the previous results.json kept in short (`previous_record`, stored
+under "previous" in the new results.json by `repro/summary.py --since`), and one row per claim and positive control
+of either report with its verdict and difference before and now and why they differ (`changes`), which the report's
+section "Since the previous report" shows. Composed only from the two results, never written by hand."""
+
+from __future__ import annotations
+
+from encoder_zoo.repro.report import shown
+
+DECISION_KEYS = ("estimate", "low", "high", "mdd")
+SAME = "same verdict"
+NEW = "new at this budget"
+GONE = "no longer tested"
+
+
+def numbers(entry: dict) -> dict:
+    """A claim's or control's difference, its 90% interval and its MDD (None where missing)."""
+    decision = entry.get("decision") or {}
+    return {key: decision.get(key) for key in DECISION_KEYS}
+
+
+def highest_floors(results: dict) -> dict:
+    """Each task's highest floor value (a report made before floors: its chance level)."""
+    floors = results.get("floors")
+    if floors is None:
+        return {task: value for task, value in (results.get("chance") or {}).items() if value is not None}
+    highest = {}
+    for task, entries in floors.items():
+        values = [floor["value"] for floor in entries if floor.get("value") is not None]
+        if values:
+            highest[task] = max(values)
+    return highest
+
+
+def previous_record(old: dict, commit: str, because: str) -> dict:
+    """From a results.json, what a later report compares itself with: its commit, its code's hash, why it was rerun,
+    each claim's verdict and numbers, each task's positive control and highest floor."""
+    claims = [{"role": claim.get("role"), "arm": claim["arm"], "baseline": claim["baseline"], "task": claim.get("task"),
+               "metric": claim.get("metric"), "verdict": claim["verdict"], **numbers(claim)}
+              for claim in old.get("claims", [])]
+    controls = {task: {"arm": entry.get("arm"), "baseline": entry.get("baseline"), "metric": entry.get("metric"),
+                       "verdict": entry["verdict"], **numbers(entry)}
+                for task, entry in (old.get("control") or {}).items()}
+    return {"commit": commit, "code": (old.get("code") or {}).get("current"), "because": because, "claims": claims,
+            "controls": controls, "floors": highest_floors(old)}
+
+
+def difference(entry: dict | None, task: str) -> str:
+    """A difference and its interval on the task's display scale."""
+    if not entry or entry.get("estimate") is None:
+        return "—"
+    return f"{shown(entry['estimate'], task)} [{shown(entry['low'], task)}, {shown(entry['high'], task)}]"
+
+
+def against_mdd(entry: dict, task: str) -> str:
+    """The difference and whether it lies within its MDD (its size below the MDD)."""
+    if entry.get("estimate") is None or entry.get("mdd") is None:
+        return difference(entry, task) + (", no MDD" if entry.get("estimate") is not None else "")
+    within = "within" if abs(entry["estimate"]) < entry["mdd"] else "beyond"
+    return f"{difference(entry, task)}, {within} its MDD {shown(entry['mdd'], task)}"
+
+
+def why(before: dict | None, now: dict | None, task: str, previous: dict, current: dict, control: bool) -> str:
+    """One line naming what changed between the two readings of one claim (or control), from the data alone."""
+    if before is None:
+        return NEW
+    if now is None:
+        return GONE
+    if before["verdict"] == now["verdict"]:
+        return SAME
+    parts = []
+    old_floor, new_floor = previous["floors"].get(task), current["floors"].get(task)
+    if shown(old_floor, task) != shown(new_floor, task):
+        parts.append(f"highest floor {shown(old_floor, task)} -> {shown(new_floor, task)}")
+    if not control:
+        old_control = (previous["controls"].get(task) or {}).get("verdict")
+        new_control = (current["controls"].get(task) or {}).get("verdict")
+        if old_control != new_control:
+            parts.append(f"positive control {old_control or 'none'} -> {new_control or 'none'}")
+    old_difference, new_difference = against_mdd(before, task), against_mdd(now, task)
+    parts.append(f"difference unchanged, {new_difference}" if old_difference == new_difference else
+                 f"difference {old_difference} -> {new_difference}")
+    return "; ".join(parts)
+
+
+def row(role: str | None, key: tuple, before: dict | None, now: dict | None, previous: dict, current: dict) -> dict:
+    arm, baseline, task, metric = key
+    return {"role": role, "arm": arm, "baseline": baseline, "task": task, "metric": metric, "before": before,
+            "now": now, "why": why(before, now, task, previous, current, control=role == "control")}
+
+
+def key_of(entry: dict, task: str | None = None) -> tuple:
+    return entry["arm"], entry["baseline"], task or entry.get("task"), entry.get("metric")
+
+
+def changes(previous: dict, results: dict) -> list[dict]:
+    """One row per positive control (role "control") and per claim of either report, matched on (arm, baseline,
+    task, metric): the previous verdict and difference, the new ones (None where the report lacks it), and `why`
+    they differ."""
+    current = previous_record(results, results.get("commit"), "")
+    rows = []
+    for record, role in ((lambda r: {key_of(e, t): e for t, e in r["controls"].items()}, "control"),
+                         (lambda r: {key_of(c): c for c in r["claims"]}, None)):
+        old, new = record(previous), record(current)
+        for key in [*new, *(k for k in old if k not in new)]:
+            entry = new.get(key) or old[key]
+            before, now = old.get(key), new.get(key)
+            rows.append(row(role or entry.get("role"), key,
+                            before and {"verdict": before["verdict"], **{k: before.get(k) for k in DECISION_KEYS}},
+                            now and {"verdict": now["verdict"], **{k: now.get(k) for k in DECISION_KEYS}},
+                            previous, current))
+    return rows
