@@ -5,7 +5,7 @@ section "Since the previous report" shows. Composed only from the two results, n
 
 from __future__ import annotations
 
-from encoder_zoo.repro.report import shown
+from encoder_zoo.repro.tasks import shown
 
 DECISION_KEYS = ("estimate", "low", "high", "mdd")
 SAME = "same verdict"

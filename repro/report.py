@@ -23,7 +23,7 @@ from encoder_zoo.repro.results import (
     score_key,
     wall_seconds,
 )
-from encoder_zoo.repro.tasks import display_scale, task_facts
+from encoder_zoo.repro.tasks import display_scale, shown, task_facts
 
 # Shell variables the report's commands use for paths that differ between machines (defined above its commands).
 MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'
@@ -63,12 +63,6 @@ VERDICT_KEY = (
 # ------------------------------------------------------------------------------------------------------ helpers
 def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.4g}"
-
-
-def shown(x: float | None, task: str) -> str:
-    """A value of `task` (a score, difference, interval end, MDD, floor or margin) on the tables' scale
-    (`display_scale`)."""
-    return fmt(None if x is None else x * display_scale(task))
 
 
 def row(cells: list[str]) -> str:

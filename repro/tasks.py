@@ -130,6 +130,12 @@ def display_scale(task: str) -> float:
     return task_facts(task).display_scale
 
 
+def shown(x: float | None, task: str) -> str:
+    """A value of `task` (a score, difference, interval end, MDD, floor or margin) on the tables' scale
+    (`display_scale`), to 4 significant digits; "—" for none."""
+    return "—" if x is None else f"{x * display_scale(task):.4g}"
+
+
 def pretraining_text(tasks: tuple[str, ...], folder: Path) -> Path:
     """The training sentences of the sentence `tasks` (labels unused, evaluation rows never), one document per row
     (a pair's texts as one), as a text file under `folder` (blank-line-separated documents, what `pretrain.py

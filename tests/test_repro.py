@@ -1364,12 +1364,12 @@ def test_a_report_names_its_runs_code_and_rerun_stale_retrains_the_stale_ones(tm
 
 def test_repro_modules_import_only_downwards():
     """repro/ in layers: provenance, budgets, statistics and the small scripts of floors, random copies and
-    predictions; the task facts; the experiments; the job graph, the results, the plots; the zoo and the reports; the
-    commands. The former sweep.py is gone."""
+    predictions; the task facts; the experiments; the job graph, the results, the plots, what changed since a previous
+    report; the zoo and the reports; the commands. The former sweep.py is gone."""
     from test_layout import import_graph
 
     layers = (("budgets", "stats", "provenance", "floors", "random_init", "predict"), ("tasks",), ("experiments",),
-              ("jobs", "results", "plots"), ("zoo", "report"), ("run", "summary", "tune"))
+              ("jobs", "results", "plots", "changes"), ("zoo", "report"), ("run", "summary", "tune"))
     level = {f"encoder_zoo.repro.{name}": i for i, names in enumerate(layers) for name in names}
     graph = import_graph()
     assert {m for m in graph if m.startswith("encoder_zoo.repro.")} == set(level)
