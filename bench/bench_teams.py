@@ -77,7 +77,18 @@ def build(kind, size):
 
 def measure(size, data, steps, device, dtype):
     models_ = {kind: build(kind, size).to(device).train() for kind in KINDS}
-    inputs = lambda kind, batch: {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}  # noqa: E731
+    generator = torch.Generator().manual_seed(0)
+    # Ours sample from the collator's per-example draws, as pretrain.py's batches carry them (made on the host, by
+    # the DataLoader, outside the step); the references draw Gumbel noise in the step.
+    draws = [torch.rand(*batch["input_ids"].shape, models_["teams"].config.sampler_draws, generator=generator)
+             for batch in data]
+
+    def inputs(kind, batch):
+        chosen = {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}
+        if kind in ("teams", "electra"):
+            chosen["sampler_uniforms"] = draws[next(i for i, b in enumerate(data) if b is batch)]
+        return chosen
+
     stats = timed_train_steps(models_, data, steps, device, dtype, inputs)
     return ({kind: stats[kind]["tokens"] / stats[kind]["seconds"] for kind in KINDS},
             {k: stats[k]["params"] for k in KINDS})

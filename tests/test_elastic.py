@@ -5,8 +5,8 @@ and bert_2seq_nsp, dropout off). Under the recipe's own weighting, splits that k
 resumes on another number of processes included (every process on one thread, so that 1- and 2-process runs round
 alike).
 
-TEAMS runs through `tests/deterministic_samplers.py`: its generator's Gumbel draws follow each process's stream at
-each micro-batch's shape, like dropout masks, so they are turned off with dropout."""
+TEAMS samples for real: its generator draws each target's replacement and candidates from the collator's draws of
+that example (`sampler_uniforms`), so only dropout is turned off."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from safetensors.torch import load_file
 
 from encoder_zoo.training.run import elastic
 
-DETERMINISTIC_SAMPLERS = os.path.join(REPO, "tests", "deterministic_samplers.py")
 NO_DROPOUT = {"spanbert": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
               "bert_2seq_nsp": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
               "teams": "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0",
@@ -43,10 +42,8 @@ def flags(model: str, out: Path, micro: int, accumulation: int | None, *extra: s
 
 
 def train(model: str, out: Path, micro: int, accumulation: int | None, *extra: str, processes: int = 1):
-    """One run (OMP_NUM_THREADS=1 in every process); TEAMS with deterministic samplers."""
+    """One run (OMP_NUM_THREADS=1 in every process)."""
     launcher = two_process_launcher() if processes == 2 else (sys.executable,)
-    if model == "teams":
-        launcher = (*launcher, DETERMINISTIC_SAMPLERS)
     return pretrain(*flags(model, out, micro, accumulation, *extra), launcher=launcher,
                     env=pretrain_env(OMP_NUM_THREADS="1"))
 
@@ -310,8 +307,9 @@ def test_two_machine_ranks_on_localhost_train_the_same_run(tmp_path):
     assert bitwise_equal(single, nodes)
 
 
-def _pretrain_workers(output_dir: Path) -> list[int]:
-    """The pretrain.py processes of the run in `output_dir` (not their launchers)."""
+def _job_step_processes(output_dir: Path) -> list[int]:
+    """The processes of the run in `output_dir` that Slurm's --signal reaches: each node's `accelerate launch` and the
+    pretrain.py processes it started (not the batch script, not srun)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -319,7 +317,8 @@ def _pretrain_workers(output_dir: Path) -> list[int]:
         except (OSError, ValueError):
             continue
         text = b" ".join(command).decode(errors="ignore")
-        if entry.name.isdigit() and str(output_dir) in text and "pretrain.py" in text and "accelerate" not in text \
+        is_srun = any(part.endswith(b"srun") for part in command[:2])  # the stand-in, not a process of a step
+        if entry.name.isdigit() and str(output_dir) in text and "pretrain.py" in text and not is_srun \
                 and not text.startswith("bash"):
             found.append(int(entry.name))
     return found
@@ -328,9 +327,11 @@ def _pretrain_workers(output_dir: Path) -> list[int]:
 @pytest.mark.multiprocess
 def test_the_slurm_script_is_preempted_requeued_on_fewer_nodes_and_resumes_exactly(tmp_path):
     """training/slurm/pretrain.sbatch under a stand-in for srun/scontrol that runs each node on this machine: a
-    2-node job (1 process each) gets SIGTERM after its first checkpoint, saves and stops; requeued on 1 node it resumes
-    (the accumulation derived from the recorded global batch) and ends bitwise equal to an uninterrupted run on 2
-    processes. A requeue onto 0 nodes is refused in one line."""
+    2-node job (1 process each) gets SIGTERM after its first checkpoint in every process of its job steps, launchers
+    and training processes alike, as Slurm's --signal sends it; each training process gets it twice (the launcher
+    passes it on), finishes its step, saves and stops. Requeued on 1 node the run resumes (the accumulation derived
+    from the recorded global batch) and ends bitwise equal to an uninterrupted run on 2 processes. A requeue onto 0
+    nodes, or onto 3 (which cannot split a global batch of 8), is refused in one line before any node starts."""
     import signal
     import subprocess
     import time
@@ -358,18 +359,20 @@ def test_the_slurm_script_is_preempted_requeued_on_fewer_nodes_and_resumes_exact
         assert first.poll() is None, first.stderr.read()[-3000:]
         assert time.time() < deadline
         time.sleep(0.05)
-    workers = _pretrain_workers(out)
-    assert len(workers) == 2
-    for pid in workers:  # Slurm's --signal=TERM reaches every process of the job
+    step = _job_step_processes(out)
+    assert len(step) == 4  # two launchers, two training processes
+    for pid in step:  # Slurm's --signal=TERM reaches every process of the job's steps
         os.kill(pid, signal.SIGTERM)
-    first.communicate(timeout=600)
+    stderr = first.communicate(timeout=600)[1]
     assert first.returncode != 0
     saved = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
-    assert 2 <= saved[-1] < 12 and not (out / "export").exists()
+    assert 2 < saved[-1] < 12 and not (out / "export").exists()
+    assert stderr.count(f"stopped by SIGTERM at step {saved[-1]} after saving") == 2, stderr[-3000:]
 
-    refused = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=job(0), cwd=REPO)
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    assert "no node to run on" in refused.stderr
+    for nodes, reason in ((0, "no node to run on"), (3, "requeue it with --nodes 1, 2, 4, 8")):
+        refused = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=job(nodes), cwd=REPO)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert reason in refused.stderr
 
     requeued = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=job(1), cwd=REPO,
                               timeout=600)

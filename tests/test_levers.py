@@ -55,16 +55,12 @@ def blocks(tokenizer):
     return add_example_index(pack_blocks(load_corpus(max_documents=40), tokenizer, max_seq_length=64))
 
 
-@pytest.fixture(autouse=True)
-def noiseless_sampling(monkeypatch):
-    """TEAMS's samplers draw Gumbel noise per target row: the buffer has more rows (its empty slots), so the draws
-    differ. Without noise the samplers pick the generator's argmax, the same in every layout."""
-    monkeypatch.setattr(modeling_teams, "gumbel_noise", lambda shape, device, generator=None: torch.zeros(shape))
-
-
 def buffered_batch(tokenizer, blocks, name):
+    """TEAMS and ELECTRA sample for real, from the collator's draws (`sampler_uniforms`, as pretrain.py's batches
+    carry them): keyed by example and position, they give each target the same draws in every layout."""
+    draws = dict(sampler_draws=6) if name in ("teams", "electra") else {}
     collator = SpanMaskingCollator(tokenizer, random_token_distribution="uniform", seed=3, target_buffer=True,
-                                   **RECIPES[name][1])
+                                   **RECIPES[name][1], **draws)
     batch = collator(varied_batch(blocks))
     return batch, {k: v for k, v in batch.items() if k != "target_positions"}
 

@@ -197,6 +197,35 @@ def test_masks_are_a_function_of_seed_epoch_and_example_only(tokenizer, blocks, 
     assert not torch.equal(first, epoch_0)  # its own stream, not training epoch 0's masks
 
 
+def test_sampler_draws_are_keyed_like_the_masks_and_leave_them_unchanged(tokenizer, blocks, unigram):
+    """`sampler_draws` (TEAMS's generator) adds each position's own uniforms: the same whatever shares the batch or
+    the padding width, in [0, 1), new each epoch, fixed for held-out batches; the masks stay those drawn without
+    them, and packing moves the draws with their tokens."""
+    from encoder_zoo.training.data.packing import pack_batch
+
+    plain = SpanMaskingCollator(tokenizer, scheme="subword", unigram_probs=unigram, seed=7)
+    collator = SpanMaskingCollator(tokenizer, scheme="subword", unigram_probs=unigram, seed=7, sampler_draws=6)
+    batch = collator(blocks[:8])
+    for key, value in plain(blocks[:8]).items():
+        assert torch.equal(value, batch[key]), key
+    draws = batch["sampler_uniforms"]
+    assert draws.shape == (*batch["input_ids"].shape, 6) and draws.dtype == torch.float32
+    real = batch["attention_mask"].bool()
+    assert (draws[real] >= 0).all() and (draws[real] < 1).all() and (draws[~real] == 0).all()
+    assert abs(draws[real].mean().item() - 0.5) < 0.01
+    mixed = collator(blocks[:8][::-1] + blocks[100:104])
+    for row in range(8):
+        length = int(batch["attention_mask"][row].sum())
+        assert torch.equal(draws[row, :length], mixed["sampler_uniforms"][7 - row, :length])
+    packed = pack_batch(batch)
+    assert torch.equal(packed["sampler_uniforms"][0], draws[real])
+    held_out = collator.for_evaluation()(blocks[:8])["sampler_uniforms"]
+    collator.set_epoch(1)
+    assert not torch.equal(collator(blocks[:8])["sampler_uniforms"], draws)
+    assert torch.equal(collator.for_evaluation()(blocks[:8])["sampler_uniforms"], held_out)
+    assert not torch.equal(held_out, draws)
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_dataloader_workers_see_the_epoch_and_draw_the_same_masks(tokenizer, blocks, unigram, persistent):
     import datasets

@@ -234,13 +234,12 @@ def test_slurm_script_launches_one_node_of_two_processes(tmp_path):
 def test_fsdp_checkpoints_reshard_onto_another_number_of_processes(tmp_path):
     """FSDP2's sharded checkpoints are torch.distributed.checkpoint folders (one .distcp file per saving process),
     which load onto any number of processes: a 2-process FSDP run resumed at step 2 on 1 process, and a 1-process run
-    (accumulation 2) resumed on 2, end within 1e-5 of the uninterrupted runs (TEAMS with deterministic samplers,
+    (accumulation 2) resumed on 2, end within 1e-5 of the uninterrupted runs (TEAMS, its samples keyed by example,
     dropout off; the global batch kept by deriving the accumulation)."""
-    deterministic = os.path.join(REPO, "tests", "deterministic_samplers.py")
 
     def run(out, processes, *extra):
         pretrain(*TEAMS, "--output_dir", str(out), *extra,
-                 launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, deterministic, processes=processes))
+                 launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=processes))
 
     def resumed_copy(out, into):
         shutil.copytree(out, into, ignore=shutil.ignore_patterns("checkpoint-4", "export"))
@@ -260,3 +259,19 @@ def test_fsdp_checkpoints_reshard_onto_another_number_of_processes(tmp_path):
     run(one, 1, "--gradient_accumulation_steps", "2")
     run(resumed_copy(one, tmp_path / "1to2"), 2, "--resume_from_checkpoint", "true")
     assert largest_difference(one, tmp_path / "1to2") < 1e-5
+
+
+def test_an_fsdp_streaming_run_resumes_on_another_number_of_processes(tmp_path):
+    """FSDP2 with --streaming: a 2-process run's sharded checkpoint and global stream position resume on 1 process
+    (accumulation 2 derived) and end within 1e-5 of the uninterrupted run (TEAMS, dropout off)."""
+    stream = ["--streaming", "true", "--shuffle_window_documents", "10", "--streaming_sample_documents", "100"]
+    two = tmp_path / "2x4"
+    pretrain(*TEAMS, *stream, "--output_dir", str(two), launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=2))
+    resumed = tmp_path / "2to1"
+    shutil.copytree(two, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "export"))
+    (resumed / "trainer_state.json").unlink()
+    result = pretrain(*TEAMS, *stream, "--output_dir", str(resumed), "--resume_from_checkpoint", "true",
+                      launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=1))
+    assert "resuming as 1 process x 4 per device x 2 accumulation steps" in result.stderr
+    first, second = (load_file(run / "export" / "model.safetensors") for run in (two, resumed))
+    assert max((first[name] - second[name]).abs().max().item() for name in first) < 1e-5

@@ -146,6 +146,73 @@ def test_sampled_negatives_follow_the_generator_distribution_without_replacement
     assert abs((both == 3).any(dim=1).float().mean() - p_three) < 0.02
 
 
+def plackett_luce_pairs(probs: torch.Tensor) -> dict[tuple[int, int], float]:
+    """P(first pick a, second pick b) drawing two tokens without replacement from `probs` (token 0 is the original,
+    never drawn): the law Gumbel top-2 draws."""
+    rest = probs.clone()
+    rest[0] = 0
+    rest = rest / rest.sum()
+    return {(a, b): float(rest[a] * rest[b] / (1 - rest[a])) for a in range(1, len(probs))
+            for b in range(1, len(probs)) if a != b}
+
+
+@pytest.mark.parametrize("drawn_from", ["uniforms", "gumbel"])
+def test_both_samplers_draw_the_plackett_luce_law(drawn_from):
+    """The collator-keyed sampler (inverse CDF from given uniforms) and Gumbel top-k draw ordered candidate pairs and
+    replacements with the same law: a chi-square test against the exact probabilities (200,000 draws each)."""
+    from scipy.stats import chisquare
+
+    n = 200_000
+    probs = torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
+    logits = probs.log().expand(n, -1)
+    originals = torch.zeros(n, dtype=torch.long)
+    generator = torch.Generator().manual_seed(0)
+    uniforms = torch.rand(n, 3, generator=generator) if drawn_from == "uniforms" else None
+    torch.manual_seed(1)
+    replacements = sample_replacements(logits, uniforms=None if uniforms is None else uniforms[:, 0])
+    pairs = sample_candidates(logits, originals, 2, uniforms=None if uniforms is None else uniforms[:, 1:])[:, 1:]
+    observed = torch.bincount(replacements, minlength=6).double()
+    assert chisquare(observed.numpy(), (probs.double() / probs.double().sum() * n).numpy()).pvalue > 1e-3
+    law = plackett_luce_pairs(probs)
+    counts = torch.bincount(pairs[:, 0] * 6 + pairs[:, 1], minlength=36).double()
+    observed = [float(counts[a * 6 + b]) for a, b in law]
+    assert sum(observed) == n  # every pair is two distinct non-originals
+    assert chisquare(observed, [law[key] / sum(law.values()) * n for key in law]).pvalue > 1e-3
+
+
+def test_keyed_candidates_stay_distinct_when_the_softmax_underflows():
+    """Fewer tokens with fp32 mass than K: the keyed sampler still returns K distinct non-originals (the most likely
+    ones left, as Gumbel top-k all but surely would), never the original."""
+    logits = torch.tensor([[0.0, -300.0, -400.0, 60.0, -500.0, 5.0]]).expand(4, -1)
+    originals = torch.tensor([3, 3, 0, 5])
+    uniforms = torch.tensor([[0.0, 0.5, 0.999], [0.999, 0.999, 0.999], [0.3, 0.3, 0.3], [0.0, 0.0, 0.0]])
+    candidates = sample_candidates(logits, originals, 3, uniforms=uniforms)
+    assert torch.equal(candidates[:, 0], originals)
+    assert all(len(set(row.tolist())) == 4 for row in candidates)
+    assert candidates[0, 1:].tolist() == [0, 5, 1] and candidates[2, 1:].tolist() == [3, 5, 1]
+
+
+def test_keyed_draws_corrupt_an_example_alike_whatever_shares_its_batch():
+    """With `sampler_uniforms` (a row's draws), an example's replacements and candidates do not depend on the other
+    rows of its batch: the same example beside two different ones is corrupted the same way."""
+    torch.manual_seed(0)
+    model = TeamsForPreTraining(tiny_config()).eval()
+    batch, _ = masked_batch(batch_size=3, seed=1)
+    batch["attention_mask"][-1] = 1
+    generator = torch.Generator().manual_seed(2)
+    draws = torch.rand(*batch["input_ids"].shape, tiny_config().sampler_draws, generator=generator)
+
+    def run(rows):
+        return model(**{key: value[rows] for key, value in batch.items()}, sampler_uniforms=draws[rows])
+
+    first, second = run([0, 1]), run([0, 2])
+    assert torch.equal(first.corrupted_input_ids[0], second.corrupted_input_ids[0])
+    targets = int((batch["labels"][0] != -100).sum())
+    assert torch.equal(first.candidate_ids[:targets], second.candidate_ids[:targets])
+    with pytest.raises(ValueError, match="sampler_draws=6"):
+        model(**batch, sampler_uniforms=draws[..., :2])
+
+
 def test_rtd_labels_mark_replaced_tokens_and_a_sampled_original_counts_as_original():
     torch.manual_seed(0)
     model = TeamsForPreTraining(tiny_config())

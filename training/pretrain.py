@@ -604,7 +604,7 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
                                   checkpoint)
     config = build_config(recipe, args, tokenizer, config_kwargs)
     train_dataset, eval_dataset = build_datasets(recipe, args, training_args, text, tokenizer, checkpoint)
-    collator = build_collator(recipe, args, tokenizer, text, train_dataset)
+    collator = build_collator(recipe, args, tokenizer, text, train_dataset, config)
     model = build_model(recipe, args, training_args, config, tokenizer, text)
     if args.init_plan is not None:
         load_starting_weights(model, args, training_args, output_dir, resuming=checkpoint is not None)
@@ -908,9 +908,9 @@ def build_datasets(recipe, args, training_args, text: TrainingText, tokenizer, c
     return train_dataset, eval_dataset
 
 
-def build_collator(recipe, args, tokenizer, text: TrainingText, train_dataset):
-    """The objective's collator (with the corpus's unigram law for random replacements when asked), wrapped for
-    padding-free batches under `--packing`."""
+def build_collator(recipe, args, tokenizer, text: TrainingText, train_dataset, config):
+    """The objective's collator (with the corpus's unigram law for random replacements when asked, and the draws
+    of a model that samples at its targets), wrapped for padding-free batches under `--packing`."""
     from encoder_zoo.training.data.blocks import unigram_distribution
 
     if args.masking_scheme and args.random_token_distribution == "unigram":
@@ -921,6 +921,8 @@ def build_collator(recipe, args, tokenizer, text: TrainingText, train_dataset):
             if "input_ids" in counted.column_names:
                 args.unigram_probs = unigram_distribution(counted, len(tokenizer), tokenizer.all_special_ids)
     collator = recipe.build_collator(tokenizer, args)
+    if getattr(config, "sampler_draws", 0):  # TEAMS's generator: draws keyed by example, whatever the split
+        collator.sampler_draws = config.sampler_draws
     if args.target_buffer:
         from encoder_zoo.training.data.packing import with_target_buffer
 

@@ -195,6 +195,13 @@ class TeamsConfig(PreTrainedConfig):
         return "mws" in self.pretraining_tasks
 
     @property
+    def sampler_draws(self) -> int:
+        """Uniform draws per masked position a pretraining step reads from the collator (`sampler_uniforms`): one for
+        the replacement, and K for sampled MWS candidates."""
+        sampled = self.trains_mws and self.negative_sampling == "sampled"
+        return 1 + (self.num_negatives if sampled else 0)
+
+    @property
     def has_rtd_task_layer(self) -> bool:
         """An extra transformer layer for RTD exists only when two tasks share the discriminator."""
         return self.pretraining_tasks == "rtd+mws" and self.task_head_type == "attention"

@@ -60,9 +60,25 @@ def gumbel_noise(shape, device, generator: torch.Generator | None = None) -> tor
     return noise.clamp_(tiny, 1.0 - 1e-7).log_().neg_().log_().neg_()
 
 
+def inverse_cdf_picks(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One index per row of `probs` `(N, V)` (non-negative, not necessarily normalised), drawn with its uniform
+    `(N,)` in [0, 1): the first index whose cumulative mass exceeds u x the row's mass (never a zero-mass index)."""
+    cdf = probs.cumsum(-1)
+    points = uniforms[:, None].to(cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, points, right=True).clamp_(max=probs.shape[-1] - 1).squeeze(1)
+
+
 @torch.no_grad()
-def sample_replacements(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row from softmax(logits) (Gumbel-max); it may equal the original (RTD label "original")."""
+def sample_replacements(logits: torch.Tensor, generator: torch.Generator | None = None,
+                        uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row from softmax(logits); it may equal the original (RTD label "original").
+
+    With `uniforms` `(N,)` (the collator's per-example draws, `sampler_uniforms`): by inverse CDF, so a target's
+    token depends on its own draw only, whatever else shares the batch. Without: Gumbel-max on this process's stream.
+    The same distribution either way.
+    """
+    if uniforms is not None:
+        return inverse_cdf_picks(logits.detach().float().softmax(-1), uniforms)
     return gumbel_noise(logits.shape, logits.device, generator).add_(logits.detach()).argmax(dim=-1)
 
 
@@ -73,12 +89,17 @@ def sample_candidates(
     num_negatives: int,
     strategy: str = "sampled",
     generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Candidate sets `(N, K+1)`: the original token in column 0, then K distinct non-original tokens.
 
-    "sampled": K draws without replacement from the generator's softmax (Gumbel top-k); "hardest": the K most
-    likely non-original tokens. No gradient flows through the choice.
+    "sampled": K draws without replacement from the generator's softmax; "hardest": the K most likely non-original
+    tokens. No gradient flows through the choice. "sampled" with `uniforms` `(N, K)` draws one token at a time from
+    what remains (`sample_without_replacement`), else Gumbel top-k on this process's stream: the same distribution.
     """
+    if strategy == "sampled" and uniforms is not None:
+        negatives = sample_without_replacement(logits, originals, uniforms[:, :num_negatives])
+        return torch.cat([originals[:, None], negatives], dim=1)
     if strategy == "sampled":
         scores = gumbel_noise(logits.shape, logits.device, generator).add_(logits.detach())
     elif strategy == "hardest":
@@ -88,6 +109,37 @@ def sample_candidates(
     scores.scatter_(1, originals[:, None], float("-inf"))  # never the original
     negatives = scores.topk(num_negatives, dim=-1).indices
     return torch.cat([originals[:, None], negatives], dim=1)
+
+
+def sample_without_replacement(logits: torch.Tensor, originals: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """`(N, K)` distinct non-original tokens, one per column of `uniforms`, each drawn by inverse CDF from the softmax
+    of what is left: Plackett-Luce sampling, the law of Gumbel top-k (Kool et al., 2019).
+
+    One softmax and one cumulative sum serve every draw: draw k takes a point in the mass not yet picked and steps
+    over the picked tokens' intervals (in index order) to find its token on the full CDF.
+    """
+    probs = logits.detach().float().softmax(-1)
+    probs.scatter_(1, originals[:, None], 0.0)  # never the original
+    cdf = probs.cumsum(-1)
+    # Where no fp32 mass is left (fewer tokens than K above softmax's underflow), or rounding lands on a picked
+    # token: the most likely token not yet picked, the one Gumbel top-k picks all but surely.
+    likeliest = logits.detach().float().scatter(1, originals[:, None], float("-inf")).topk(uniforms.shape[1]).indices
+    picks, picked_mass = likeliest[:, :0], torch.zeros_like(cdf[:, 0])
+    for column in range(uniforms.shape[1]):
+        point = uniforms[:, column].to(cdf.dtype) * (cdf[:, -1] - picked_mass)
+        for index in picks.sort(dim=1).values.unbind(1):  # step over each picked interval at or below the point
+            mass = probs.gather(1, index[:, None]).squeeze(1)
+            start = cdf.gather(1, index[:, None]).squeeze(1) - mass
+            point = torch.where(point >= start, point + mass, point)
+        pick = torch.searchsorted(cdf, point[:, None], right=True).clamp_(max=cdf.shape[-1] - 1).squeeze(1)
+        mass = probs.gather(1, pick[:, None]).squeeze(1)
+        valid = (mass > 0) & (pick[:, None] != picks).all(-1)
+        free = (likeliest[:, :, None] != picks[:, None, :]).all(-1)
+        fallback = likeliest.gather(1, free.to(torch.int8).argmax(-1, keepdim=True)).squeeze(1)
+        pick = torch.where(valid, pick, fallback)
+        picked_mass = picked_mass + probs.gather(1, pick[:, None]).squeeze(1)
+        picks = torch.cat([picks, pick[:, None]], dim=1)
+    return picks
 
 
 # Copied from models.spanbert.modeling_spanbert.bidirectional_attention_mask
@@ -547,6 +599,7 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         labels: torch.Tensor | None = None,
         candidate_ids: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
+        sampler_uniforms: torch.Tensor | None = None,
         **kwargs,
     ) -> TeamsForPreTrainingOutput:
         r"""
@@ -563,6 +616,12 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
             slots are left out of the losses and accuracies. The same losses as without it for the same draws (the
             samplers draw noise for every slot, so a run's draws differ from a run without it).
 
+        sampler_uniforms: with `labels`, `(B, T, D)` uniform draws in [0, 1) per position (`SpanMaskingCollator(
+            sampler_draws=config.sampler_draws)`, keyed by example and position): the replacement of a masked token
+            and its MWS candidates are drawn from its own draws, so they do not depend on what shares its batch
+            (any split of a global batch corrupts it the same way). Without, the samplers draw Gumbel noise from this
+            process's torch stream.
+
         With `config.unpad` a padded batch is flattened into one row of its real tokens first (`unpad_batch`); the
         per-token outputs come back padded.
         """
@@ -573,20 +632,22 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
             return self.discriminate(input_ids, attention_mask, token_type_ids, position_ids, candidate_ids, **kwargs)
         if self.config.unpad and attention_mask is not None and not records_outputs(self.config, kwargs):
             return self.unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids, labels,
-                                         target_positions, **kwargs)
+                                         target_positions, sampler_uniforms, **kwargs)
         if target_positions is not None:
             targets = self.buffered_targets(input_ids, labels, target_positions)
         else:
             targets = self.padded_targets(labels, attention_mask)
-        return self.pretraining_step(input_ids, attention_mask, token_type_ids, position_ids, *targets, **kwargs)
+        uniforms = self.target_uniforms(sampler_uniforms, *targets[:2])
+        return self.pretraining_step(input_ids, attention_mask, token_type_ids, position_ids, *targets,
+                                     uniforms=uniforms, **kwargs)
 
     def unpadded_forward(self, input_ids, attention_mask, token_type_ids, position_ids, labels, target_positions,
-                         **kwargs) -> TeamsForPreTrainingOutput:
+                         sampler_uniforms=None, **kwargs) -> TeamsForPreTrainingOutput:
         """`forward` with `config.unpad`: the padded batch flattened into one row of its real tokens (`unpad_batch`),
         run as that packed row, and the per-token outputs padded back."""
         packed, flat = unpad_batch(
             attention_mask, per_token=dict(input_ids=input_ids, labels=labels, token_type_ids=token_type_ids,
-                                           position_ids=position_ids),
+                                           position_ids=position_ids, sampler_uniforms=sampler_uniforms),
             boundaries={}, targets=dict(target_positions=target_positions),
         )
         output = self(**packed, **kwargs)
@@ -597,6 +658,17 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
             output["rtd_logits"] = pad_back(output.rtd_logits, flat, zeros)
             output["rtd_labels"] = pad_back(output.rtd_labels, flat, zeros.float())
         return output
+
+    def target_uniforms(self, sampler_uniforms, rows, cols):
+        """The collator's draws at the targets `(N, D)`; None without them. Refuses fewer draws than the samplers
+        read (a shape, known without a host sync)."""
+        if sampler_uniforms is None:
+            return None
+        if sampler_uniforms.shape[-1] < self.config.sampler_draws:
+            raise ValueError(f"sampler_uniforms has {sampler_uniforms.shape[-1]} draws per position; this model's "
+                             f"samplers read {self.config.sampler_draws} (config.sampler_draws): build the collator "
+                             f"with sampler_draws={self.config.sampler_draws}.")
+        return sampler_uniforms[rows, cols]
 
     def buffered_targets(self, input_ids, labels, target_positions):
         """The fixed-size target buffer's slots: a fixed number of them, so no data-dependent shape and no host sync.
@@ -616,9 +688,10 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         return rows, cols, None, real, originals, originals
 
     def pretraining_step(self, input_ids, attention_mask, token_type_ids, position_ids, rows, cols, valid, real,
-                         originals, mlm_targets, **kwargs) -> TeamsForPreTrainingOutput:
+                         originals, mlm_targets, uniforms=None, **kwargs) -> TeamsForPreTrainingOutput:
         """Generator, corruption and discriminator at the targets `(rows, cols)`; `valid` marks the buffer's filled
-        slots (None: every target is), `real` the real tokens RTD averages over (None: every token, or weighed)."""
+        slots (None: every target is), `real` the real tokens RTD averages over (None: every token, or weighed),
+        `uniforms` `(N, config.sampler_draws)` the targets' draws (None: the samplers use this process's stream)."""
         config = self.config
         word_embeddings = self.teams.embeddings.word_embeddings.weight
         # Collected here, built at the end: a ModelOutput orders its tuple by when each field was set.
@@ -637,7 +710,7 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
         loss = config.mlm_loss_weight * output["mlm_loss"]
 
         # Corrupt the input with one sampled replacement per masked position (no gradient, fp32).
-        replacements = sample_replacements(mlm_logits)
+        replacements = sample_replacements(mlm_logits, uniforms=None if uniforms is None else uniforms[:, 0])
         if valid is not None:  # an empty slot keeps its token (it points at [CLS])
             replacements = torch.where(valid, replacements, originals)
         original_ids = input_ids.clone()
@@ -669,7 +742,8 @@ class TeamsForPreTraining(TeamsGeneratorMixin, TeamsPreTrainedModel):
             loss = loss + config.rtd_loss_weight * output["rtd_loss"]
 
         if self.mws_head is not None:
-            candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling)
+            candidate_ids = sample_candidates(mlm_logits, originals, config.num_negatives, config.negative_sampling,
+                                              uniforms=None if uniforms is None else uniforms[:, 1:])
             output["candidate_ids"] = candidate_ids
             if self.teams.mws_layer is not None:
                 mws_states = layer_at_positions(self.teams.mws_layer, top, mask, rows, cols, **kwargs)

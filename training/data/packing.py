@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 # Per-position columns that move with their tokens; the boundary columns also hold positions, shifted when packed.
-POSITION_COLUMNS = ("input_ids", "labels", "token_type_ids", "span_left", "span_right")
+POSITION_COLUMNS = ("input_ids", "labels", "token_type_ids", "span_left", "span_right", "sampler_uniforms")
 BOUNDARY_COLUMNS = ("span_left", "span_right")
 # The fixed-size target buffer (`SpanMaskingCollator(target_buffer=True)`): per row, not per token; its positions are
 # shifted too and its rows laid end to end, so the packed buffer keeps a fixed size (batch x slots).

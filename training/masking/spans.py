@@ -30,8 +30,12 @@ SCHEMES = ("subword", "whole_word", "span", "named_entity", "noun_phrase")
 LINGUISTIC_SCHEMES = ("named_entity", "noun_phrase")
 
 
-# Philox counter words: (draw number, epoch, stream, 0); training and evaluation draw from different streams.
+# Philox counter words: (draw number, epoch, stream, 0); training and evaluation draw from different streams, and a
+# model's samplers (`sampler_draws`) from streams of their own, so asking for them leaves the masks as they were.
 TRAIN_STREAM, EVAL_STREAM = 0, 1
+SAMPLER_STREAM_OFFSET = 2
+# The largest float32 below 1: a float64 draw rounded to float32 could reach 1.0.
+BELOW_ONE = np.float32(1 - 2**-24)
 INDEX_COLUMN = "example_index"
 
 
@@ -58,11 +62,13 @@ class ExampleRandomness:
     def set_epoch(self, epoch: int) -> None:
         self._epoch.fill_(int(epoch))
 
-    def uniforms(self, index: int, size: int) -> np.ndarray:
-        """`size` draws in [0, 1) of example `index` at the current epoch; a longer draw extends a shorter one."""
+    def uniforms(self, index: int, size: int, sampler: bool = False) -> np.ndarray:
+        """`size` draws in [0, 1) of example `index` at the current epoch; a longer draw extends a shorter one.
+        `sampler`: from the sampler's stream (`SpanMaskingCollator(sampler_draws=...)`), not the masks'."""
+        stream = self.stream + (SAMPLER_STREAM_OFFSET if sampler else 0)
         self._bit_generator.state = {
             "bit_generator": "Philox",
-            "state": {"counter": np.array([0, self.epoch, self.stream, 0], dtype=np.uint64),
+            "state": {"counter": np.array([0, self.epoch, stream, 0], dtype=np.uint64),
                       "key": np.array([self.seed, int(index) % 2**64], dtype=np.uint64)},
             "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0,
         }
@@ -105,6 +111,9 @@ class SpanMaskingCollator:
     Returns `input_ids`, `attention_mask`, `labels` (-100 where not masked) and, with `span_boundary_targets`,
     `span_left` / `span_right` (outside boundary positions of each SBO target's merged span, -1 elsewhere). With
     `target_buffer`, also `target_positions` (see `target_buffer`): the models then run a step without a host sync.
+    With `sampler_draws` D > 0, also `sampler_uniforms` `(B, T, D)`: each position's draws for a model that samples
+    at its targets (TEAMS's generator, `TeamsConfig.sampler_draws`), keyed like the masks, so a global batch split
+    otherwise samples the same tokens.
     Every example needs its `example_index` (`training.data.add_example_index`): its mask is a pure function of
     (seed, epoch, index), new each epoch (dynamic masking, `set_epoch`) and identical after a restart.
     """
@@ -126,6 +135,7 @@ class SpanMaskingCollator:
         pad_to_multiple_of: int | None = 8,
         seed: int = 0,
         target_buffer: bool = False,
+        sampler_draws: int = 0,
     ):
         if scheme not in SCHEMES:
             raise ValueError(f"Unknown masking scheme {scheme!r}; choose one of {', '.join(SCHEMES)}.")
@@ -149,6 +159,7 @@ class SpanMaskingCollator:
         self.span_boundary_targets = span_boundary_targets
         self.pad_to_multiple_of = pad_to_multiple_of
         self.target_buffer = target_buffer
+        self.sampler_draws = sampler_draws
         self.randomness = ExampleRandomness(seed)
 
         vocab_size = len(tokenizer)
@@ -270,7 +281,18 @@ class SpanMaskingCollator:
         if self.target_buffer:
             result["target_positions"] = torch.from_numpy(target_buffer(masked, max_targets(self.mlm_probability,
                                                                                               width)))
+        if self.sampler_draws:
+            result["sampler_uniforms"] = torch.from_numpy(self._sampler_uniforms(examples, lengths, width))
         return result
+
+    def _sampler_uniforms(self, examples, lengths: np.ndarray, width: int) -> np.ndarray:
+        """`(B, width, sampler_draws)` float32 draws in [0, 1) from each example's sampler stream, position by
+        position (0 in the padding)."""
+        draws = np.zeros((len(examples), width, self.sampler_draws), dtype=np.float32)
+        for row, example in enumerate(examples):
+            uniforms = self.randomness.uniforms(example[INDEX_COLUMN], lengths[row] * self.sampler_draws, sampler=True)
+            draws[row, : lengths[row]] = np.minimum(uniforms.astype(np.float32), BELOW_ONE).reshape(lengths[row], -1)
+        return draws
 
     # ------------------------------------------------------------------ selection
     def _mask_random_tokens(self, maskable: np.ndarray, budget: np.ndarray, token_keys: np.ndarray) -> np.ndarray:
