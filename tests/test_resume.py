@@ -153,6 +153,23 @@ def test_sigterm_to_the_process_group_saves_then_exits_143(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_signal_passed_on_by_a_launcher_is_the_same_request_and_a_later_one_aborts(monkeypatch):
+    """Slurm's --signal and a terminal's Ctrl-C reach the launcher and its workers alike, and the launcher passes the
+    signal on: a worker gets it twice within milliseconds. That still saves and stops; only a signal well after the
+    first (the user insisting) aborts at once."""
+    from encoder_zoo.training.run.trainer import SaveOnSignal
+
+    clock = iter([100.0, 100.01, 100.02, 100.02 + SaveOnSignal.SAME_REQUEST_SECONDS + 1])
+    monkeypatch.setattr("encoder_zoo.training.run.trainer.time.monotonic", lambda: next(clock))
+    callback = SaveOnSignal()
+    callback._request(signal.SIGTERM, None)
+    callback._request(signal.SIGTERM, None)  # the launcher's copy
+    callback._request(signal.SIGINT, None)
+    assert callback.signum == signal.SIGTERM
+    with pytest.raises(KeyboardInterrupt):
+        callback._request(signal.SIGINT, None)
+
+
 def test_demo_stopped_by_ctrl_c_exits_130_and_continues_on_the_next_run(tmp_path):
     """`training/demo.py` after a Ctrl-C: a clear line and status 130, no traceback; the next run resumes."""
     command = [sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "60",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,42 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
     return record
 
 
+def node_count_refusal(run_dir: Path, nodes: int, processes_per_node: int) -> str | None:
+    """Why a requeue of the run in `run_dir` onto `nodes` x `processes_per_node` processes cannot keep its global batch
+    whatever the per-device batch (the processes do not divide it), naming the node counts that can; None when they
+    can, or when the run recorded no global batch (pretrain.py decides then)."""
+    record = read_batch_record(run_dir)
+    if record is None or int(record["global_batch"]) % (nodes * processes_per_node) == 0:
+        return None
+    total = int(record["global_batch"])
+    before = _split(record["per_device_train_batch_size"], record["processes"], record["gradient_accumulation_steps"])
+    working = [str(n) for n in range(1, total + 1) if total % (n * processes_per_node) == 0]
+    return (f"the run in {run_dir} trains a global batch of {total} ({before}), which {nodes} node"
+            f"{'s' if nodes > 1 else ''} x {processes_per_node} process{'es' if processes_per_node > 1 else ''} = "
+            f"{nodes * processes_per_node} cannot split: requeue it with --nodes {', '.join(working[-6:])}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m encoder_zoo.training.run.elastic OUTPUT_DIR NODES PROCESSES_PER_NODE`: pretrain.sbatch's check,
+    before it starts any node, that a requeue's node count can keep the run's global batch (exit 2 and one line if
+    not)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m encoder_zoo.training.run.elastic", description=main.__doc__)
+    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("nodes", type=int)
+    parser.add_argument("processes_per_node", type=int)
+    args = parser.parse_args(argv)
+    try:
+        refusal = node_count_refusal(args.output_dir, args.nodes, args.processes_per_node)
+    except ValueError as error:  # a damaged record, named with its fix
+        refusal = str(error)
+    if refusal:
+        print(f"pretrain.sbatch: {refusal}", file=sys.stderr)
+        return 2
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- loss terms
 def _targets(inputs: Mapping, config) -> torch.Tensor:
     return (inputs["labels"] != -100).sum()
@@ -259,3 +296,7 @@ class UpdateNormalization:
         if loss is None:
             raise ValueError("--loss_normalization update: the model returned none of its loss terms.")
         return loss * self.processes
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -536,10 +536,15 @@ class TrainingStopped(Exception):
 class SaveOnSignal(TrainerCallback):
     """On SIGTERM/SIGINT (preemption, Ctrl-C) finish the current step, save a checkpoint and stop, so
     `--resume_from_checkpoint` continues from there and nothing already trained is lost. `signum` is the signal
-    that stopped training (None if none did). A second signal aborts at once."""
+    that stopped training (None if none did). A second signal aborts at once, unless it comes within
+    `SAME_REQUEST_SECONDS` of the first: a launcher passing on the signal that reached every process of the job
+    (Slurm's --signal, Ctrl-C in a terminal) is the same request, not a second one."""
+
+    SAME_REQUEST_SECONDS = 5.0
 
     def __init__(self):
         self.signum: int | None = None
+        self._first_at: float | None = None
 
     @property
     def requested(self) -> bool:
@@ -550,9 +555,12 @@ class SaveOnSignal(TrainerCallback):
             signal.signal(sig, self._request)
 
     def _request(self, signum, frame):
-        if self.requested:
+        now = time.monotonic()
+        if self._first_at is None:
+            self._first_at = now
+        elif now - self._first_at > self.SAME_REQUEST_SECONDS:
             raise KeyboardInterrupt
-        self.signum = signum
+        self.signum = self.signum or signum
 
     def on_step_end(self, args, state, control, **kwargs):
         if args.world_size > 1 and torch.distributed.is_initialized():  # all ranks stop at the same step
