@@ -41,8 +41,8 @@ def previous_record(old: dict, commit: str, because: str) -> dict:
     controls = {task: {"arm": entry.get("arm"), "baseline": entry.get("baseline"), "metric": entry.get("metric"),
                        "verdict": entry["verdict"], **numbers(entry)}
                 for task, entry in (old.get("control") or {}).items()}
-    return {"commit": commit, "code": (old.get("code") or {}).get("current"), "because": because, "claims": claims,
-            "controls": controls, "floors": highest_floors(old)}
+    return {"commit": commit, "ran_at": old.get("commit"), "code": (old.get("code") or {}).get("current"),
+            "because": because, "claims": claims, "controls": controls, "floors": highest_floors(old)}
 
 
 def difference(entry: dict | None, task: str) -> str:
@@ -66,9 +66,7 @@ def why(before: dict | None, now: dict | None, task: str, previous: dict, curren
         return NEW
     if now is None:
         return GONE
-    if before["verdict"] == now["verdict"]:
-        return SAME
-    parts = []
+    parts = [SAME] if before["verdict"] == now["verdict"] else []
     old_floor, new_floor = previous["floors"].get(task), current["floors"].get(task)
     if shown(old_floor, task) != shown(new_floor, task):
         parts.append(f"highest floor {shown(old_floor, task)} -> {shown(new_floor, task)}")
@@ -78,8 +76,9 @@ def why(before: dict | None, now: dict | None, task: str, previous: dict, curren
         if old_control != new_control:
             parts.append(f"positive control {old_control or 'none'} -> {new_control or 'none'}")
     old_difference, new_difference = against_mdd(before, task), against_mdd(now, task)
-    parts.append(f"difference unchanged, {new_difference}" if old_difference == new_difference else
-                 f"difference {old_difference} -> {new_difference}")
+    if old_difference != new_difference or before["verdict"] != now["verdict"] or not parts:
+        parts.append(f"difference unchanged, {new_difference}" if old_difference == new_difference else
+                     f"difference {old_difference} -> {new_difference}")
     return "; ".join(parts)
 
 

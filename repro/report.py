@@ -357,9 +357,14 @@ def since_section(results: dict) -> list[str]:
     rows = [[change["role"] or "—", f"{arm_label(change['arm'], results)} vs {arm_label(change['baseline'], results)}",
              task_facts(change["task"]).description if change["task"] else "—", cell(change["before"], change["task"]),
              cell(change["now"], change["task"]), change["why"]] for change in changes(previous, results)]
-    commit, because = (previous.get("commit") or "unknown")[:7], (previous.get("because") or "").rstrip(". ")
+    ran_at = previous.get("ran_at") or previous.get("commit") or "unknown"
+    commit = ran_at[:7] + (" (with uncommitted changes)" if "uncommitted" in ran_at else "")
+    read_from = (previous.get("commit") or "")[:7]
+    kept = f", kept in the repository at `{read_from}`" if read_from and read_from != ran_at[:7] else ""
+    because = (previous.get("because") or "").rstrip(". ")
     return ["## Since the previous report", "",
-            f"This report replaces the one of commit `{commit}` (code `{previous.get('code') or 'unknown'}`), rerun "
+            f"This report replaces the one run at commit `{commit}` (code `{previous.get('code') or 'unknown'}`"
+            f"{kept}), rerun "
             f"because {because or 'no reason given'}. Differences and floors on the tables' scale (percent points; a "
             "held-out loss in nats); what changed is composed from the two results (`repro/changes.py`).", "",
             *table(["role", "claim", "task", "before: difference [90% CI], verdict",

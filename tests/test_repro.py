@@ -31,6 +31,8 @@ from encoder_zoo.repro.stats import (
 from encoder_zoo.repro.tasks import task_facts
 
 REPO = Path(__file__).resolve().parent.parent
+# A HIRE cpu report from before the task rows were shuffled (commit cfeee7b), made at other cpu settings than now.
+OLD_HIRE_REPORT = REPO / "tests" / "fixtures" / "repro" / "hire_cpu_before_the_shuffle.json"
 VERDICTS = {REPRODUCED, NOT_REPRODUCED, OPPOSITE, INSUFFICIENT, NO_SIGNAL, NO_CONTROL, INDISTINGUISHABLE}
 
 
@@ -1422,12 +1424,13 @@ def test_an_experiment_may_pretrain_for_fewer_steps_at_a_budget():
 
 # --------------------------------------------------------------------------------------- since the previous report
 def test_changes_name_what_changed_per_claim_and_control():
-    """`repro.changes`: the committed HIRE report against a rerun whose bag-of-words floor rose, whose positive
+    """`repro.changes`: a HIRE report (the one of commit cfeee7b, kept as a fixture: the committed one was rerun)
+    against a rerun whose bag-of-words floor rose, whose positive
     control lost its signal and so gated the primary claim, one claim unchanged, one dropped and one new: each row
     says so in one line, on the tables' scale, from the data alone."""
     from encoder_zoo.repro.changes import GONE, NEW, SAME, changes, previous_record
 
-    old = json.loads((REPO / "repro" / "reports" / "hire" / "cpu" / "results.json").read_text())
+    old = json.loads(OLD_HIRE_REPORT.read_text())
     new = json.loads(json.dumps(old))
     new["floors"]["rotten_tomatoes"][1]["value"] = 0.70
     control = new["control"]["rotten_tomatoes"]
@@ -1458,7 +1461,8 @@ def test_changes_name_what_changed_per_claim_and_control():
                               "-0.72 [-1.6, 0.16], within its MDD 1.255 -> 3 [1, 5], beyond its MDD 2")
     assert rows[1]["before"]["verdict"] == NOT_REPRODUCED and rows[1]["now"] == {
         "verdict": NO_CONTROL, "estimate": 0.03, "low": 0.01, "high": 0.05, "mdd": 0.02}
-    assert rows[2]["why"] == rows[3]["why"] == SAME
+    assert rows[2]["why"] == rows[3]["why"] == (f"{SAME}; highest floor 65.4 -> 70; positive control {REPRODUCED} -> "
+                                                f"{NO_SIGNAL}")
     assert rows[4]["why"] == NEW and rows[4]["before"] is None
     assert rows[5]["why"] == GONE and rows[5]["now"] is None and rows[5]["before"]["verdict"] == dropped["verdict"]
     assert all(r["task"] == "rotten_tomatoes" and r["metric"] == "accuracy" for r in rows)
@@ -1491,14 +1495,16 @@ def test_a_report_with_a_previous_one_says_what_changed_and_one_without_does_not
     report = (tmp_path / "since" / "report.md").read_text()
     section = report.split("## Since the previous report\n\n", 1)[1]
     assert report.index("**Primary claim**") < report.index("## Since the previous report") < report.index("## Ours")
-    assert section.startswith(f"This report replaces the one of commit `0123456` (code `{old['code']['current']}`), "
-                              "rerun because the floor was refitted. Differences")
+    assert section.startswith(f"This report replaces the one run at commit `{old['commit'][:7]}` (code "
+                              f"`{old['code']['current']}`, kept in the repository at `0123456`), rerun because the "
+                              "floor was refitted. Differences")
     rows = section.split("\n\n")[1].splitlines()
     assert rows[0] == ("| role | claim | task | before: difference [90% CI], verdict | now: difference [90% CI], "
                        "verdict | what changed |")
     assert len(rows) == 2 + 1 + len(old["claims"])  # header, rule, the control, the claims
-    assert rows[2].startswith("| control | minilm vs minilm_random |") and rows[2].endswith("| same verdict |")
-    assert rows[3].endswith("| same verdict |") and "| 1.76 [" in rows[3]
+    assert rows[2].startswith("| control | minilm vs minilm_random |") and rows[2].endswith(
+        "| same verdict; highest floor 61.8 -> 65 |")
+    assert rows[3].endswith("| same verdict; highest floor 61.8 -> 65 |") and "| 1.76 [" in rows[3]
     assert rows[4].endswith(f", {NOT_REPRODUCED} | highest floor 61.8 -> 65; difference unchanged, 0.96 [-0.1387, "
                             "2.059], within its MDD 1.567 |")
     assert json.loads((tmp_path / "since" / "results.json").read_text())["previous"]["commit"] == "0123456789abcdef"
@@ -1526,9 +1532,8 @@ def test_summary_since_stores_the_previous_report_and_rerenders_the_same_files_t
     folder, hire = tmp_path / "repro/reports/spanbert/adapt", tmp_path / "repro/reports/hire/cpu"
     shutil.copytree(REPORTS / "spanbert" / "adapt", folder)
     shutil.copytree(REPORTS / "hire" / "cpu", hire)
-    for f in (folder, hire):
-        rel = f.relative_to(tmp_path).as_posix()
-        (f / "results.json").write_text(git("show", f"HEAD:{rel}/results.json", cwd=REPO))
+    (folder / "results.json").write_text(git("show", "HEAD:repro/reports/spanbert/adapt/results.json", cwd=REPO))
+    shutil.copy(OLD_HIRE_REPORT, hire / "results.json")  # made at other cpu settings than the budget's now
     git("init", "-q")
     git("add", ".")
     git("commit", "-q", "-m", "the previous reports")
@@ -1546,7 +1551,7 @@ def test_summary_since_stores_the_previous_report_and_rerenders_the_same_files_t
     assert {k: v for k, v in results.items() if k not in ("previous", "budget")} == {
         k: v for k, v in rerun.items() if k != "budget"}
     report = (folder / "report.md").read_text()
-    assert f"commit `{head[:7]}`" in report and "rerun because the masking changed." in report
+    assert f"kept in the repository at `{head[:7]}`" in report and "rerun because the masking changed." in report
     assert f", {REPRODUCED} | difference unchanged, 1.76 [0.6049, 2.915], beyond its MDD 1.647 |" in report
     first = digest(folder)
     main(["--since", "HEAD", str(folder), "--because", "the masking changed"])
