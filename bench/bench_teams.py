@@ -80,13 +80,13 @@ def measure(size, data, steps, device, dtype):
     generator = torch.Generator().manual_seed(0)
     # Ours sample from the collator's per-example draws, as pretrain.py's batches carry them (made on the host, by
     # the DataLoader, outside the step); the references draw Gumbel noise in the step.
-    draws = [torch.rand(*batch["input_ids"].shape, models_["teams"].config.sampler_draws, generator=generator)
-             for batch in data]
+    draws = {id(batch): torch.rand(*batch["input_ids"].shape, models_["teams"].config.sampler_draws,
+                                   generator=generator) for batch in data}
 
     def inputs(kind, batch):
         chosen = {k: batch[k] for k in ("input_ids", "attention_mask", "labels")}
         if kind in ("teams", "electra"):
-            chosen["sampler_uniforms"] = draws[next(i for i, b in enumerate(data) if b is batch)]
+            chosen["sampler_uniforms"] = draws[id(batch)]
         return chosen
 
     stats = timed_train_steps(models_, data, steps, device, dtype, inputs)

@@ -133,6 +133,20 @@ def test_a_resume_keeps_the_recorded_global_batch_on_any_number_of_processes(tmp
         keep(run, saved, arguments(4, 3), accumulates=False)
 
 
+def test_a_requeue_onto_nodes_that_cannot_split_the_global_batch_names_the_ones_that_can(tmp_path):
+    """pretrain.sbatch's check before any node starts: the node counts that divide the recorded global batch, or,
+    where no count of nodes of that size can, the per-node setting to change; nothing for a run without the record."""
+    assert elastic.node_count_refusal(tmp_path, 3, 1) is None  # no record: pretrain.py decides
+    elastic.write_batch_record(tmp_path, elastic.batch_record(arguments(4, 2, accumulation=3), "recipe"))
+    assert elastic.node_count_refusal(tmp_path, 4, 2) is None and elastic.node_count_refusal(tmp_path, 1, 8) is None
+    assert elastic.node_count_refusal(tmp_path, 5, 2).endswith(
+        "global batch of 24 (2 processes x 4 per device x 3 accumulation steps), which 5 nodes x 2 processes = 10 "
+        "cannot split: requeue it with --nodes 1, 2, 3, 4, 6, 12.")
+    assert elastic.node_count_refusal(tmp_path, 1, 5).endswith(
+        "which 1 node x 5 processes = 5 cannot split: no number of nodes of 5 processes can: set GPUS_PER_NODE to a "
+        "divisor of 24.")
+
+
 def test_a_run_without_the_record_resumes_only_on_its_own_number_of_processes(tmp_path):
     run = tmp_path / "older"
     saved = checkpoint(run, 2)

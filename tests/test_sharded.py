@@ -231,6 +231,18 @@ def test_slurm_script_launches_one_node_of_two_processes(tmp_path):
     assert state["global_step"] == 4 and (out / "export" / "model.safetensors").exists()
 
 
+def resumed_copy(out, into):
+    """A 4-step run as it stood at checkpoint-2: its last checkpoint, export and final state left out."""
+    shutil.copytree(out, into, ignore=shutil.ignore_patterns("checkpoint-4", "export"))
+    (into / "trainer_state.json").unlink()
+    return into
+
+
+def largest_difference(a, b) -> float:
+    first, second = load_file(a / "export" / "model.safetensors"), load_file(b / "export" / "model.safetensors")
+    return max((first[name] - second[name]).abs().max().item() for name in first)
+
+
 def test_fsdp_checkpoints_reshard_onto_another_number_of_processes(tmp_path):
     """FSDP2's sharded checkpoints are torch.distributed.checkpoint folders (one .distcp file per saving process),
     which load onto any number of processes: a 2-process FSDP run resumed at step 2 on 1 process, and a 1-process run
@@ -240,15 +252,6 @@ def test_fsdp_checkpoints_reshard_onto_another_number_of_processes(tmp_path):
     def run(out, processes, *extra):
         pretrain(*TEAMS, "--output_dir", str(out), *extra,
                  launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=processes))
-
-    def resumed_copy(out, into):
-        shutil.copytree(out, into, ignore=shutil.ignore_patterns("checkpoint-4", "export"))
-        (into / "trainer_state.json").unlink()
-        return into
-
-    def largest_difference(a, b):
-        first, second = load_file(a / "export" / "model.safetensors"), load_file(b / "export" / "model.safetensors")
-        return max((first[name] - second[name]).abs().max().item() for name in first)
 
     two, one = tmp_path / "2x4", tmp_path / "1x4x2"
     run(two, 2)
@@ -267,11 +270,8 @@ def test_an_fsdp_streaming_run_resumes_on_another_number_of_processes(tmp_path):
     stream = ["--streaming", "true", "--shuffle_window_documents", "10", "--streaming_sample_documents", "100"]
     two = tmp_path / "2x4"
     pretrain(*TEAMS, *stream, "--output_dir", str(two), launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=2))
-    resumed = tmp_path / "2to1"
-    shutil.copytree(two, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "export"))
-    (resumed / "trainer_state.json").unlink()
+    resumed = resumed_copy(two, tmp_path / "2to1")
     result = pretrain(*TEAMS, *stream, "--output_dir", str(resumed), "--resume_from_checkpoint", "true",
                       launcher=launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=1))
     assert "resuming as 1 process x 4 per device x 2 accumulation steps" in result.stderr
-    first, second = (load_file(run / "export" / "model.safetensors") for run in (two, resumed))
-    assert max((first[name] - second[name]).abs().max().item() for name in first) < 1e-5
+    assert largest_difference(two, resumed) < 1e-5

@@ -158,14 +158,16 @@ def node_count_refusal(run_dir: Path, nodes: int, processes_per_node: int) -> st
     whatever the per-device batch (the processes do not divide it), naming the node counts that can; None when they
     can, or when the run recorded no global batch (pretrain.py decides then)."""
     record = read_batch_record(run_dir)
-    if record is None or int(record["global_batch"]) % (nodes * processes_per_node) == 0:
+    total = None if record is None else int(record["global_batch"])
+    if total is None or total % (nodes * processes_per_node) == 0:
         return None
-    total = int(record["global_batch"])
     before = _split(record["per_device_train_batch_size"], record["processes"], record["gradient_accumulation_steps"])
-    working = [str(n) for n in range(1, total + 1) if total % (n * processes_per_node) == 0]
+    per_node = f"{processes_per_node} process{'es' if processes_per_node > 1 else ''}"
+    working = _divisors(total // processes_per_node) if total % processes_per_node == 0 else []
+    fix = (f"requeue it with --nodes {', '.join(str(n) for n in working if n <= 64)}" if working else
+           f"no number of nodes of {per_node} can: set GPUS_PER_NODE to a divisor of {total}")
     return (f"the run in {run_dir} trains a global batch of {total} ({before}), which {nodes} node"
-            f"{'s' if nodes > 1 else ''} x {processes_per_node} process{'es' if processes_per_node > 1 else ''} = "
-            f"{nodes * processes_per_node} cannot split: requeue it with --nodes {', '.join(working[-6:])}.")
+            f"{'s' if nodes > 1 else ''} x {per_node} = {nodes * processes_per_node} cannot split: {fix}.")
 
 
 def main(argv: list[str] | None = None) -> int:
