@@ -76,8 +76,17 @@ def _divisors(number: int) -> list[int]:
     return [d for d in range(1, number + 1) if number % d == 0]
 
 
+def _listed(numbers: list[int], bound: int = 64) -> str:
+    """The counts a message offers, the small ones: a large global batch has more divisors than anyone reads."""
+    return ", ".join(str(n) for n in numbers if n <= bound)
+
+
+def _processes(count: int) -> str:
+    return f"{count} process{'es' if count > 1 else ''}"
+
+
 def _split(micro: int, processes: int, accumulation: int) -> str:
-    return (f"{processes} process{'es' if processes > 1 else ''} x {micro} per device x {accumulation} accumulation "
+    return (f"{_processes(processes)} x {micro} per device x {accumulation} accumulation "
             f"step{'s' if accumulation > 1 else ''}")
 
 
@@ -101,8 +110,8 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
         if saved_by != processes:
             raise ValueError(
                 f"--resume_from_checkpoint {checkpoint}: its run recorded no global batch (a run from before "
-                f"{GLOBAL_BATCH_RECORD}) and was saved by {saved_by} process{'es' if saved_by > 1 else ''}, this one "
-                f"has {processes}: resume it on {saved_by} process{'es' if saved_by > 1 else ''} with its own "
+                f"{GLOBAL_BATCH_RECORD}) and was saved by {_processes(saved_by)}, this one "
+                f"has {processes}: resume it on {_processes(saved_by)} with its own "
                 "--per_device_train_batch_size and --gradient_accumulation_steps.")
         logger.info("%s recorded no global batch (an older run): resuming on the same %d process(es) with the flags as "
                     "given.", run_dir, processes)
@@ -112,7 +121,7 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
     replaced = ""
     if not accumulates:  # the trainer takes no accumulation: the per-device batch carries the whole global batch
         if total % processes:
-            working = ", ".join(str(p) for p in _divisors(total) if p <= max(64, processes))
+            working = _listed(_divisors(total), max(64, processes))
             raise ValueError(f"--resume_from_checkpoint {checkpoint}: the run's global batch of {total} ({before}) "
                              f"does not split over {processes} processes without accumulation, which this trainer "
                              f"cannot do: resume on a number of processes that divides {total} ({working}).")
@@ -131,9 +140,9 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
                                 f"{total // processes // m})" for m in fits[-3:])
             where = (f"with {processes} processes and {options}" if options else
                      f"on a number of processes that divides {total} "
-                     f"({', '.join(str(p) for p in _divisors(total) if p <= 64)})")
+                     f"({_listed(_divisors(total))})")
             raise ValueError(f"--resume_from_checkpoint {checkpoint}: the run's global batch of {total} ({before}) is "
-                             f"not a multiple of {processes} process{'es' if processes > 1 else ''} x "
+                             f"not a multiple of {_processes(processes)} x "
                              f"--per_device_train_batch_size {micro} = {per_step}; resume {where}.")
         accumulation = total // per_step
         given = training_args.gradient_accumulation_steps
@@ -158,13 +167,15 @@ def node_count_refusal(run_dir: Path, nodes: int, processes_per_node: int) -> st
     whatever the per-device batch (the processes do not divide it), naming the node counts that can; None when they
     can, or when the run recorded no global batch (pretrain.py decides then)."""
     record = read_batch_record(run_dir)
-    total = None if record is None else int(record["global_batch"])
-    if total is None or total % (nodes * processes_per_node) == 0:
+    if record is None:
+        return None
+    total = int(record["global_batch"])
+    if total % (nodes * processes_per_node) == 0:
         return None
     before = _split(record["per_device_train_batch_size"], record["processes"], record["gradient_accumulation_steps"])
-    per_node = f"{processes_per_node} process{'es' if processes_per_node > 1 else ''}"
+    per_node = _processes(processes_per_node)
     working = _divisors(total // processes_per_node) if total % processes_per_node == 0 else []
-    fix = (f"requeue it with --nodes {', '.join(str(n) for n in working if n <= 64)}" if working else
+    fix = (f"requeue it with --nodes {_listed(working)}" if working else
            f"no number of nodes of {per_node} can: set GPUS_PER_NODE to a divisor of {total}")
     return (f"the run in {run_dir} trains a global batch of {total} ({before}), which {nodes} node"
             f"{'s' if nodes > 1 else ''} x {per_node} = {nodes * processes_per_node} cannot split: {fix}.")
