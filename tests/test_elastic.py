@@ -393,3 +393,122 @@ def test_the_slurm_script_is_preempted_requeued_on_fewer_nodes_and_resumes_exact
     assert requeued.returncode == 0, requeued.stderr[-4000:]
     assert "resuming as 1 process x 4 per device x 2 accumulation steps" in requeued.stderr
     assert bitwise_equal(reference, out)
+
+
+def partitioned(processes: int, rank: int = 0, *, partitions: int = 8, total: int = 8, packers: int = 0,
+                starts=None, documents=None, packer=None):
+    from encoder_zoo.training.data.streaming import PARTITIONED, PartitionedExamples, StreamSettings
+
+    settings = StreamSettings(seed=3, window_documents=7, world_size=processes, layout=PARTITIONED,
+                              partitions=partitions, global_batch=total)
+    return PartitionedExamples(documents or _documents(), packer or _packer(), text_column="text", settings=settings,
+                               rank=rank, packers=packers, starts=starts)
+
+
+def _documents():
+    from encoder_zoo.training.data.corpus import stream_corpus
+
+    return stream_corpus(max_documents=40)
+
+
+def _packer():
+    from transformers import AutoTokenizer
+
+    from encoder_zoo.training.data.blocks import block_packer
+    from encoder_zoo.training.data.resources import minilm_path
+
+    return block_packer(AutoTokenizer.from_pretrained(minilm_path()), 64)
+
+
+def drawn(streams, micro: int, accumulation: int, count: int) -> list[list[tuple]]:
+    """`count` updates as Trainer draws them (each process `accumulation` micro-batches of `micro`): per update, the
+    sorted (example index, tokens) pairs."""
+    import itertools
+
+    iterators = [iter(s) for s in streams]
+    steps = []
+    for _ in range(count):
+        step = []
+        for examples in iterators:
+            step += [(e["example_index"], tuple(e["input_ids"].tolist()))
+                     for e in itertools.islice(examples, micro * accumulation)]
+        steps.append(sorted(step))
+    return steps
+
+
+def test_partitioned_stream_trains_the_same_updates_on_every_split_and_resumes_on_any(tmp_path):
+    """8 partitions, global batch 8, 40 documents (12 updates cross the partitions' epochs): update k holds global
+    examples [8k, 8k + 8) with the same tokens on 1 x 8, 2 x 4, 2 x 2 x 2 and 4 x 2, with 0, 1 or 2 packer processes;
+    positions saved by 2 processes after 5 updates resume on 1 and on 4 processes with the next examples."""
+    from encoder_zoo.training.data.streaming import (
+        PARTITIONED,
+        StreamSettings,
+        load_partition_positions,
+    )
+
+    packer, documents = _packer(), _documents()
+
+    def streams(processes, **kwargs):
+        return [partitioned(processes, rank, documents=documents, packer=packer, **kwargs)
+                for rank in range(processes)]
+
+    one = drawn(streams(1), 8, 1, 12)
+    assert [index for step in one for index, _ in step] == list(range(96))
+    assert drawn(streams(2), 4, 1, 12) == one
+    assert drawn(streams(2), 2, 2, 12) == one
+    assert drawn(streams(4), 2, 1, 12) == one
+    assert drawn(streams(1, packers=1), 8, 1, 12) == one
+    assert drawn(streams(2, packers=2), 4, 1, 12) == one
+
+    saving = streams(2)
+    drawn(saving, 4, 1, 5)
+    for stream in saving:
+        stream.save(tmp_path, consumed=5 * 8)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"stream_state-partition{j}.json" for j in range(8)]
+    for processes, micro, accumulation in ((1, 8, 1), (1, 4, 2), (4, 2, 1)):
+        settings = StreamSettings(seed=3, window_documents=7, world_size=processes, layout=PARTITIONED, partitions=8,
+                                  global_batch=8)
+        resumed = [partitioned(processes, rank, documents=documents, packer=packer,
+                               starts=load_partition_positions(tmp_path, list(range(rank * 8 // processes,
+                                                                                    (rank + 1) * 8 // processes)),
+                                                               settings))
+                   for rank in range(processes)]
+        assert drawn(resumed, micro, accumulation, 7) == one[5:], (processes, micro)
+
+
+def test_each_of_two_processes_tokenizes_about_half_of_the_documents():
+    """The counted target: for the same 12 updates, a process of 2 packs at most 0.55 of the documents that a single
+    process packs (every document it reads it packs: no other process's documents pass through it)."""
+    import itertools
+
+    documents, packer = _documents(), _packer()
+    packed = {}
+    for processes in (1, 2):
+        counted = []
+
+        def counting(batch):
+            counted.extend(batch["text"])
+            return packer(batch)
+
+        stream = partitioned(processes, 0, documents=documents, packer=counting, total=16)
+        list(itertools.islice(iter(stream), 16 * 30 // processes))
+        packed[processes] = len(counted)
+    assert packed[2] <= 0.55 * packed[1], packed
+
+
+def test_a_partition_count_the_run_cannot_use_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"cannot share: each process reads whole partitions. Run on 1, 2, 4, 8 "):
+        partitioned(3, 0, partitions=8, total=24)
+    with pytest.raises(ValueError, match=r"must divide the global batch of 8; pass one of 1, 2, 4, 8\."):
+        partitioned(1, 0, partitions=3)
+
+
+def test_default_partitions_follow_the_shards_and_the_global_batch():
+    from encoder_zoo.training.data.streaming import default_partitions
+
+    assert default_partitions(8, 16) == 8  # two whole shards per partition
+    assert default_partitions(256, 16) == 16
+    assert default_partitions(256, 1024) == 64
+    assert default_partitions(256, 41) == 8  # 41 files: every 8th document of all shards
+    assert default_partitions(6, 41) == 6
+    assert default_partitions(1, 3) == 1

@@ -2,6 +2,7 @@
 loss that really goes down on real text."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,11 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     # Nothing local goes to the Hub: the snippet loads a placeholder id (no --hub_model_id), no file names this machine.
     assert 'AutoModel.from_pretrained("<your-username>/spanbert-' in card and local_paths_in(export, tmp_path) == []
     assert "| training loss, mean over the run |" in card and "| training loss, last logged (step 12) |" in card
+    # Where the time went: per logging interval in the log, and the run's totals in the card.
+    assert len(re.findall(r"Step (4|8|12), time since the last log: waiting for data \d+%, forward and backward "
+                          r"\d+%, optimizer step \d+%, saving checkpoints \d+%, other \d+% of [\d.]+ s\.",
+                          result.stderr)) == 3
+    assert re.search(r"\| time \| waiting for data \d+%, .* of [\d.]+ s, on process 0 \|", card)
     # The run's optimisation, read from its trainer, next to its recipe's for the size (tiny: SpanBERT's optimiser at
     # the tiny size's own rate and warmup, 200 of 4,000 updates of 128 tokens).
     for row in ("| optimizer | AdamW (betas 0.9, 0.999; eps 1e-08) | AdamW (betas 0.9, 0.999; eps 1e-08) |",

@@ -110,8 +110,11 @@ def test_killed_streaming_run_resumes_bitwise(tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert not (resumed / "checkpoint-30").exists()
-    position = json.loads((resumed / "checkpoint-20" / "stream_state-rank0.json").read_text())["position"]
-    assert position["epoch"] == 1 and position["count"] == 160 and position["window_start"] is not None
+    # Partition 0 of 8 (one of 8 examples per update): 20 of its examples trained, past its first epoch.
+    position = json.loads((resumed / "checkpoint-20" / "stream_state-partition0.json").read_text())["position"]
+    assert position["epoch"] >= 1 and position["count"] == 20, position
+    assert sorted(p.name for p in (resumed / "checkpoint-20").glob("stream_state-*")) == [
+        f"stream_state-partition{j}.json" for j in range(8)]
     result = pretrain(*args, "--resume_from_checkpoint", "true")
     assert "checkpoint-20" in result.stderr
 
@@ -137,6 +140,75 @@ def test_streaming_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
     last = refuses("--model", "bert_2seq", "--streaming", "--max_steps", "2", "--dataloader_num_workers", "0")
     assert "whole corpus" in last and "pretokenize" in last
     assert "pass --max_steps" in refuses("--model", "spanbert", "--streaming", "--num_train_epochs", "1")
-    assert "--dataloader_num_workers 0" in refuses("--model", "spanbert", "--streaming", "--max_steps", "2",
-                                                   "--dataloader_num_workers", "2")
+    assert "divide the global batch of 8" in refuses("--model", "spanbert", "--streaming", "--max_steps", "2",
+                                                     "--stream_partitions", "3")
     assert not list(tmp_path.rglob("checkpoint-*"))
+
+
+@pytest.mark.parametrize("layout, world_size", [("global", 2), ("per_process", 2)])
+def test_a_checkpoint_of_an_older_layout_resumes_as_it_was_saved(tmp_path, layout, world_size):
+    """A checkpoint whose stream state is `stream_state-rank<N>.json` (the global layout, or the per-process one
+    before it), as those layouts' StreamedExamples saved it, continues in that layout: rank 1 of 2 restarts with the
+    examples that followed its saved position, not with a partitioned stream."""
+    from types import SimpleNamespace
+
+    from encoder_zoo.training.data.corpus import stream_corpus
+    from encoder_zoo.training.data.streaming import StreamedExamples, StreamSettings
+    from encoder_zoo.training.pretrain import streamed_examples
+
+    documents = stream_corpus(max_documents=60)
+    settings = StreamSettings(seed=1, window_documents=7, world_size=world_size, micro_batch=4, layout=layout)
+
+    def old(rank, start=None):
+        from encoder_zoo.training.data.blocks import block_packer
+
+        return StreamedExamples(documents, block_packer(tokenizer(), 64), text_column="text", settings=settings,
+                                rank=rank, start=start)
+
+    reference = [ids(itertools.islice(iter(old(rank)), 40)) for rank in range(world_size)]
+    saving = [old(rank) for rank in range(world_size)]
+    for stream in saving:
+        list(itertools.islice(iter(stream), 24))  # 6 updates of 2 x 4 (global) or 24 own examples (per process)
+        stream.save(tmp_path, consumed=6 * 8 if layout == "global" else None)
+    args = SimpleNamespace(shuffle_window_documents=7, text_column="text", stream_partitions=None, model="spanbert",
+                           max_seq_length=64, masking_scheme="geometric", spacy_model=None)
+    training_args = SimpleNamespace(seed=1, world_size=world_size, per_device_train_batch_size=4, process_index=1,
+                                    gradient_accumulation_steps=1, dataloader_num_workers=0)
+    recipe = SimpleNamespace(document_packer=None)
+    resumed = streamed_examples(documents, None, recipe, tokenizer(), args, training_args, str(tmp_path))
+    assert type(resumed) is StreamedExamples and resumed.settings.layout == layout
+    assert ids(itertools.islice(iter(resumed), 16)) == reference[1][24:40]
+
+
+def test_the_clock_shares_an_interval_between_its_phases():
+    """Host-timed phases (no CUDA here): a slow data wait shows as the data share, and the shares with `other` add up
+    to the interval; the totals carry over a checkpoint."""
+    import time
+
+    from encoder_zoo.training.run.timing import TimeShares, shares_text
+
+    clock = TimeShares(cuda=False)
+    clock.restart()
+    for _ in range(3):
+        clock.begin("data")
+        time.sleep(0.06)
+        clock.end("data")
+        clock.begin("forward_backward", device=True)
+        time.sleep(0.02)
+        clock.end("forward_backward", device=True)
+    seconds = clock.interval()
+    assert seconds["data"] >= 0.18 and 0.06 <= seconds["forward_backward"] < seconds["data"]
+    assert abs(sum(seconds[k] for k in ("data", "forward_backward", "optimizer", "checkpoint", "other"))
+               - seconds["wall"]) < 1e-6
+    text = shares_text(seconds)
+    share = int(text.split("waiting for data ")[1].split("%")[0])
+    assert 65 <= share <= 80, text
+    assert clock.interval()["data"] == 0  # the next interval starts empty
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    clock.save(folder)
+    again = TimeShares(cuda=False)
+    again.load(folder)
+    assert abs(again.totals["data"] - clock.totals["data"]) < 1e-3

@@ -187,6 +187,14 @@ class PretrainArguments:
         metadata={"help": "--streaming: the examples of this many consecutive documents are shuffled together "
                   "(datasets also shuffles the order of the corpus files every epoch)."},
     )
+    stream_partitions: int | None = field(
+        default=None,
+        metadata={"help": "--streaming: cut the stream into this many partitions, fixed for the run (a resume keeps "
+                  "it): each process reads and packs only its own partitions, so the number of processes must "
+                  "divide it, and it must divide the global batch. Default: the largest count up to 64 that divides "
+                  "the global batch and the corpus's shards (whole shards per partition), or, where that is under 8, "
+                  "the largest divisor of the global batch up to 8."},
+    )
     streaming_sample_documents: int = field(
         default=20000,
         metadata={"help": "--streaming: documents read first to train the tokenizer (without --tokenizer_name) and "
@@ -425,10 +433,6 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
         if training_args.max_steps <= 0:
             raise ValueError("--streaming reads a corpus of unknown length: pass --max_steps (epochs cannot be "
                              "counted).")
-        if training_args.dataloader_num_workers:
-            raise ValueError("--streaming packs examples in the main process (the saved stream position must be that "
-                             "of the batches trained on): pass --dataloader_num_workers 0, or pre-tokenize the corpus "
-                             "with training/pretokenize.py for DataLoader workers.")
         if args.pretokenized:
             raise ValueError("--pretokenized data is memory-mapped from disk, never loaded whole: drop --streaming.")
         if args.shuffle_window_documents < 1:
@@ -1145,6 +1149,7 @@ def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text:
             "precision": "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32",
             **lever_rows(args, training_args),
             **compute_rows(trainer),
+            **time_rows(trainer),
             **training_loss_rows(trainer.state.log_history, metrics.get("train_loss")),
             **validation_rows(metrics),
             **(recipe.describe_training(trainer, args) if recipe.describe_training else {}),
@@ -1181,28 +1186,50 @@ def upload(export_dir: Path, training_args) -> None:
 
 
 def streamed_examples(documents, validation_docs, recipe, tokenizer, args, training_args, checkpoint):
-    """This process's stream of training examples (`training.streaming`), from `checkpoint`'s position if resuming."""
+    """This process's stream of training examples (`training.data.streaming`), from `checkpoint`'s position if
+    resuming: partitioned, or as an older run saved it."""
     from encoder_zoo.training.data.streaming import (
+        PARTITIONED,
+        PartitionedExamples,
         StreamedExamples,
         StreamSettings,
+        default_partitions,
         document_digest,
         document_packer,
+        load_partition_positions,
         load_position,
         saved_settings,
     )
+    from encoder_zoo.training.run.elastic import global_batch
 
-    # One global stream, each process taking its micro-batches; a run saved before it resumes as it was read.
     saved = saved_settings(checkpoint) if checkpoint else None
-    settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
-                              world_size=training_args.world_size,
-                              micro_batch=training_args.per_device_train_batch_size,
-                              **({"layout": saved.layout} if saved is not None else {}))
     rank = training_args.process_index
     held_out = (frozenset(document_digest(text) for text in validation_docs["text"]) if validation_docs is not None
                 else frozenset())
-    return StreamedExamples(documents, document_packer(recipe, tokenizer, args), text_column=args.text_column,
-                            settings=settings, rank=rank, held_out=held_out,
-                            start=load_position(checkpoint, rank, settings) if checkpoint else None)
+    packer = document_packer(recipe, tokenizer, args)
+    if saved is not None and saved.layout != PARTITIONED:  # an older run resumes as it was read
+        settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
+                                  world_size=training_args.world_size,
+                                  micro_batch=training_args.per_device_train_batch_size, layout=saved.layout)
+        return StreamedExamples(documents, packer, text_column=args.text_column, settings=settings, rank=rank,
+                                held_out=held_out, start=load_position(checkpoint, rank, settings))
+    total = global_batch(training_args)
+    partitions = (args.stream_partitions or (saved.partitions if saved is not None else None)
+                  or default_partitions(total, documents.num_shards))
+    settings = StreamSettings(seed=training_args.seed, window_documents=args.shuffle_window_documents,
+                              world_size=training_args.world_size, layout=PARTITIONED, partitions=partitions,
+                              global_batch=total)
+    stream = PartitionedExamples(documents, packer, text_column=args.text_column, settings=settings, rank=rank,
+                                 held_out=held_out, packers=training_args.dataloader_num_workers)
+    if checkpoint:
+        stream.positions = load_partition_positions(checkpoint, stream.owned, settings)
+    logger.info("Streaming in %d partitions (%s each): this process packs %s%s.", partitions,
+                "whole shards" if documents.num_shards % partitions == 0 else "every %d-th document" % partitions,
+                f"partitions {stream.owned[0]}-{stream.owned[-1]}" if len(stream.owned) > 1
+                else f"partition {stream.owned[0]}",
+                f" in {training_args.dataloader_num_workers} packer processes"
+                if training_args.dataloader_num_workers else "")
+    return stream
 
 
 def trained_examples(trainer) -> int:
@@ -1219,6 +1246,14 @@ def compute_rows(trainer) -> dict:
     count = f" ({trainer.flop_count})" if getattr(trainer, "flop_count", None) else ""
     tokens = f", {state.num_input_tokens_seen:,} tokens" if state.num_input_tokens_seen else ""
     return {"compute": f"{state.total_flos:.3g} FLOPs{count}{tokens}"}
+
+
+def time_rows(trainer) -> dict:
+    """The card's row on where the training time went, over the whole run (resumes included), on process 0."""
+    from encoder_zoo.training.run.timing import shares_text
+
+    totals = getattr(getattr(trainer, "clock", None), "totals", None)
+    return {"time": f"{shares_text(totals)}, on process 0"} if totals and totals["wall"] > 0 else {}
 
 
 def training_data_text(args, recipe, train_docs, pretokenized) -> str:

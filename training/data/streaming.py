@@ -6,18 +6,29 @@ examples packed from each window of `--shuffle_window_documents` consecutive doc
 a permutation keyed by (seed, epoch, window). The stream never ends: after the last document the next epoch begins,
 so a run is measured in `--max_steps`.
 
-One global stream (`GLOBAL`). Every process reads the whole stream and keeps its own micro-batches of it: with
-per-device batch m over P processes, global example i goes to process (i // m) mod P, so update k trains global
-examples [k x global batch, (k + 1) x global batch) however the global batch is split, as in-memory runs do. (Every
-process packs every document: reading is P times the work of one process, training is not.)
+Partitions (`PARTITIONED`, every new run). The stream is cut, when a run starts, into K partitions
+(`--stream_partitions`, recorded with the stream's position): partition j holds the documents `datasets` gives node j
+of K (`split_dataset_by_node`: whole shards when K divides the shard count, else every K-th document). Each partition
+is packed on its own, its windows of ceil(W / K) documents shuffled as above, into a sequence of examples. With a
+global batch of G = K x g, update k trains examples [k g, (k + 1) g) of every partition, in partition order. Process p
+of P (P divides K) owns partitions [p K/P, (p + 1) K/P): it reads and packs only those, and its micro-batches are
+slots [p G/P, (p + 1) G/P) of each update. So the examples of an update depend on K, not on the split into
+processes x per-device batch x accumulation, and each process tokenizes 1/P of the documents.
 
-Resume. With every checkpoint each process saves `stream_state-rank<N>.json`: the documents iterable's
-`state_dict()` at the start of a window, the window's number, and the global count of examples the run trained on
-(steps x global batch). `--resume_from_checkpoint` reloads that state (`load_state_dict`: the shards and documents
-before it are not read again), packs that window again and skips to the count: training continues with exactly the
-next example, on any number of processes and per-device batch that keep the global batch. (A shuffle buffer would
-not do: `datasets` does not save its content.) Runs saved before the global stream (`PER_PROCESS`: each process read
-its own part, `split_dataset_by_node`) resume that way, on their own number of processes only.
+Older layouts, still resumed as saved. `GLOBAL`: every process read the one global stream and kept its micro-batches
+(global example i went to process (i // m) mod P), packing every document. `PER_PROCESS` (before that): each process
+read its own part (`split_dataset_by_node` over the processes) and resumes on its own number of processes only.
+
+Resume. With every checkpoint each process saves the position of each partition it owns (`stream_state-partition<j>
+.json`; older layouts `stream_state-rank<N>.json`): the documents iterable's `state_dict()` at the start of a window,
+the window's number and the examples handed out. `--resume_from_checkpoint` reloads that state (`load_state_dict`: the
+shards and documents before it are not read again), packs that window again and skips to the saved count: training
+continues with exactly the next example, on any number of processes that divides K and keeps the global batch. (A
+shuffle buffer would not do: `datasets` does not save its content.)
+
+Packing in parallel. `--dataloader_num_workers N` packs a window's documents in a pool of N processes
+(`training.data.packer_pool`), a window ahead of training, while this process reads, orders and hands out the
+examples: the examples and the saved position are the same for every N.
 
 Masks. An example's index (the collators' `example_index`) is its place in the global stream, counted across epochs:
 masks stay a pure function of (seed, index), differ in every epoch (each pass gives new indices) and are the same
@@ -43,9 +54,12 @@ from encoder_zoo.training.masking.spans import INDEX_COLUMN
 
 logger = logging.getLogger("pretrain")
 
-STATE_FILE = "stream_state-rank{rank}.json"
+STATE_FILE = "stream_state-rank{rank}.json"  # the older layouts' positions, one per process
+PARTITION_FILE = "stream_state-partition{partition}.json"
 # How the stream is spread over the processes (`StreamSettings.layout`, module docstring).
-GLOBAL, PER_PROCESS = "global", "per_process"
+PARTITIONED, GLOBAL, PER_PROCESS = "partitioned", "global", "per_process"
+# The most partitions a default offers: more processes than this per run stream by an explicit --stream_partitions.
+MAX_DEFAULT_PARTITIONS = 64
 
 
 class _NoLostBufferWarning(logging.Filter):
@@ -74,18 +88,25 @@ class StreamPosition:
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """What a saved position is only valid with: a resumed run must stream the same way (`GLOBAL`: with the same seed
-    and window, on any number of processes and per-device batch)."""
+    """What a saved position is only valid with: a resumed run must stream the same way (`PARTITIONED`: the same
+    seed, window, partitions and global batch, on any number of processes that divides the partitions; `GLOBAL`: the
+    same seed and window, on any number of processes and per-device batch)."""
 
     seed: int
     window_documents: int
     world_size: int
     micro_batch: int = 1
     layout: str = GLOBAL
+    partitions: int = 0  # PARTITIONED only
+    global_batch: int = 0  # PARTITIONED only
+
+    def fixed_keys(self) -> tuple[str, ...]:
+        """The settings a resume must keep."""
+        by_layout = {PER_PROCESS: ("world_size",), PARTITIONED: ("partitions", "global_batch")}
+        return ("seed", "window_documents", "layout") + by_layout.get(self.layout, ())
 
     def same_stream(self, other: StreamSettings) -> bool:
-        fixed = ("seed", "window_documents", "layout") + (("world_size",) if self.layout == PER_PROCESS else ())
-        return all(getattr(self, key) == getattr(other, key) for key in fixed)
+        return all(getattr(self, key) == getattr(other, key) for key in self.fixed_keys())
 
 
 def document_digest(text: str) -> bytes:
@@ -103,7 +124,18 @@ def document_texts(rows: Iterator[dict], text_column: str, held_out: frozenset[b
             yield text
 
 
-class StreamedExamples(torch.utils.data.IterableDataset):
+class ExampleStream(torch.utils.data.IterableDataset):
+    """A process's endless stream of packed training examples that saves its own position with each checkpoint
+    (`save(checkpoint, consumed)`): Trainer neither shards nor skips it."""
+
+    def save(self, checkpoint: Path, consumed: int | None = None) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop any packer processes."""
+
+
+class StreamedExamples(ExampleStream):
     """One process's endless stream of packed examples (see the module docstring). `packer` turns a batch of
     documents `{"text": [...]}` into a batch of examples (e.g. `training.data.block_packer`); `held_out` holds the
     digests of documents kept for evaluation, which training skips. Iterate it in the main process (DataLoader
@@ -196,35 +228,210 @@ class StreamedExamples(torch.utils.data.IterableDataset):
         (Path(checkpoint) / STATE_FILE.format(rank=self.rank)).write_text(json.dumps(record))
 
 
+# ---------------------------------------------------------------------------------------------- partitions
+def partition_counts(partitions: int) -> list[int]:
+    """The numbers of processes a stream of `partitions` partitions serves: those that divide it."""
+    return [count for count in range(1, partitions + 1) if partitions % count == 0]
+
+
+def default_partitions(global_batch: int, shards: int) -> int:
+    """K, when --stream_partitions is not given: the largest count (at most `MAX_DEFAULT_PARTITIONS`) that divides
+    the global batch and the corpus's shards, so each partition reads whole shards; where that leaves fewer than 8
+    (a corpus of, say, 41 files), the largest divisor of the global batch up to 8, each partition then reading every
+    K-th document of all shards (`datasets`' split by example)."""
+    by_shards = max(d for d in range(1, min(global_batch, MAX_DEFAULT_PARTITIONS) + 1)
+                    if global_batch % d == 0 and shards % d == 0)
+    if by_shards >= min(8, global_batch):
+        return by_shards
+    return max(d for d in range(1, 9) if global_batch % d == 0)
+
+
+def check_partitions(settings: StreamSettings, processes: int, flag: str = "--stream_partitions") -> None:
+    """Refuse, in one line, a partition count that the global batch or the number of processes cannot use."""
+    partitions, total = settings.partitions, settings.global_batch
+    if partitions < 1 or total % partitions:
+        raise ValueError(f"{flag} {partitions}: each update takes the same number of examples from every partition, "
+                         f"so the count must divide the global batch of {total}; pass one of "
+                         f"{', '.join(str(d) for d in partition_counts(total) if d <= MAX_DEFAULT_PARTITIONS)}.")
+    if partitions % processes:
+        raise ValueError(f"The stream has {partitions} partitions ({flag}), which {processes} processes cannot share: "
+                         f"each process reads whole partitions. Run on "
+                         f"{', '.join(str(c) for c in partition_counts(partitions))} processes"
+                         f"{'' if flag != '--stream_partitions' else ', or start the run with another ' + flag}.")
+
+
+def _partition_window(settings: StreamSettings) -> int:
+    return -(-settings.window_documents // settings.partitions)
+
+
+class _Partition:
+    """One partition's endless sequence of examples (module docstring), from `start`. Its next window is read and
+    handed to the packers as soon as this one is being handed out, so a pool packs it meanwhile."""
+
+    def __init__(self, stream: PartitionedExamples, index: int, start: StreamPosition):
+        self.stream, self.index, self.position = stream, index, start
+        self._target = start.count  # restart at the window's start and skip to the saved example
+        self._epoch, self._window, self._window_start = start.epoch, start.window, start.window_start
+        self._documents = None
+        self._empty_epoch = True
+
+    def _next_window(self) -> tuple[int, int, dict | None, list]:
+        """(epoch, window number, documents' state at its start, the chunks' futures) of the next window."""
+        stream = self.stream
+        while True:
+            if self._documents is None:
+                self._source = stream.documents_of(self.index, self._epoch, self._window_start)
+                self._documents = document_texts(iter(self._source), stream.text_column, stream.held_out)
+                self._from_start = self._window_start is None
+            start = self._window_start
+            texts = [text for _, text in zip(range(_partition_window(stream.settings)), self._documents)]
+            if texts:
+                self._empty_epoch = False
+                window = (self._epoch, self._window, start, stream.pool.submit(texts))
+                self._window, self._window_start = self._window + 1, self._source.state_dict()
+                return window
+            if self._from_start and self._empty_epoch:
+                raise ValueError(f"Partition {self.index} of the stream's {stream.settings.partitions} got no "
+                                 "document: the corpus has fewer non-empty documents (or shards) than partitions. "
+                                 "Pass a smaller --stream_partitions, or stream a larger corpus.")
+            self._epoch, self._window, self._window_start, self._documents = self._epoch + 1, 0, None, None
+            self._empty_epoch = True
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        settings = self.stream.settings
+        count = self.position.count - self.position.offset  # examples before the saved window
+        upcoming = self._next_window()
+        while True:
+            epoch, window, start, chunks = upcoming
+            upcoming = self._next_window()  # read, and (in a pool) packed, while this window is handed out
+            examples = [example for chunk in chunks for example in chunk.result()]
+            order = np.random.default_rng([settings.seed, epoch, self.index, window, settings.partitions])
+            for offset, position in enumerate(order.permutation(len(examples))):
+                count += 1
+                if count <= self._target:
+                    continue  # trained before the resume
+                self.position = StreamPosition(epoch=epoch, window=window, window_start=start, offset=offset + 1,
+                                               count=count)
+                yield examples[position]
+
+
+class PartitionedExamples(ExampleStream):
+    """Process `rank`'s examples of a partitioned stream (module docstring): the partitions it owns, `g` examples of
+    each per update, indexed by their place in the global stream. `packer` turns a batch of documents
+    `{"text": [...]}` into a batch of examples; `packers` processes pack in parallel (0: here). `starts` holds the
+    saved positions of the partitions this process owns (`load_partition_positions`)."""
+
+    def __init__(self, documents: datasets.IterableDataset, packer: Callable[[dict], dict], *, text_column: str,
+                 settings: StreamSettings, rank: int = 0, held_out: frozenset[bytes] = frozenset(),
+                 starts: dict[int, StreamPosition] | None = None, packers: int = 0, pack_batch_size: int = 64):
+        from encoder_zoo.training.data.packer_pool import PackerPool
+
+        check_partitions(settings, settings.world_size)
+        self.documents = documents
+        self.text_column = text_column
+        self.settings = settings
+        self.rank = rank
+        self.held_out = held_out
+        share = settings.partitions // settings.world_size
+        self.owned = list(range(rank * share, (rank + 1) * share))
+        self.positions = {j: (starts or {}).get(j) or StreamPosition() for j in self.owned}
+        self.pool = PackerPool(packer, packers, pack_batch_size)
+
+    def documents_of(self, partition: int, epoch: int, start: dict | None) -> datasets.IterableDataset:
+        """Partition `partition`'s documents in `epoch`'s shard order, from `start` (a `state_dict()`)."""
+        stream = split_dataset_by_node(self.documents.shuffle(seed=self.settings.seed, buffer_size=1),
+                                       rank=partition, world_size=self.settings.partitions)
+        stream.set_epoch(epoch)
+        if start is not None:
+            stream.load_state_dict(start)
+        return stream
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError("PartitionedExamples is iterated in the main process; --dataloader_num_workers sets "
+                               "its pool of packers.")
+        total, partitions = self.settings.global_batch, self.settings.partitions
+        share = total // partitions  # examples per partition and update
+        sequences = {j: _Partition(self, j, self.positions[j]) for j in self.owned}
+        iterators = {j: iter(sequence) for j, sequence in sequences.items()}
+        while True:  # updates
+            for j in self.owned:
+                for _ in range(share):
+                    example = next(iterators[j])
+                    n = sequences[j].position.count - 1
+                    example[INDEX_COLUMN] = n // share * total + j * share + n % share
+                    self.positions[j] = sequences[j].position
+                    yield example
+
+    def save(self, checkpoint: Path, consumed: int | None = None) -> None:
+        """Write the positions of this process's partitions into `checkpoint`, at the `consumed` examples every
+        process trained on together (steps x global batch): `consumed / K` of each partition."""
+        for j in self.owned:
+            position = self.positions[j]
+            if consumed is not None:
+                count = consumed // self.settings.partitions
+                offset = count - (position.count - position.offset)
+                if offset < 0 or count > position.count:
+                    raise RuntimeError(f"Partition {j}'s position ({position.count} examples handed out) is not that "
+                                       f"of the {consumed} examples trained on.")
+                position = replace(position, count=count, offset=offset)
+            record = {"settings": asdict(self.settings), "position": asdict(position)}
+            (Path(checkpoint) / PARTITION_FILE.format(partition=j)).write_text(json.dumps(record))
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 def saved_settings(checkpoint: str | Path) -> StreamSettings | None:
     """The stream settings `checkpoint` was saved with (None: no stream state there). A run from before the global
     stream saved none of `layout`: its processes each read their own part (`PER_PROCESS`), which is the global stream
     for one process."""
-    path = Path(checkpoint) / STATE_FILE.format(rank=0)
-    if not path.is_file():
-        return None
-    saved = dict(json.loads(path.read_text())["settings"])
-    saved.setdefault("layout", PER_PROCESS if saved.get("world_size", 1) > 1 else GLOBAL)
-    return StreamSettings(**saved)
+    for path in (Path(checkpoint) / PARTITION_FILE.format(partition=0), Path(checkpoint) / STATE_FILE.format(rank=0)):
+        if path.is_file():
+            saved = dict(json.loads(path.read_text())["settings"])
+            saved.setdefault("layout", PER_PROCESS if saved.get("world_size", 1) > 1 else GLOBAL)
+            return StreamSettings(**saved)
+    return None
+
+
+def _checked_settings(checkpoint: str | Path, settings: StreamSettings) -> StreamSettings:
+    """`checkpoint`'s stream settings, refused in one line where they are not those a resume can continue."""
+    saved = saved_settings(checkpoint)
+    if saved is None:
+        raise FileNotFoundError(f"{checkpoint} has no {PARTITION_FILE.format(partition=0)} (nor an older layout's "
+                                f"{STATE_FILE.format(rank=0)}): it was not saved by a --streaming run. Resume it "
+                                "without --streaming, or start a new run.")
+    if not saved.same_stream(settings):
+        changed = ", ".join(f"{key} {getattr(saved, key)} then, {getattr(settings, key)} now"
+                            for key in saved.fixed_keys() if getattr(saved, key) != getattr(settings, key))
+        each_own = (" and, for a run whose processes each streamed their own part, the same number of processes"
+                    if saved.layout == PER_PROCESS else "")
+        partitioned = " and --stream_partitions" if saved.layout == PARTITIONED else ""
+        raise ValueError(f"{checkpoint} was saved by a stream read another way ({changed}); resume with the same "
+                         f"--seed, --shuffle_window_documents{partitioned}{each_own}.")
+    return saved
 
 
 def load_position(checkpoint: str | Path, rank: int, settings: StreamSettings) -> StreamPosition:
-    """The position a streaming run saved in `checkpoint` for process `rank` (any process's, in the global stream);
-    refuses a checkpoint of another kind of run."""
-    saved = saved_settings(checkpoint)
-    if saved is None:
-        raise FileNotFoundError(f"{checkpoint} has no {STATE_FILE.format(rank=0)}: it was not saved by a --streaming "
-                                "run. Resume it without --streaming, or start a new run.")
-    if not saved.same_stream(settings):
-        keys = ("seed", "window_documents", "layout") + (("world_size",) if saved.layout == PER_PROCESS else ())
-        changed = ", ".join(f"{key} {getattr(saved, key)} then, {getattr(settings, key)} now"
-                            for key in keys if getattr(saved, key) != getattr(settings, key))
-        each_own = (" and, for a run whose processes each streamed their own part, the same number of processes"
-                    if saved.layout == PER_PROCESS else "")
-        raise ValueError(f"{checkpoint} was saved by a stream read another way ({changed}); resume with the same "
-                         f"--seed and --shuffle_window_documents{each_own}.")
+    """The position an older layout's streaming run saved in `checkpoint` for process `rank` (any process's, in the
+    global stream); refuses a checkpoint of another kind of run."""
+    saved = _checked_settings(checkpoint, settings)
     path = Path(checkpoint) / STATE_FILE.format(rank=rank if saved.layout == PER_PROCESS else 0)
     return StreamPosition(**json.loads(path.read_text())["position"])
+
+
+def load_partition_positions(checkpoint: str | Path, partitions: list[int],
+                             settings: StreamSettings) -> dict[int, StreamPosition]:
+    """The positions of `partitions` that a partitioned run saved in `checkpoint` (module docstring)."""
+    _checked_settings(checkpoint, settings)
+    positions = {}
+    for j in partitions:
+        path = Path(checkpoint) / PARTITION_FILE.format(partition=j)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: the checkpoint holds the stream's position of only some of "
+                                    "its partitions. Resume from an earlier checkpoint.")
+        positions[j] = StreamPosition(**json.loads(path.read_text())["position"])
+    return positions
 
 
 class StreamEpoch(TrainerCallback):

@@ -147,6 +147,10 @@ class PretrainingTrainer(ExactResume, Trainer):
         self._staging_root: str | None = None
         self.flop_count: str | None = None  # what `floating_point_ops` counts, once the first batch decided it
         self._flop_kind: str | None = None
+        from encoder_zoo.training.run.timing import TimeShares
+
+        self.clock = TimeShares()  # where the time goes, logged per interval (`training.run.timing`)
+        self.add_callback(ClockMarks(self.clock))
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpoch(self.data_collator))
         self.add_callback(LogAtCheckpoints())  # after SaveOnSignal, whose save it logs too
@@ -183,6 +187,8 @@ class PretrainingTrainer(ExactResume, Trainer):
         scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)  # accelerate may wrap it
         wanted = list(getattr(scheduler, "base_lrs", None) or [])
         super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.clock.load(Path(checkpoint))  # the run's time totals continue
         loaded = list(getattr(scheduler, "base_lrs", None) or [])
         if checkpoint is None or not wanted or len(wanted) != len(loaded) or wanted == loaded or 0 in loaded:
             return
@@ -213,7 +219,10 @@ class PretrainingTrainer(ExactResume, Trainer):
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """An update's micro-batches; under update normalisation, their target counts summed over the processes."""
+        self.clock.begin("data")
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self.clock.end("data")
+        self.clock.begin("forward_backward", device=True)
         if self.update_normalization is not None:
             self.update_normalization.count(batch_samples, device,
                                             reduce=lambda counts: self.accelerator.reduce(counts, reduction="sum"))
@@ -376,6 +385,11 @@ class PretrainingTrainer(ExactResume, Trainer):
                 logs[f"{unit}_per_second"] = round(total / max(elapsed, 1e-9), 1)
             self._sums, self._count, self._units = {}, 0, {}
             self._interval_start = time.perf_counter()
+            seconds = self.clock.interval()
+            if self.args.should_log:  # this process's clock: its own wait for data
+                from encoder_zoo.training.run.timing import shares_text
+
+                logger.info("Step %d, time since the last log: %s.", self.state.global_step, shares_text(seconds))
         # No start time (Trainer passes it with each step's log): with --include_num_input_tokens_seen, Trainer would
         # add the session's train_runtime and train_tokens_per_second to every step's log, timings that make two equal
         # runs' logs differ (the interval's tokens_per_second above says the same); num_input_tokens_seen stays.
@@ -383,13 +397,14 @@ class PretrainingTrainer(ExactResume, Trainer):
 
     # ------------------------------------------------------------------ data loaders
     def get_train_dataloader(self):
-        from encoder_zoo.training.data.streaming import StreamedExamples
+        from encoder_zoo.training.data.streaming import ExampleStream
 
-        if isinstance(self.train_dataset, StreamedExamples):
-            # Each process streams its own part already (split_dataset_by_node): accelerate must neither re-shard nor
-            # dispatch it, and the position saved with a checkpoint must be that of the batches trained on, so the
-            # examples are read in this process, one batch at a time. Its own generator: creating the iterator must
-            # not draw from the global RNG that a resumed run has just restored (dropout, in-model sampling).
+        if isinstance(self.train_dataset, ExampleStream):
+            # Each process streams its own part already: accelerate must neither re-shard nor dispatch it, and the
+            # position saved with a checkpoint must be that of the batches trained on, so the examples are handed out
+            # in this process, one batch at a time (a stream packs in its own pool, --dataloader_num_workers). Its own
+            # generator: creating the iterator must not draw from the global RNG that a resumed run has just restored
+            # (dropout, in-model sampling).
             return torch.utils.data.DataLoader(self.train_dataset, batch_size=self._train_batch_size,
                                                collate_fn=self.data_collator,
                                                pin_memory=self.args.dataloader_pin_memory,
@@ -454,11 +469,14 @@ class PretrainingTrainer(ExactResume, Trainer):
         self._staging_root = str(staging)
         self._add_pending_tokens()  # every process saves: the tokens seen so far go into trainer_state.json
         self.store_flos()
-        from encoder_zoo.training.data.streaming import StreamedExamples
+        from encoder_zoo.training.data.streaming import ExampleStream
 
+        self.clock.begin("checkpoint")
         try:
             super()._save_checkpoint(model, trial)
-            if isinstance(self.train_dataset, StreamedExamples):  # where the stream stands: steps x global batch
+            if self.args.should_save:
+                self.clock.save(staging / name)
+            if isinstance(self.train_dataset, ExampleStream):  # where the stream stands: steps x global batch
                 from encoder_zoo.training.run.elastic import global_batch
 
                 self.train_dataset.save(staging / name, consumed=self.state.global_step * global_batch(self.args))
@@ -471,6 +489,7 @@ class PretrainingTrainer(ExactResume, Trainer):
         if os.environ.get(SAVE_PAUSE_ENV) == str(self.state.global_step):
             time.sleep(600)
         self.accelerator.wait_for_everyone()  # every rank's files (rng_state_N.pth) are written
+        self.clock.end("checkpoint")
         if not self.args.should_save:
             return
         best_step = self.state.best_global_step
@@ -504,6 +523,24 @@ def workers_ignore_stop_signals(loader):
     if base.num_workers > 0 and getattr(init, "func", None) is not _ignore_stop_signals:
         base.worker_init_fn = functools.partial(_ignore_stop_signals, init=init)
     return loader
+
+
+class ClockMarks(TrainerCallback):
+    """Marks the trainer's clock (`training.run.timing`) where Trainer's loop calls back: forward and backward end
+    before the optimizer step (gradient clipping included), which ends at `on_optimizer_step`."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.clock.restart()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.clock.end("forward_backward", device=True)
+        self.clock.begin("optimizer", device=True)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.clock.end("optimizer", device=True)
 
 
 class CollatorEpoch(TrainerCallback):
