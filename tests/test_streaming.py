@@ -101,10 +101,12 @@ def test_a_restored_position_continues_with_the_next_example_reading_one_window(
 @pytest.mark.slow
 def test_killed_streaming_run_resumes_bitwise(tmp_path):
     """SIGKILL after checkpoint-20 (second epoch of the stream), then --resume_from_checkpoint true: every step's
-    losses, the held-out losses, the final weights and the Adam moments equal the uninterrupted run's bitwise."""
+    losses, the held-out losses, the final weights and the Adam moments equal the uninterrupted run's bitwise. The
+    killed and resumed runs pack in 2 processes (--dataloader_num_workers 2), the reference in its own: the same
+    examples, and a position saved exactly whatever the pool."""
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     pretrain("--model", "spanbert", *STREAM, "--output_dir", str(reference))
-    args = ["--model", "spanbert", *STREAM, "--output_dir", str(resumed)]
+    args = ["--model", "spanbert", *STREAM, "--dataloader_num_workers", "2", "--output_dir", str(resumed)]
     process = start(*args)
     wait_for(resumed / "checkpoint-20", process)
     process.send_signal(signal.SIGKILL)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
 
@@ -39,6 +41,15 @@ def _start_worker(packer: Packer) -> None:
     # The training process saves and stops on SIGTERM/SIGINT, which a scheduler sends to the whole process group.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A training process killed outright (SIGKILL, out of memory) cannot stop its pool: each worker leaves by itself
+    once its parent is gone, instead of lingering with the packer's memory."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _pack_in_worker(texts: list[str]) -> list[dict[str, Any]]:
