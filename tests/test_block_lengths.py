@@ -36,3 +36,23 @@ def test_short_documents_give_short_blocks_and_the_log_says_how_full(tokenizer, 
     assert all(len(ids) > 32 for ids in full["input_ids"][:-1])
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any("blocks of at most 64 tokens" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("annotate", [None, "named_entity"])
+def test_the_backend_tokenizer_path_packs_what_transformers_call_packs(tokenizer, annotate):
+    """The packer calls the `tokenizers` backend directly; a backend set to truncate (which transformers' call would
+    switch off) takes transformers' call instead: both give the same blocks, word starts and spans."""
+    import copy
+
+    from encoder_zoo.training.data.blocks import block_packer
+    from encoder_zoo.training.data.corpus import load_corpus
+
+    texts = {"text": load_corpus(max_documents=120)["text"]}
+    direct = block_packer(tokenizer, 64, annotate)(texts)
+    wrapped = copy.deepcopy(tokenizer)
+    wrapped.backend_tokenizer.enable_truncation(10**6)  # forces transformers' call, which disables it per call
+    through_transformers = block_packer(wrapped, 64, annotate)(texts)
+    assert direct == through_transformers
+    assert sum(map(len, direct["input_ids"])) > 5_000 and any(0 in starts[1:-1] for starts in direct["word_start"])
+    if annotate:
+        assert any(max(units) >= 0 for units in direct["linguistic_span"])
