@@ -512,3 +512,32 @@ def test_default_partitions_follow_the_shards_and_the_global_batch():
     assert default_partitions(256, 41) == 8  # 41 files: every 8th document of all shards
     assert default_partitions(6, 41) == 6
     assert default_partitions(1, 3) == 1
+
+
+def test_a_partitioned_resume_on_a_changed_corpus_is_refused_in_one_line(tmp_path):
+    """The position saves a digest of its window's documents: a resume that reads other documents there (the corpus
+    was edited) stops before handing out an example, naming the partition and the way out."""
+    import datasets
+
+    from encoder_zoo.training.data.corpus import load_corpus
+    from encoder_zoo.training.data.streaming import PARTITIONED, StreamSettings, load_partition_positions
+
+    texts = load_corpus(max_documents=40)["text"]
+
+    def corpus(edit: str = ""):
+        return datasets.Dataset.from_dict({"text": [edit + text for text in texts]}).to_iterable_dataset(num_shards=8)
+
+    packer = _packer()
+    saving = partitioned(1, documents=corpus(), packer=packer)
+    drawn([saving], 8, 1, 5)
+    saving.save(tmp_path, consumed=40)
+    settings = StreamSettings(seed=3, window_documents=7, world_size=1, layout=PARTITIONED, partitions=8,
+                              global_batch=8)
+    starts = load_partition_positions(tmp_path, list(range(8)), settings)
+    assert all(position.window_digest for position in starts.values())
+    same = partitioned(1, documents=corpus(), packer=packer, starts=starts)
+    assert len(drawn([same], 8, 1, 1)[0]) == 8
+    edited = partitioned(1, documents=corpus("Edited. "), packer=packer, starts=starts)
+    with pytest.raises(ValueError, match=r"^Partition 0 of the stream reads other documents at its saved position "
+                                         r"\(epoch \d+, window \d+\) than the run trained on: the corpus changed"):
+        drawn([edited], 8, 1, 1)

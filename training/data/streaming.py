@@ -84,6 +84,7 @@ class StreamPosition:
     window_start: dict | None = None
     offset: int = 0
     count: int = 0
+    window_digest: str | None = None  # PARTITIONED: the window's documents, checked when a resume reads them again
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,14 @@ class StreamSettings:
 
 def document_digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def window_digest(texts: list[str]) -> str:
+    """A window's documents, in order, as one hash (saved with a position, checked when a resume reads them again)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for text in texts:
+        digest.update(document_digest(text))
+    return digest.hexdigest()
 
 
 def document_texts(rows: Iterator[dict], text_column: str, held_out: frozenset[bytes] = frozenset()) -> Iterator[str]:
@@ -287,7 +296,7 @@ class _Partition:
             texts = [text for _, text in zip(range(_partition_window(stream.settings)), self._documents)]
             if texts:
                 self._empty_epoch = False
-                window = (self._epoch, self._window, start, stream.pool.submit(texts))
+                window = (self._epoch, self._window, start, window_digest(texts), stream.pool.submit(texts))
                 self._window, self._window_start = self._window + 1, self._source.state_dict()
                 return window
             if self._from_start and self._empty_epoch:
@@ -301,8 +310,14 @@ class _Partition:
         settings = self.stream.settings
         count = self.position.count - self.position.offset  # examples before the saved window
         upcoming = self._next_window()
+        saved = self.position.window_digest
+        if self._target and saved is not None and upcoming[3] != saved:
+            raise ValueError(f"Partition {self.index} of the stream reads other documents at its saved position (epoch "
+                             f"{self.position.epoch}, window {self.position.window}) than the run trained on: the "
+                             "corpus changed since the checkpoint. Resume with the corpus the run was started on, or "
+                             "start a new run (another --output_dir).")
         while True:
-            epoch, window, start, chunks = upcoming
+            epoch, window, start, digest, chunks = upcoming
             upcoming = self._next_window()  # read, and (in a pool) packed, while this window is handed out
             examples = [example for chunk in chunks for example in chunk.result()]
             order = np.random.default_rng([settings.seed, epoch, self.index, window, settings.partitions])
@@ -311,7 +326,7 @@ class _Partition:
                 if count <= self._target:
                     continue  # trained before the resume
                 self.position = StreamPosition(epoch=epoch, window=window, window_start=start, offset=offset + 1,
-                                               count=count)
+                                               count=count, window_digest=digest)
                 yield examples[position]
 
 
