@@ -113,8 +113,10 @@ def test_a_resume_keeps_the_recorded_global_batch_on_any_number_of_processes(tmp
         keep(run, saved, arguments(8, 1))
     assert any("equal in expectation, not bitwise" in r.getMessage() for r in caplog.records)
     caplog.clear()
+    updated = tmp_path / "update"
+    keep(updated, None, arguments(4, 2), normalization="update")
     with caplog.at_level(logging.INFO):
-        keep(run, saved, arguments(8, 1), normalization="update")
+        keep(updated, checkpoint(updated, 2), arguments(8, 1), normalization="update")
     assert not any("equal in expectation" in r.getMessage() for r in caplog.records)
 
     with pytest.raises(ValueError) as refused:  # 8 is no multiple of 3 x 1 or of 1 x 3
@@ -131,6 +133,82 @@ def test_a_resume_keeps_the_recorded_global_batch_on_any_number_of_processes(tmp
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 1)
     with pytest.raises(ValueError, match="does not split over 3 processes without accumulation"):
         keep(run, saved, arguments(4, 3), accumulates=False)
+
+
+@pytest.mark.parametrize("edit, field, problem", [
+    ({"global_batch": 8.5}, "global_batch", "is 8.5, not a positive whole number"),
+    ({"global_batch": -8}, "global_batch", "is -8, not a positive whole number"),
+    ({"processes": 0}, "processes", "is 0, not a positive whole number"),
+    ({"per_device_train_batch_size": True}, "per_device_train_batch_size", "is True, not a positive whole number"),
+    ({"gradient_accumulation_steps": None}, "gradient_accumulation_steps", "is missing"),
+    ({"global_batch": 16}, "global_batch", "is 16, but its split, 2 processes x 4 per device x 1 accumulation step, "
+                                           "is 8"),
+    ({"loss_normalization": "token"}, "loss_normalization", "is 'token', not one of recipe, update"),
+    ({"resumed_as": {"global_batch": 4}}, "resumed_as.per_device_train_batch_size", "is missing"),
+])
+def test_a_damaged_record_is_refused_in_one_line_and_left_as_it_is(tmp_path, edit, field, problem):
+    """Every count of global_batch.json is a positive whole number, the global batch is their product, the
+    normalisation a known one: a record edited otherwise is refused before the resume changes anything."""
+    run = tmp_path / "run"
+    keep(run, None, arguments(4, 2))
+    saved = checkpoint(run, 2)
+    path = run / elastic.GLOBAL_BATCH_RECORD
+    record = json.loads(path.read_text())
+    for key, value in edit.items():
+        if value is None:
+            record.pop(key)
+        else:
+            record[key] = value
+    path.write_text(json.dumps(record))
+    before = path.read_bytes()
+    with pytest.raises(ValueError) as refused:
+        keep(run, saved, arguments(4, 1))
+    message = str(refused.value)
+    assert message.startswith(f"{path}: {field} {problem}; the file records the run's global batch.")
+    assert "\n" not in message
+    assert path.read_bytes() == before
+
+
+def test_the_record_must_agree_with_the_checkpoint_and_its_loss_normalization(tmp_path):
+    """A checkpoint carries its own copy of the record: a run record edited to another global batch (8 -> 16, still a
+    consistent split) is refused, naming the copy to restore; so is a switch of --loss_normalization; a refused
+    resume writes nothing, and an accepted one writes its split only once it trains (`ResumedSplit`)."""
+    run = tmp_path / "run"
+    record = keep(run, None, arguments(4, 2))
+    saved = Path(checkpoint(run, 2))
+    elastic.write_batch_record(saved, record)  # what PretrainingTrainer saves with each checkpoint
+    path = run / elastic.GLOBAL_BATCH_RECORD
+    path.write_text(json.dumps(elastic.batch_record(arguments(8, 2), "recipe")))
+    with pytest.raises(ValueError, match=r"global_batch is 16, but checkpoint-2 was trained with 8 \(.*\)\. Restore "):
+        keep(run, str(saved), arguments(4, 1))
+    elastic.write_batch_record(run, record)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"^--loss_normalization update: the run was trained with "
+                                         r"--loss_normalization recipe \(.*global_batch.json\), .* Resume with "
+                                         r"--loss_normalization recipe, or start a new run\.$"):
+        keep(run, str(saved), arguments(4, 1), normalization="update")
+    resumed = keep(run, str(saved), arguments(4, 1))
+    assert path.read_bytes() == before and resumed["resumed_as"]["gradient_accumulation_steps"] == 2
+    callback = elastic.ResumedSplit(run, resumed)
+    callback.on_step_end(None, SimpleNamespace(is_world_process_zero=True), None)
+    assert json.loads(path.read_text())["resumed_as"]["processes"] == 1
+    # An older checkpoint without the copy: its processes x per-device batch (trainer_state.json) must divide it.
+    older = Path(checkpoint(tmp_path / "older", 2))
+    (older / "trainer_state.json").write_text(json.dumps({"train_batch_size": 3}))
+    elastic.write_batch_record(older.parent, record)
+    with pytest.raises(ValueError, match=r"global_batch is 8, which checkpoint-2's 2 processes x 3 per device"):
+        keep(older.parent, str(older), arguments(4, 1))
+
+
+def test_the_requeue_check_refuses_what_is_not_a_count_or_a_run_folder(tmp_path, capsys):
+    assert elastic.main([str(tmp_path / "missing"), "1", "8"]) == 2
+    assert "is not a folder: pass the run's OUTPUT_DIR" in capsys.readouterr().err
+    for nodes, per_node, named in (("-1", "8", "node count (SLURM_NNODES) is '-1'"), ("0", "8", "is '0'"),
+                                   ("abc", "8", "is 'abc'"), ("2", "0", "processes per node (GPUS_PER_NODE) is '0'")):
+        assert elastic.main([str(tmp_path), nodes, per_node]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pretrain.sbatch: ") and named in err and err.count("\n") == 1
+    assert elastic.main([str(tmp_path), "2", "8"]) == 0
 
 
 def test_a_requeue_onto_nodes_that_cannot_split_the_global_batch_names_the_ones_that_can(tmp_path):

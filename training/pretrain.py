@@ -1019,7 +1019,14 @@ def build_trainer(recipe, args, training_args, model, tokenizer, collator, train
         model_flops=family.flops if family else None,
         loss_terms=loss_terms(recipe, args, model.config),
     )
-    trainer.global_batch_kept = getattr(args, "global_batch_record", None) is not None
+    record = getattr(args, "global_batch_record", None)
+    trainer.global_batch_kept = record is not None
+    if record is not None:
+        from encoder_zoo.training.run.elastic import ResumedSplit
+
+        trainer.batch_record = record  # a copy goes into every checkpoint, which a resume checks the run's against
+        if "resumed_as" in record:
+            trainer.add_callback(ResumedSplit(Path(training_args.output_dir), record))
     check_engine(trainer)
     return trainer
 

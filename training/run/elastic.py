@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 logger = logging.getLogger(__name__)
 
@@ -59,17 +60,83 @@ def write_batch_record(output_dir: Path, record: dict) -> None:
     os.replace(staged, output_dir / GLOBAL_BATCH_RECORD)
 
 
-def read_batch_record(run_dir: Path) -> dict | None:
+RECORD_COUNTS = ("global_batch", "per_device_train_batch_size", "processes", "gradient_accumulation_steps")
+
+
+def positive_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def checked_record(record, path: Path, fix: str) -> dict:
+    """`record` if it is a whole, consistent record of a global batch (every count a positive whole number, the
+    global batch their product, a known loss normalisation, the same for its `resumed_as`); else one line naming
+    `path`, the field and `fix`."""
+    def refuse(field: str, problem: str):
+        raise ValueError(f"{path}: {field} {problem}; the file records the run's global batch. {fix}")
+
+    if not isinstance(record, dict):
+        refuse("the content", "is not a JSON object")
+    for part, fields in (("", record), ("resumed_as.", record.get("resumed_as"))):
+        if part and fields is None:
+            continue
+        if not isinstance(fields, dict):
+            refuse(part.rstrip("."), "is not a JSON object")
+        for key in RECORD_COUNTS:
+            if key not in fields:
+                refuse(part + key, "is missing")
+            if not positive_count(fields[key]):
+                refuse(part + key, f"is {fields[key]!r}, not a positive whole number")
+        split = (fields["per_device_train_batch_size"], fields["processes"], fields["gradient_accumulation_steps"])
+        product = split[0] * split[1] * split[2]
+        if fields["global_batch"] != product:
+            refuse(part + "global_batch", f"is {fields['global_batch']}, but its split, {_split(*split)}, is {product}")
+        if fields.get("loss_normalization", "recipe") not in NORMALIZATIONS:
+            refuse(part + "loss_normalization", f"is {fields['loss_normalization']!r}, not one of "
+                                                f"{', '.join(NORMALIZATIONS)}")
+    if "resumed_as" in record and record["resumed_as"]["global_batch"] != record["global_batch"]:
+        refuse("resumed_as.global_batch", f"is {record['resumed_as']['global_batch']}, not the run's "
+                                          f"{record['global_batch']}")
+    return record
+
+
+def read_batch_record(run_dir: Path, fix: str | None = None) -> dict | None:
+    """The run's record of its global batch (None: a run from before the record), checked whole."""
     path = run_dir / GLOBAL_BATCH_RECORD
     if not path.is_file():
         return None
+    fix = fix or "Restore it, or start a new run (--overwrite_output_dir or another --output_dir)."
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        int(record["global_batch"])
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is damaged ({error}); it records the run's global batch. Restore it, or start a new "
-                         "run (--overwrite_output_dir or another --output_dir).") from None
-    return record
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{path} is damaged ({error}); it records the run's global batch. {fix}") from None
+    return checked_record(record, path, fix)
+
+
+def check_against_checkpoint(record: dict, run_dir: Path, checkpoint: Path) -> None:
+    """The run's record must be that of `checkpoint`: its own copy (saved with it since the record's checks), or, for
+    an older checkpoint, the per-device batch and processes that saved it must divide the global batch."""
+    copy = checkpoint / GLOBAL_BATCH_RECORD
+    restore = (f"Restore {run_dir / GLOBAL_BATCH_RECORD} from {copy}" if copy.is_file() else "Restore the record")
+    if copy.is_file():
+        try:
+            own = checked_record(json.loads(copy.read_text(encoding="utf-8")), copy, "Resume from another checkpoint.")
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ValueError(f"{copy} is damaged ({error}): resume from another checkpoint.") from None
+        if own["global_batch"] != record["global_batch"]:
+            raise ValueError(f"{run_dir / GLOBAL_BATCH_RECORD}: global_batch is {record['global_batch']}, but "
+                             f"{checkpoint.name} was trained with {own['global_batch']} ({copy}). {restore} (the run's "
+                             "global batch cannot change), or start a new run.")
+        return
+    state = checkpoint / "trainer_state.json"
+    try:
+        micro = int(json.loads(state.read_text(encoding="utf-8")).get("train_batch_size") or 0)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+        return  # the checkpoint's own checks name a damaged trainer_state.json
+    saved_by = checkpoint_world_size(checkpoint)
+    if micro and record["global_batch"] % (micro * saved_by):
+        raise ValueError(f"{run_dir / GLOBAL_BATCH_RECORD}: global_batch is {record['global_batch']}, which "
+                         f"{checkpoint.name}'s {_processes(saved_by)} x {micro} per device (its trainer_state.json) "
+                         f"cannot have trained. {restore}, or start a new run.")
 
 
 def _divisors(number: int) -> list[int]:
@@ -105,6 +172,14 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
         return record
     run_dir = Path(checkpoint).parent
     record = read_batch_record(run_dir)
+    if record is not None:
+        check_against_checkpoint(record, run_dir, Path(checkpoint))
+        trained_with = (record.get("resumed_as") or record).get("loss_normalization", "recipe")
+        if trained_with != loss_normalization:
+            raise ValueError(f"--loss_normalization {loss_normalization}: the run was trained with "
+                             f"--loss_normalization {trained_with} ({run_dir / GLOBAL_BATCH_RECORD}), and its updates "
+                             f"would compute another loss from this step on. Resume with --loss_normalization "
+                             f"{trained_with}, or start a new run.")
     if record is None:
         saved_by = checkpoint_world_size(checkpoint)
         if saved_by != processes:
@@ -157,9 +232,21 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
                        "equally: every update sees the same examples, and is equal in expectation, not bitwise "
                        "(--loss_normalization update makes any split give the same update).",
                        record["per_device_train_batch_size"], micro)
-    if training_args.process_index == 0:
-        write_batch_record(output_dir, {**record, "resumed_as": batch_record(training_args, loss_normalization)})
-    return record
+    # Written once the resumed run trains (`ResumedSplit`): a resume refused after this point leaves the record as is.
+    return {**record, "resumed_as": batch_record(training_args, loss_normalization)}
+
+
+class ResumedSplit(TrainerCallback):
+    """Writes a resumed run's split into its record (`resumed_as`) once it has trained a step: a resume refused before
+    then leaves the record as it was."""
+
+    def __init__(self, output_dir: Path, record: dict):
+        self.output_dir, self.record, self.written = output_dir, record, False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self.written and state.is_world_process_zero:
+            write_batch_record(self.output_dir, self.record)
+        self.written = True
 
 
 def node_count_refusal(run_dir: Path, nodes: int, processes_per_node: int) -> str | None:
@@ -189,13 +276,22 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m encoder_zoo.training.run.elastic", description=main.__doc__)
     parser.add_argument("output_dir", type=Path)
-    parser.add_argument("nodes", type=int)
-    parser.add_argument("processes_per_node", type=int)
+    parser.add_argument("nodes")
+    parser.add_argument("processes_per_node")
     args = parser.parse_args(argv)
-    try:
-        refusal = node_count_refusal(args.output_dir, args.nodes, args.processes_per_node)
-    except ValueError as error:  # a damaged record, named with its fix
-        refusal = str(error)
+    refusal = None
+    for name, value in (("the node count (SLURM_NNODES)", args.nodes),
+                        ("the processes per node (GPUS_PER_NODE)", args.processes_per_node)):
+        if not (value.isdigit() and int(value) >= 1):
+            refusal = f"{name} is {value!r}, not a positive whole number."
+    if refusal is None and not args.output_dir.is_dir():
+        refusal = (f"{args.output_dir} is not a folder: pass the run's OUTPUT_DIR (the folder that holds its "
+                   "checkpoint-* and global_batch.json).")
+    if refusal is None:
+        try:
+            refusal = node_count_refusal(args.output_dir, int(args.nodes), int(args.processes_per_node))
+        except ValueError as error:  # a damaged record, named with its fix
+            refusal = str(error)
     if refusal:
         print(f"pretrain.sbatch: {refusal}", file=sys.stderr)
         return 2

@@ -476,6 +476,10 @@ class PretrainingTrainer(ExactResume, Trainer):
             super()._save_checkpoint(model, trial)
             if self.args.should_save:
                 self.clock.save(staging / name)
+                if getattr(self, "batch_record", None) is not None:  # the global batch this checkpoint trained with
+                    from encoder_zoo.training.run.elastic import write_batch_record
+
+                    write_batch_record(staging / name, self.batch_record)
             if isinstance(self.train_dataset, ExampleStream):  # where the stream stands: steps x global batch
                 from encoder_zoo.training.run.elastic import global_batch
 
