@@ -619,3 +619,45 @@ def test_a_partitioned_resume_on_a_changed_corpus_is_refused_in_one_line(tmp_pat
     with pytest.raises(ValueError, match=r"^Partition 0 of the stream reads other documents at its saved position "
                                          r"\(epoch \d+, window \d+\) than the run trained on: the corpus changed"):
         drawn([edited], 8, 1, 1)
+
+
+def test_the_slurm_script_checks_its_settings_and_reads_the_output_dir_from_its_arguments(tmp_path):
+    """Each bad setting is one line and exit 2 before anything starts; a requeue looks for checkpoints in the
+    --output_dir of its command line (no OUTPUT_DIR in the environment): onto 3 nodes it is refused by the global
+    batch check, which only runs where checkpoints were found."""
+    import subprocess
+
+    script = os.path.join(REPO, "training", "slurm", "pretrain.sbatch")
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    elastic.write_batch_record(run, elastic.batch_record(arguments(4, 2), "recipe"))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OUTPUT_DIR", "GPUS_PER_NODE"))}
+
+    def sbatch(env: dict, *args: str, cwd: str = REPO):
+        return subprocess.run(["bash", script, *args], capture_output=True, text=True, env={**base, **env}, cwd=cwd,
+                              timeout=120)
+
+    for env, cwd, named in (({"CONFIG": "nope.yaml"}, REPO, "CONFIG=nope.yaml does not exist"),
+                            ({"GPUS_PER_NODE": "-2"}, REPO, "GPUS_PER_NODE=-2: pass the number of GPUs"),
+                            ({"SLURM_NNODES": "abc"}, REPO, "SLURM_NNODES=abc: the job has no node to run on"),
+                            ({}, str(tmp_path), "submit it from the repository root")):
+        refused = sbatch(env, "--output_dir", str(run), cwd=cwd)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("pretrain.sbatch: ") and named in refused.stderr
+    requeued = sbatch({"SLURM_NNODES": "3", "GPUS_PER_NODE": "1", "SRUN": "false"}, "--output_dir", str(run))
+    assert requeued.returncode == 2 and "requeue it with --nodes 1, 2, 4, 8" in requeued.stderr, requeued.stderr
+
+
+@pytest.mark.slow
+def test_the_slurm_script_runs_without_slurm_as_one_node(tmp_path):
+    """SRUN= (the header's no-Slurm mode): one node of GPUS_PER_NODE processes on this machine, no SLURM_* set."""
+    import subprocess
+
+    env = {k: v for k, v in pretrain_env(OMP_NUM_THREADS="1").items() if not k.startswith("SLURM_")}
+    env.update(SRUN="", GPUS_PER_NODE="1", PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]))
+    out = tmp_path / "run"
+    result = subprocess.run(["bash", os.path.join(REPO, "training", "slurm", "pretrain.sbatch"),
+                             *flags("spanbert", out, 4, None)], capture_output=True, text=True, env=env, cwd=REPO,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "export" / "model.safetensors").is_file() and "Finished: 4 steps" in result.stdout
