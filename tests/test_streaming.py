@@ -142,7 +142,7 @@ def test_streaming_refuses_what_it_cannot_do(tmp_path, monkeypatch, capsys):
     last = refuses("--model", "bert_2seq", "--streaming", "--max_steps", "2", "--dataloader_num_workers", "0")
     assert "whole corpus" in last and "pretokenize" in last
     assert "pass --max_steps" in refuses("--model", "spanbert", "--streaming", "--num_train_epochs", "1")
-    assert "divide the global batch of 8" in refuses("--model", "spanbert", "--streaming", "--max_steps", "2",
+    assert "divide the global batch of 32" in refuses("--model", "spanbert", "--streaming", "--max_steps", "2",
                                                      "--stream_partitions", "3")
     assert not list(tmp_path.rglob("checkpoint-*"))
 

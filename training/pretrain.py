@@ -753,7 +753,8 @@ def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) 
     with training_args.main_process_first(local=False, desc="checking the output folder"):
         return prepare_output_dir(output_dir, export_dir, training_args.resume_from_checkpoint,
                                   args.overwrite_output_dir,
-                                  {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name}, data_inputs)
+                                  {"--dataset": args.dataset, "--tokenizer_name": args.tokenizer_name}, data_inputs,
+                                  main_process=training_args.process_index == 0)
 
 
 def release_run_folder(output_dir: Path, new_folder: bool = False) -> None:

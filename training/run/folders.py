@@ -237,13 +237,14 @@ def previous_run(output_dir: Path) -> list[str]:
 
 
 def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, overwrite: bool,
-                       inputs: dict[str, str | None], data_inputs: dict | None = None) -> str | None:
+                       inputs: dict[str, str | None], data_inputs: dict | None = None,
+                       main_process: bool = True) -> str | None:
     """Apply the resume / overwrite policy and return the checkpoint to resume from (None: a fresh run).
 
     `inputs` maps flags to paths the run reads (--dataset, --tokenizer_name): an overwrite must not move them away.
     `data_inputs` maps flags to the values that shape the training examples: recorded in OUTPUT_DIR/run_inputs.json by
-    a fresh run, and checked against that record by a resumed one. Idempotent, so every process can call it after the
-    main one did.
+    a fresh run, and checked against that record by a resumed one. Every process calls it after the main one did;
+    only the main one (`main_process`) moves an overwritten run aside (the others would move what it just wrote).
     """
     if output_dir.is_dir():
         set_aside_partial_saves(output_dir)
@@ -279,7 +280,7 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
             "--overwrite_output_dir to start afresh (the old run is moved to OUTPUT_DIR/replaced-<time>/, nothing is "
             "deleted), or another --output_dir.")
     check_export_dir(export_dir)
-    if overwrite:
+    if overwrite and main_process:
         for flag, path in inputs.items():
             if path and Path(path).exists() and Path(path).resolve().is_relative_to(output_dir.resolve()):
                 raise ValueError(f"{flag} {path} lies inside --output_dir {output_dir}, which --overwrite_output_dir "

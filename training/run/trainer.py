@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import Trainer, TrainerCallback
@@ -207,6 +208,8 @@ class PretrainingTrainer(ExactResume, Trainer):
         return super().get_decay_parameter_names(model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training:
+            torch.manual_seed(self.dropout_seed())
         outputs = model(**inputs)
         if model.training:
             self.record(outputs, inputs)
@@ -222,11 +225,30 @@ class PretrainingTrainer(ExactResume, Trainer):
         self.clock.begin("data")
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
         self.clock.end("data")
+        self._micro_batch = 0  # this process's micro-batches of the update, counted by `dropout_seed`
         self.clock.begin("forward_backward", device=True)
         if self.update_normalization is not None:
             self.update_normalization.count(batch_samples, device,
                                             reduce=lambda counts: self.accelerator.reduce(counts, reduction="sum"))
         return batch_samples, num_items_in_batch
+
+    def dropout_seed(self) -> int:
+        """The seed of this micro-batch's dropout (and any other draw of the torch RNG in its forward): a function of
+        (seed, update, the micro-batch's place in the global batch), as the masks are of their example. A micro-batch
+        then draws the same dropout however the global batch is split into processes x accumulation steps, and after
+        any resume. Place: a partitioned stream gives process p micro-batches p A .. p A + A - 1 of an update;
+        Trainer's sampler, and the older streams, give it p, p + P, ... (batches dealt round the processes)."""
+        from encoder_zoo.training.data.streaming import PartitionedExamples
+
+        processes, accumulation = self.args.world_size, self.args.gradient_accumulation_steps
+        rank, micro = self.args.process_index, getattr(self, "_micro_batch", 0)
+        self._micro_batch = micro + 1
+        if isinstance(self.train_dataset, PartitionedExamples):
+            place = rank * accumulation + micro
+        else:
+            place = micro * processes + rank
+        key = np.random.SeedSequence([self.args.seed, self.state.global_step, place])
+        return int(key.generate_state(1, dtype=np.uint64)[0])
 
     def _get_train_sampler(self, train_dataset=None):
         """Trainer's shuffled order, cut to whole global batches per epoch: update k of an epoch trains examples
@@ -359,13 +381,16 @@ class PretrainingTrainer(ExactResume, Trainer):
             if value is not None:
                 sums[name] = sums.get(name, 0.0) + value.detach().float() * weight
 
-    def _reduced_means(self, sums: dict, count: float, *extra: float) -> tuple[dict[str, float], list[float]]:
-        """Means of `sums` over `count` across processes (every rank logs at the same steps), and `extra` summed."""
+    def _reduced_means(self, sums: dict, count: float, *extra: float,
+                       across_processes: bool = True) -> tuple[dict[str, float], list[float]]:
+        """Means of `sums` over `count` across processes (every rank logs at the same steps), and `extra` summed;
+        `across_processes=False`: this process's alone (each held the whole of it)."""
         device = self.args.device
         names = sorted(sums)
         stacked = torch.stack([torch.as_tensor(sums[n], device=device, dtype=torch.float32) for n in names] +
                               [torch.as_tensor(v, device=device).float() for v in (count, *extra)])
-        stacked = self.accelerator.reduce(stacked, reduction="sum") if self.args.world_size > 1 else stacked
+        if across_processes and self.args.world_size > 1:
+            stacked = self.accelerator.reduce(stacked, reduction="sum")
         total = max(stacked[len(names)].item(), 1e-12)
         means = {}
         for index, name in enumerate(names):
@@ -412,14 +437,20 @@ class PretrainingTrainer(ExactResume, Trainer):
         return workers_ignore_stop_signals(super().get_train_dataloader())
 
     def get_eval_dataloader(self, eval_dataset=None):
-        """Held-out batches get the collator's evaluation copy: masks fixed per example, whatever the epoch."""
+        """Held-out batches get the collator's evaluation copy: masks fixed per example, whatever the epoch. Every
+        process evaluates every held-out example, in the same batches as one process does: held-out sets are small,
+        and a split over the processes would pad its last batches with repeated examples (accelerate's even batches),
+        counted twice, so that the numbers changed with the number of processes."""
         collator = self.data_collator
         if hasattr(collator, "for_evaluation"):
-            self.data_collator = collator.for_evaluation()
-        try:
-            return workers_ignore_stop_signals(super().get_eval_dataloader(eval_dataset))
-        finally:
-            self.data_collator = collator
+            collator = collator.for_evaluation()
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(dataset, str):
+            dataset = self.eval_dataset[dataset]
+        loader = torch.utils.data.DataLoader(dataset, batch_size=self.args.eval_batch_size, collate_fn=collator,
+                                             num_workers=self.args.dataloader_num_workers,
+                                             pin_memory=self.args.dataloader_pin_memory)
+        return workers_ignore_stop_signals(loader)
 
     # ------------------------------------------------------------------ held-out evaluation
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
@@ -432,8 +463,8 @@ class PretrainingTrainer(ExactResume, Trainer):
             torch.manual_seed(self.args.seed)
             output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys,
                                              metric_key_prefix)
-        if self._eval_sums:
-            means, _ = self._reduced_means(self._eval_sums, self._eval_count)
+        if self._eval_sums:  # each process evaluated the whole set (`get_eval_dataloader`): no sum across them
+            means, _ = self._reduced_means(self._eval_sums, self._eval_count, across_processes=False)
             output.metrics.update({f"{metric_key_prefix}_{name}": value for name, value in means.items()})
         if self._masked_sums:
             self._report_masked_only(output.metrics, metric_key_prefix)
@@ -444,7 +475,8 @@ class PretrainingTrainer(ExactResume, Trainer):
     def _report_masked_only(self, metrics: dict, prefix: str) -> None:
         """The masked-only MLM loss and accuracy (per target, over every process) into `metrics`, and the log's
         headline line: they, not the 80/10/10 mean, say how well the model predicts a word it does not see."""
-        means, (count,) = self._reduced_means(self._masked_sums, self._masked_count, self._masked_count)
+        means, (count,) = self._reduced_means(self._masked_sums, self._masked_count, self._masked_count,
+                                              across_processes=False)
         if not count:
             return
         metrics.update({f"{prefix}_{MASKED_LOSS}": means[MASKED_LOSS], f"{prefix}_{MASKED_ACCURACY}":
