@@ -145,7 +145,8 @@ def test_a_tiny_zoo_model_learns_a_synthetic_tacred_set_with_resized_embeddings(
     trained = AutoModelForSequenceClassification.from_pretrained(saved, trust_remote_code=True)
     assert trained.get_input_embeddings().num_embeddings == len(tokenizer) == 30522 + 3
     assert trained.config.id2label[0] == "no_relation"
-    assert len(tokenizer.tokenize("[SUBJ-PERSON] was born in [OBJ-CITY]")) == 4
+    assert tokenizer.tokenize("[SUBJ-PERSON] was born in [OBJ-CITY]") == [
+        "[SUBJ-PERSON]", "was", "born", "in", "[OBJ-CITY]"]
 
 
 def constant_f1(dev: list[dict], relation: str) -> float:
