@@ -2,8 +2,6 @@
 that a tiny model learns, the spanbert preset's TACRED settings, and one-line refusals."""
 
 import json
-import random
-from pathlib import Path
 
 import evaluate
 import numpy as np
@@ -12,49 +10,10 @@ from helpers import call_cli, save_tiny_spanbert
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from encoder_zoo.glue.run_glue import METRIC_MODULE, main, parse_args
+from encoder_zoo.glue.synthetic_sets import write_tacred
 from encoder_zoo.glue.tacred import mark_entities
 from encoder_zoo.glue.tasks import load_task
 from encoder_zoo.training.data.resources import minilm_path
-
-PEOPLE = ["John Smith", "Mary Jones", "Ali Khan", "Wei Chen", "Anna Berg", "Tom Hardy", "Sara Lee", "Omar Said"]
-CITIES = ["Paris", "Lagos", "Boston", "Kyoto", "Lima", "Oslo", "Cairo", "Perth"]
-ORGS = ["Acme Corp", "Globex", "Initech", "Umbrella Inc", "Hooli", "Vandelay Industries"]
-TEMPLATES = [  # relation, the object's type, the sentence ({S}: subject, {O}: object)
-    ("per:city_of_birth", "CITY", "{S} was born in {O} in 1970 ."),
-    ("per:city_of_birth", "CITY", "Born in {O} -LRB- then a town -RRB- , {S} later moved away ."),
-    ("per:employee_of", "ORGANIZATION", "{S} works for {O} as an engineer ."),
-    ("per:employee_of", "ORGANIZATION", "{O} hired {S} last year ."),
-    ("no_relation", "CITY", "{S} visited {O} for a week ."),
-    ("no_relation", "ORGANIZATION", "{S} read about {O} in the paper ."),
-]
-
-
-def tacred_example(rng: random.Random, index: int) -> dict:
-    """One example with every field of TACRED's released JSON (the Stanford CoreNLP columns too)."""
-    relation, obj_type, template = rng.choice(TEMPLATES)
-    subject, obj = rng.choice(PEOPLE).split(), rng.choice(CITIES if obj_type == "CITY" else ORGS).split()
-    tokens, spans = [], {}
-    for word in template.split():
-        if word in ("{S}", "{O}"):
-            words = subject if word == "{S}" else obj
-            spans[word] = (len(tokens), len(tokens) + len(words) - 1)
-            tokens += words
-        else:
-            tokens.append(word)
-    n = len(tokens)
-    return {"id": f"e7a1{index:08x}", "docid": f"APW_ENG_{index:08d}", "relation": relation, "token": tokens,
-            "subj_start": spans["{S}"][0], "subj_end": spans["{S}"][1], "obj_start": spans["{O}"][0],
-            "obj_end": spans["{O}"][1], "subj_type": "PERSON", "obj_type": obj_type, "stanford_pos": ["NNP"] * n,
-            "stanford_ner": ["O"] * n, "stanford_head": list(range(n)), "stanford_deprel": ["dep"] * n}
-
-
-def write_tacred(folder: Path, train: int = 240, dev: int = 60) -> Path:
-    """train.json and dev.json as TACRED ships them: one JSON list per file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(0)
-    for name, count in (("train.json", train), ("dev.json", dev)):
-        (folder / name).write_text(json.dumps([tacred_example(rng, i) for i in range(count)]))
-    return folder
 
 
 # ------------------------------------------------------------------------------------------------ the score
