@@ -167,10 +167,11 @@ def tiny_family_model(family: str, folder: Path) -> str:
 
 # Learning rate and epochs. A random tiny cloze model's outputs are small (no final LayerNorm; std ~0.01): its tagger
 # needs larger and more steps. The transformers encoder is the pretrained MiniLM (22M parameters): few steps.
-SETTINGS = {"teams": ("2e-3", "12"), "cloze": ("3e-3", "20"), "transformers": ("3e-4", "2")}
+SETTINGS = {"teams": ("2e-3", "12"), "cloze": ("5e-3", "20"), "transformers": ("3e-4", "2")}
 
 
-@pytest.mark.parametrize("family", list(SETTINGS))
+@pytest.mark.parametrize("family", [pytest.param(family, marks=pytest.mark.slow) if family == "transformers" else family
+                                    for family in SETTINGS])  # MiniLM's 22M parameters: 13 to 33 s here
 def test_every_token_classification_head_learns_with_every_sub_token_labelled(tmp_path, synthetic_set, family):
     """TEAMS and the cloze model (SpanBERT above) through trust_remote_code, and a plain transformers BERT."""
     model = minilm_path() if family == "transformers" else tiny_family_model(family, tmp_path / family)
