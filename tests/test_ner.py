@@ -248,3 +248,11 @@ def test_a_conll_file_without_a_tag_column_and_offline_conll2003_are_refused(tmp
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and "--dataset conll2003 comes from the Hub (eriktks/conll2003)" in last
     assert "--train_file/--validation_file" in last
+
+
+def test_a_seed_named_twice_is_refused(tmp_path):
+    paths = write_ner(tmp_path, train=4, dev=2)
+    result = call_cli("encoder_zoo.glue.run_ner", "--model_name_or_path", minilm_path(), "--train_file",
+                      str(paths["train.jsonl"]), "--validation_file", str(paths["dev.jsonl"]), "--seeds", "1", "1",
+                      "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and "--seeds names seed 1 more than once" in result.stderr.strip().splitlines()[-1]

@@ -108,6 +108,27 @@ def test_a_tiny_zoo_model_learns_a_synthetic_tacred_set_with_resized_embeddings(
         "[SUBJ-PERSON]", "was", "born", "in", "[OBJ-CITY]"]
 
 
+@pytest.mark.parametrize("mode, markers", [
+    ("text", {"[SUBJ-START]", "[SUBJ-END]", "[OBJ-START]", "[OBJ-END]"}),
+    ("text_ner", {"[SUBJ-START]", "[SUBJ-END]", "[OBJ-START]", "[OBJ-END]", "[SUBJ-PERSON]", "[OBJ-CITY]",
+                  "[OBJ-ORGANIZATION]"}),
+])
+def test_the_other_marker_modes_fine_tune_and_save_their_markers(tmp_path, mode, markers):
+    data = write_tacred(tmp_path / "tacred", train=32, dev=8)
+    model = save_tiny_spanbert(tmp_path / "model", "SpanBertForSequenceClassification")
+    results = main(["--model_name_or_path", model, "--trust_remote_code", "--ignore_mismatched_sizes",
+                    "--task_name", "tacred", "--data_dir", str(data), "--tacred_mode", mode, "--num_train_epochs", "1",
+                    "--output_dir", str(tmp_path / "out")])
+    assert 0 <= results["tasks"]["tacred"]["median"]["f1"] <= 100
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out" / "tacred" / "seed-42")
+    assert set(tokenizer.get_added_vocab()) >= markers and len(tokenizer) == 30522 + len(markers)
+    if mode == "text_ner":  # the type markers are the second segment
+        encoded = tokenizer(*mark_entities(json.loads((data / "dev.json").read_text())[0], mode))
+        second = [t for t, kind in zip(tokenizer.convert_ids_to_tokens(encoded["input_ids"]), encoded["token_type_ids"])
+                  if kind == 1]
+        assert second[0] == "[SUBJ-PERSON]" and second[-1] == "[SEP]" and len(second) == 3
+
+
 def constant_f1(dev: list[dict], relation: str) -> float:
     """run_tacred.py's F1 of answering `relation` for every example."""
     names = ["no_relation", relation] + sorted({e["relation"] for e in dev} - {"no_relation", relation})
