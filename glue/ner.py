@@ -15,8 +15,10 @@ from pathlib import Path
 
 import datasets
 
-# The Hub copy of CoNLL-2003 (English) that `datasets` reads; the name conll2003 is an alias of it.
+# The Hub copy of CoNLL-2003 (English) that the name conll2003 stands for. Its main branch holds a loading script,
+# which datasets >= 4 no longer runs: the Hub's Parquet conversion of it is read instead.
 NER_HUB_IDS = {"conll2003": "eriktks/conll2003"}
+HUB_REVISIONS = {"eriktks/conll2003": "refs/convert/parquet"}
 TAG = re.compile(r"O|[BI]-\S+")
 JSON_SUFFIXES = (".json", ".jsonl")
 FILES_HELP = ("pass --train_file/--validation_file: JSON lines with 'tokens' and string 'ner_tags', or CoNLL column "
@@ -91,7 +93,8 @@ def read_hub(dataset: str | None, tokens_column: str, tags_column: str):
         raise ValueError(f"Name --dataset (e.g. conll2003), or {FILES_HELP}.")
     hub_id = NER_HUB_IDS.get(dataset, dataset)
     raw = load_hub_dataset(hub_id, None, f"--dataset {dataset}",
-                           f"No labelled NER set ships with this project's packages: {FILES_HELP}.")
+                           f"No labelled NER set ships with this project's packages: {FILES_HELP}.",
+                           revision=HUB_REVISIONS.get(hub_id))
     for split in ("train", "validation"):
         if split not in raw:
             raise ValueError(f"--dataset {dataset} ({hub_id}) has no {split} split; it has {', '.join(raw)}.")

@@ -324,10 +324,11 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     return f"no network: {address[0]} cannot be reached ({outcome.get('error') or f'no answer within {timeout:.0f} s'})"
 
 
-def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str) -> datasets.DatasetDict:
-    """`datasets.load_dataset(hub_id, config)`. When the Hub cannot be reached (`hub_unreachable`) only the local
-    `datasets` cache is read, so a dataset that is not there fails at once (instead of after minutes of retries), with
-    a ValueError that names `what` was asked for and `way_out`."""
+def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str,
+                     revision: str | None = None) -> datasets.DatasetDict:
+    """`datasets.load_dataset(hub_id, config, revision=revision)`. When the Hub cannot be reached (`hub_unreachable`)
+    only the local `datasets` cache is read, so a dataset that is not there fails at once (instead of after minutes of
+    retries), with a ValueError that names `what` was asked for and `way_out`."""
     from unittest import mock
 
     from huggingface_hub import constants
@@ -335,10 +336,10 @@ def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str) -
     reason = hub_unreachable()
     try:
         if reason is None:
-            return datasets.load_dataset(hub_id, config)
+            return datasets.load_dataset(hub_id, config, revision=revision)
         with (mock.patch.object(constants, "HF_HUB_OFFLINE", True),
               mock.patch.object(datasets.config, "HF_HUB_OFFLINE", True)):
-            return datasets.load_dataset(hub_id, config)
+            return datasets.load_dataset(hub_id, config, revision=revision)
     except (ConnectionError, FileNotFoundError) as error:
         if reason is None and not isinstance(error, ConnectionError):
             raise

@@ -256,3 +256,32 @@ def test_a_seed_named_twice_is_refused(tmp_path):
                       str(paths["train.jsonl"]), "--validation_file", str(paths["dev.jsonl"]), "--seeds", "1", "1",
                       "--output_dir", str(tmp_path / "out"))
     assert result.returncode == 2 and "--seeds names seed 1 more than once" in result.stderr.strip().splitlines()[-1]
+
+
+def test_conll2003_online_is_asked_at_its_parquet_conversion_and_its_tag_ids_become_names(monkeypatch):
+    """The Hub path as far as it runs here: datasets.load_dataset stands in for the Hub and answers in CoNLL-2003's
+    schema (id, tokens, pos/chunk/ner ids with ClassLabel names)."""
+    import datasets
+    from huggingface_hub import constants
+
+    from encoder_zoo.glue import tasks
+
+    names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+    features = datasets.Features({"id": datasets.Value("string"),
+                                  "tokens": datasets.Sequence(datasets.Value("string")),
+                                  "pos_tags": datasets.Sequence(datasets.Value("int64")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names))})
+    split = datasets.Dataset.from_dict({"id": ["0"], "tokens": [["EU", "rejects", "German", "call"]],
+                                        "pos_tags": [[22, 42, 16, 21]], "ner_tags": [[3, 0, 7, 0]]},
+                                       features=features)
+    asked = []
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(tasks, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: asked.append((a, k)) or datasets.DatasetDict(
+        train=split, validation=split, test=split))
+    labels, raw = load_ner("conll2003", None, None)
+    assert asked == [(("eriktks/conll2003", None), {"revision": "refs/convert/parquet"})]
+    assert raw["train"][0] == {"tokens": ["EU", "rejects", "German", "call"],
+                               "ner_tags": ["B-ORG", "O", "B-MISC", "O"]}
+    assert labels == ["B-MISC", "B-ORG", "O"]
