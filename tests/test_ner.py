@@ -285,3 +285,30 @@ def test_conll2003_online_is_asked_at_its_parquet_conversion_and_its_tag_ids_bec
     assert raw["train"][0] == {"tokens": ["EU", "rejects", "German", "call"],
                                "ner_tags": ["B-ORG", "O", "B-MISC", "O"]}
     assert labels == ["B-MISC", "B-ORG", "O"]
+
+
+def test_ctrl_c_says_which_seeds_were_saved(tmp_path, monkeypatch):
+    """A Ctrl-C in the second seed's training: exit 130, seed 1's model, predictions and scores kept and named."""
+    from encoder_zoo.training.run.trainer import FineTuningTrainer
+
+    paths = write_ner(tmp_path / "data", train=16, dev=4)
+    model = save_tiny_spanbert(tmp_path / "model", "SpanBertForTokenClassification")
+    calls, train = [], FineTuningTrainer.train
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(FineTuningTrainer, "train", interrupted)
+    result = call_cli("encoder_zoo.glue.run_ner", "--model_name_or_path", model, "--trust_remote_code",
+                      "--ignore_mismatched_sizes", "--train_file", str(paths["train.jsonl"]), "--validation_file",
+                      str(paths["dev.jsonl"]), "--num_train_epochs", "1", "--seeds", "1", "2", "--output_dir",
+                      str(tmp_path / "out"))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 130 and last.startswith("run_ner.py: interrupted (Ctrl-C). Saved: seed 1: "), last
+    partial = json.loads((tmp_path / "out" / "ner_results.partial.json").read_text())
+    assert [run["seed"] for run in partial["finished_runs"]] == [1]
+    assert (tmp_path / "out" / "seed-1" / "predictions.jsonl").is_file()
+    assert not (tmp_path / "out" / "ner_results.json").exists()
