@@ -26,6 +26,7 @@ from typing import Literal
 
 from transformers import TrainingArguments
 
+from encoder_zoo.glue.tacred import TACRED_MODES
 from encoder_zoo.training.recipes import FineTuningPreset, glue_presets
 from encoder_zoo.training.run import MAX_NONFINITE_STEPS_HELP, RunInterrupted, stop_on_sigterm, stopped_by
 
@@ -51,7 +52,7 @@ class GlueArguments:
     task_name: list[str] = field(
         default_factory=lambda: ["rotten_tomatoes"],
         metadata={"help": "One or more of cola sst2 mrpc qqp stsb mnli qnli rte wnli rotten_tomatoes "
-                  "movie_sentiment_regression, or 'custom' with --train_file/--validation_file."},
+                  "movie_sentiment_regression tacred, or 'custom' with --train_file/--validation_file."},
     )
     data_dir: str | None = field(default=None,
                                  metadata={"help": "Original GLUE TSV distribution root (e.g. glue_data/)."})
@@ -60,6 +61,9 @@ class GlueArguments:
     validation_file: str | None = field(default=None, metadata={"help": "Custom/local validation file."})
     text_columns: list[str] | None = field(default=None, metadata={"help": "One or two text columns of custom data."})
     label_column: str = field(default="label", metadata={"help": "Label column of custom data."})
+    tacred_mode: str = field(default="ner", metadata={
+        "help": "How --task_name tacred marks its two entities (as the SpanBERT authors' run_tacred.py --feature_mode "
+                "does): " + "; ".join(f"{name}: {what}" for name, what in TACRED_MODES.items()) + "."})
     max_seq_length: int = field(default=128, metadata={"help": "Longer inputs are truncated."})
     seeds: list[int] | None = field(default=None,
                                     metadata={"help": "Run each task once per seed; report each and the median."})
@@ -130,17 +134,23 @@ def parse_args(argv=None) -> tuple[GlueArguments, TrainingArguments, list[str]]:
     from encoder_zoo.training.run import parse_fine_tuning_args
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    preset = None
-    if "--preset" in argv:
-        position = argv.index("--preset") + 1
-        if position == len(argv) or argv[position].startswith("--"):
-            raise ValueError(f"--preset needs a value: one of {', '.join(PRESETS)}.")
-        preset = argv[position]
-        if preset not in PRESETS:
-            raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
-    defaults = GLUE_DEFAULTS + PRESETS.get(preset, NO_PRESET).flags
+    defaults = GLUE_DEFAULTS + PRESETS.get(preset_named(argv), NO_PRESET).flags
     args, training_args = parse_fine_tuning_args(GlueArguments, defaults, argv, __doc__)
     return args, training_args, argv
+
+
+def preset_named(argv: list[str]) -> str | None:
+    """The --preset the command line names (None: none), checked before the flags are parsed: its flags are the
+    defaults the user's own flags are parsed on top of."""
+    if "--preset" not in argv:
+        return None
+    position = argv.index("--preset") + 1
+    if position == len(argv) or argv[position].startswith("--"):
+        raise ValueError(f"--preset needs a value: one of {', '.join(PRESETS)}.")
+    preset = argv[position]
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown --preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+    return preset
 
 
 def model_config_overrides(args: GlueArguments) -> dict:
@@ -199,7 +209,7 @@ def prepare_task(task_name: str, args: GlueArguments):
 
     task, raw = load_task(task_name, data_dir=args.data_dir, train_file=args.train_file,
                           validation_file=args.validation_file, text_columns=args.text_columns,
-                          label_column=args.label_column)
+                          label_column=args.label_column, tacred_mode=args.tacred_mode)
     empty = [split for split in ("train", *task.validation_splits) if not len(raw[split])]
     if empty:
         raise ValueError(f"--task_name {task_name}: its {' and '.join(empty)} data has no rows"
@@ -227,6 +237,8 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         set_seed(seed)
         model = load_pretrained(AutoModelForSequenceClassification, args.model_name_or_path, **model_kwargs,
                                 **config_overrides)
+        if task.new_tokens:  # TACRED's entity markers: new rows in the embeddings
+            model.resize_token_embeddings(len(tokenizer))
         trainer = build_trainer(model, tokenizer, encoded, task, compute_metrics, run_args, args, selection)
         run = train_and_evaluate(trainer, encoded, task, fractions, seed, selection)
         runs.append(run)
@@ -244,6 +256,8 @@ def tokenize_task(task, raw, args: GlueArguments, training_args: TrainingArgumen
     from encoder_zoo.training.run import extra_inputs_for, load_pretrained
 
     tokenizer = load_pretrained(AutoTokenizer, args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    if task.new_tokens:  # whole tokens, matched before any lower-casing or splitting
+        tokenizer.add_tokens(list(task.new_tokens), special_tokens=True)
     extra_inputs = extra_inputs_for(load_pretrained(AutoConfig, args.model_name_or_path,
                                                     trust_remote_code=args.trust_remote_code))
 
@@ -333,7 +347,7 @@ def train_and_evaluate(trainer, encoded, task, fractions: dict, seed: int, selec
     metrics = {}
     for split in task.validation_splits:
         trainer.evaluate(encoded[split], metric_key_prefix="eval")
-        for key in task.metrics:
+        for key in (*task.metrics, *task.extra_metrics):
             metrics[split_metric(key, split)] = fractions[key]
     trainer.save_model()
     run = {"seed": seed, "metrics": metrics}
@@ -551,6 +565,8 @@ def dataset_identity(task: str, train_file: str | None = None) -> dict[str, str 
 
     if task in GLUE_TASKS:
         return dict(dataset_type="nyu-mll/glue", dataset_name=f"GLUE {task.upper()}", dataset_config=task)
+    if task == "tacred":  # the LDC's, never on the Hub: its own id, whichever of its files was scored
+        return dict(dataset_type="local:tacred", dataset_name="TACRED (LDC2018T24)", dataset_config=None)
     if train_file:
         return dict(dataset_type=f"local:{Path(train_file).stem}", dataset_name=Path(train_file).name,
                     dataset_config=None)
@@ -588,13 +604,13 @@ SEED_CARD = """---
 
 # {{ name }}
 
-{{ base }} fine-tuned on {{ dataset }} (seed {{ seed }}) with encoder-zoo's `glue/run_glue.py`.{{ local_note }}
+{{ base }} fine-tuned on {{ dataset }} (seed {{ seed }}) with encoder-zoo's `{{ script }}`.{{ local_note }}
 
 ```python
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import {{ auto_class }}, AutoTokenizer
 
 tokenizer = AutoTokenizer.from_pretrained("<your-username>/{{ name }}"{{ remote }})
-model = AutoModelForSequenceClassification.from_pretrained("<your-username>/{{ name }}"{{ remote }})
+model = {{ auto_class }}.from_pretrained("<your-username>/{{ name }}"{{ remote }})
 ```
 {{ carried }}"""
 # hub_cards/card.py's heading of the encoder code a HIRE or BERTAC folder carries, copied into its fine-tuned cards.
@@ -629,14 +645,23 @@ def base_card_data(base: str | None):
         return None
 
 
-def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: int, dataset: str) -> Path:
+# What a fine-tuned card says its model does: the Hub's pipeline tag, the Auto class that loads it, the script.
+SEQUENCE_CARD = ("text-classification", "AutoModelForSequenceClassification", "glue/run_glue.py")
+TOKEN_CARD = ("token-classification", "AutoModelForTokenClassification", "glue/run_ner.py")
+
+
+def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: int, dataset: str,
+                    kind: tuple[str, str, str] = SEQUENCE_CARD) -> Path:
     """A card for one fine-tuned run that the Hub can index: library_name, the base model's licence (its card's, else
     this project's apache-2.0), base_model (a Hub id; a local base is named in the text instead, since the Hub takes
-    only model ids there) and a model-index named after the model. Its results are added after."""
+    only model ids there) and a model-index named after the model. Its results are added after. `kind`: the
+    pipeline tag, Auto class and script (`SEQUENCE_CARD`, `TOKEN_CARD`)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     from encoder_zoo.hub_cards import display_name
     from encoder_zoo.training.run import hub_origin
+
+    pipeline, auto_class, script = kind
 
     origin = hub_origin(base)  # the shipped MiniLM is a copy of a Hub model: named and licensed as that one
     license = getattr(base_card, "license", None) or (origin[1] if origin else "apache-2.0")
@@ -649,10 +674,10 @@ def write_seed_card(folder: Path, base: str | None, base_card, task: str, seed: 
     name = f"{base_name or 'model'}-{task}-seed-{seed}"
     remote = any(folder.glob("*.py"))  # the model's code travels in the folder
     data = ModelCardData(library_name="transformers", license=license, base_model=base if is_hub_id(base) else None,
-                         model_name=name, pipeline_tag="text-classification",
-                         tags=["text-classification", "pretraining-zoo", *(["custom_code"] if remote else [])])
+                         model_name=name, pipeline_tag=pipeline,
+                         tags=[pipeline, "pretraining-zoo", *(["custom_code"] if remote else [])])
     card = ModelCard.from_template(
-        data, template_str=SEED_CARD, name=name, dataset=dataset, seed=seed,
+        data, template_str=SEED_CARD, name=name, dataset=dataset, seed=seed, script=script, auto_class=auto_class,
         base=(f"[{base}](https://huggingface.co/{base})" if is_hub_id(base)
               else f"`{display_name(base)}`" if base else "A model"),
         local_note=" It started from a local checkpoint: set `base_model` in this card to that model's Hub id once it "

@@ -61,6 +61,8 @@ class TaskSpec:
     # An embedded task's own data (train and validation splits), read offline; None: the Hub or --data_dir.
     loader: Callable[[], datasets.DatasetDict] | None = None
     scoring: Scoring | None = None  # None: no comparison of repro/ scores this task
+    extra_metrics: tuple[str, ...] = ()  # reported beside `metrics` but not part of the task's score
+    new_tokens: tuple[str, ...] = ()  # added to the tokenizer (the model's embeddings resized): TACRED's markers
 
     def __post_init__(self):
         if self.scoring and self.scoring.metric not in self.metrics:
@@ -165,6 +167,8 @@ BUILT_IN_TASKS: dict[str, TaskSpec] = {
         loader=load_movie_sentiment_regression,
         scoring=Scoring("pearson", "movie_sentiment_regression Pearson", "glue", chance="no_correlation",
                         floor="bag_of_words")),
+    # Relation extraction (glue/tacred.py): its relations and marker tokens come from the data it reads.
+    "tacred": TaskSpec("tacred", ("sentence",), 0, ("f1",), extra_metrics=("precision", "recall")),
 }
 # The nine tasks of the GLUE benchmark (run_glue.py's GLUE average); not the embedded tasks.
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
@@ -320,10 +324,11 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     return f"no network: {address[0]} cannot be reached ({outcome.get('error') or f'no answer within {timeout:.0f} s'})"
 
 
-def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str) -> datasets.DatasetDict:
-    """`datasets.load_dataset(hub_id, config)`. When the Hub cannot be reached (`hub_unreachable`) only the local
-    `datasets` cache is read, so a dataset that is not there fails at once (instead of after minutes of retries), with
-    a ValueError that names `what` was asked for and `way_out`."""
+def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str,
+                     revision: str | None = None) -> datasets.DatasetDict:
+    """`datasets.load_dataset(hub_id, config, revision=revision)`. When the Hub cannot be reached (`hub_unreachable`)
+    only the local `datasets` cache is read, so a dataset that is not there fails at once (instead of after minutes of
+    retries), with a ValueError that names `what` was asked for and `way_out`."""
     from unittest import mock
 
     from huggingface_hub import constants
@@ -331,10 +336,10 @@ def load_hub_dataset(hub_id: str, config: str | None, what: str, way_out: str) -
     reason = hub_unreachable()
     try:
         if reason is None:
-            return datasets.load_dataset(hub_id, config)
+            return datasets.load_dataset(hub_id, config, revision=revision)
         with (mock.patch.object(constants, "HF_HUB_OFFLINE", True),
               mock.patch.object(datasets.config, "HF_HUB_OFFLINE", True)):
-            return datasets.load_dataset(hub_id, config)
+            return datasets.load_dataset(hub_id, config, revision=revision)
     except (ConnectionError, FileNotFoundError) as error:
         if reason is None and not isinstance(error, ConnectionError):
             raise
@@ -352,12 +357,18 @@ def load_task(
     validation_file: str | None = None,
     text_columns: list[str] | None = None,
     label_column: str = "label",
+    tacred_mode: str = "ner",
 ) -> tuple[TaskSpec, datasets.DatasetDict]:
     """Data for a task with `train` and its validation split(s), in the task's columns plus `label`.
 
     Sources: `--train_file/--validation_file` (csv/tsv/json/jsonl, GLUE schema or `--text_columns`), `--data_dir`
-    (original GLUE TSV layout), the embedded offline tasks, else the Hub GLUE dataset (online).
+    (original GLUE TSV layout), the embedded offline tasks, else the Hub GLUE dataset (online). TACRED: its JSON
+    (`--data_dir` or the two files), its entities marked as `tacred_mode` says (glue/tacred.py).
     """
+    if task_name == "tacred":
+        from encoder_zoo.glue.tacred import load_tacred
+
+        return load_tacred(get_task(task_name), data_dir, train_file, validation_file, tacred_mode)
     if train_file or validation_file:
         return _load_files(task_name, train_file, validation_file, text_columns, label_column)
     task = get_task(task_name)
