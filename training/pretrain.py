@@ -89,6 +89,12 @@ class PretrainArguments:
                   "parameter is listed as loaded or new, with every checkpoint tensor not used "
                   "(OUTPUT_DIR/init_from.json, the log, the export's card)."},
     )
+    config_name: str | None = field(
+        default=None,
+        metadata={"help": "--init_from a bare state dict (the SpanBERT authors' decoder.* tensors, no args): the "
+                  "config.json (or a folder holding one) that gives its architecture, their BertConfig's fields; "
+                  "default: the config.json beside it."},
+    )
     init_generator_from: str | None = field(
         default=None,
         metadata={"help": "teams/electra with an ELECTRA --init_from: the generator's checkpoint (ElectraForMaskedLM); "
@@ -332,7 +338,7 @@ def read_starting_point(recipe, args: PretrainArguments, argv: list[str], traini
     defaults, which depend on the size; None without --init_from. A resumed run whose starting checkpoints cannot be
     read any more continues from its own checkpoint alone (`resumed_starting_point`)."""
     if not args.init_from:
-        for flag, value in (("--init_generator_from", args.init_generator_from),
+        for flag, value in (("--init_generator_from", args.init_generator_from), ("--config_name", args.config_name),
                             ("--ignore_mismatched_sizes", args.ignore_mismatched_sizes),
                             ("--resize_embeddings", args.resize_embeddings)):
             if value:
@@ -347,10 +353,11 @@ def read_starting_point(recipe, args: PretrainArguments, argv: list[str], traini
         try:
             for flag, name in ((MAIN, args.init_from), (GENERATOR, args.init_generator_from)):
                 if name:
-                    find_checkpoint(name, flag)
+                    find_checkpoint(name, flag, args.config_name if flag == MAIN else None)
         except (OSError, ValueError) as error:  # gone, damaged, or a Hub id offline
             return resumed_starting_point(recipe, args, training_args, str(error), size_given)
-    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size, size_given=size_given)
+    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size, size_given=size_given,
+                           config_name=args.config_name)
     args.model_size = point.size
     return point
 

@@ -39,7 +39,7 @@ class StartingPoint:
 
 
 def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | None, model_size: str,
-                   size_given: bool) -> StartingPoint:
+                   size_given: bool, config_name: str | None = None) -> StartingPoint:
     """Read `--init_from` (and `--init_generator_from`), refuse an architecture the family cannot take, and choose
     the size preset: the one the checkpoint is, else the nearest in width (its training defaults only); a
     `--model_size` the user gave must be the checkpoint's."""
@@ -48,7 +48,7 @@ def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | No
     family = family_of_model_type(recipe.family)
     weights = family.starting_weights if family else None
     own_types = models.MODEL_TYPES.get(recipe.family, [recipe.family])
-    main = find_checkpoint(init_from, MAIN)
+    main = find_checkpoint(init_from, MAIN, config_name)
     foreign_types = weights.model_types if weights else ()
     if main.model_type not in (*own_types, *foreign_types):
         takes = ", ".join([f"this family's own exports ({', '.join(own_types)})",
