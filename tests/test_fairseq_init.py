@@ -209,7 +209,7 @@ def save_their_checkpoint(path, vocab_size: int, clamp_attention=True, legacy=Fa
 
 
 def test_the_files_are_their_trainers(tmp_path):
-    """What the test files hold is what their trainer pickles: the meters under fairseq.meters, read by torch as such."""
+    """The test files hold what their trainer pickles: the meters under fairseq.meters, as torch reads them."""
     file = tmp_path / "checkpoint_last.pt"
     save_their_checkpoint(file, 100, fp16=True)
     asked = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(file)))

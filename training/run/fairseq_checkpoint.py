@@ -3,10 +3,11 @@ start: read without fairseq and without running its pickle, and presented under 
 
 Their file is a dict pickled by their trainer (`utils.save_state`): `args` (an `argparse.Namespace` whose `config` is
 their own `fairseq.models.pair_bert.BertConfig`), the trainer's bookkeeping (`optimizer_history`,
-`last_optimizer_state`, `extra_state` with its `train_meters`: `fairseq.meters` objects) and `model`, the state dict of their `BertForPreTraining` under `decoder.`:
-the encoder `decoder.bert.*` (BERT's names, LayerNorm as `gamma`/`beta`), the MLM head `decoder.cls.predictions.*`,
-the pair-target (SBO) head `decoder.cls.pair_target_predictions.*` (`position_embeddings`, `mlp_layer_norm.linear1`,
-`layer_norm1`, `linear2`, `layer_norm2`, `decoder`, `bias`) and, without `--no-nsp`, BERT's pooler and NSP head.
+`last_optimizer_state`, `extra_state` with its `train_meters`: `fairseq.meters` objects) and `model`, the state dict
+of their `BertForPreTraining` under `decoder.`: the encoder `decoder.bert.*` (BERT's names, LayerNorm as
+`gamma`/`beta`), the MLM head `decoder.cls.predictions.*`, the pair-target (SBO) head
+`decoder.cls.pair_target_predictions.*` (`position_embeddings`, `mlp_layer_norm.linear1`, `layer_norm1`, `linear2`,
+`layer_norm2`, `decoder`, `bias`) and, without `--no-nsp`, BERT's pooler and NSP head.
 
 The pickle is read by torch's weights-only unpickler, which builds tensors, storages and plain containers and, here,
 `argparse.Namespace` and stand-ins for their `BertConfig` and their meters (objects that only hold attributes): any
