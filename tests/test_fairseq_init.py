@@ -316,3 +316,63 @@ def test_a_bare_state_dict_without_a_config_is_refused_saying_how(tmp_path, toke
     line = refused(tmp_path, file)
     assert "a bare state dict" in line and "--config_name" in line and "config.json" in line
     assert len(line.strip().splitlines()) == 1
+
+
+def save_their_hf_folder(folder, tokenizer, names="weight/bias", model_type=None, prefix=""):
+    """A folder as their HF code (code/pytorch_pretrained_bert) writes it: config.json from their BertConfig's
+    to_json_string (11 fields, sorted, no model_type), pytorch_model.bin from torch.save(model.state_dict()) of their
+    BertForMaskedLM (`bert.*`, `cls.predictions.*`; their older LayerNorm names `gamma`/`beta` where `names` says so),
+    and the vocabulary. Returns the transformers BERT holding the same weights (LayerNorms away from ones/zeros)."""
+    torch.manual_seed(1)
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=len(tokenizer), **TINY)).eval()
+    with torch.no_grad():
+        for name, parameter in bert.named_parameters():
+            if "LayerNorm" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    folder.mkdir()
+    config = their_config_fields(len(tokenizer)) | ({"model_type": model_type} if model_type else {})
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    state = OrderedDict()
+    for key, value in bert.state_dict().items():
+        if key == "cls.predictions.decoder.bias":
+            continue  # theirs has cls.predictions.bias only
+        if names == "gamma/beta":
+            key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        state[prefix + key] = value
+    torch.save(state, folder / "pytorch_model.bin")
+    tokenizer.save_pretrained(folder)
+    return bert
+
+
+@pytest.mark.parametrize("names,model_type", [("weight/bias", None), ("gamma/beta", None), ("gamma/beta", "bert")])
+def test_their_hf_folder_starts_spanbert_as_that_bert(tmp_path, tokenizer, names, model_type):
+    """Without model_type it is read as BERT (and the table says so); gamma/beta are LayerNorm weight/bias, as
+    transformers' BertForMaskedLM reads them: no LayerNorm starts at ones and zeros."""
+    folder = tmp_path / "spanbert_hf"
+    bert = save_their_hf_folder(folder, tokenizer, names, model_type)
+    reference = transformers.BertForMaskedLM.from_pretrained(folder).eval()  # transformers reads it completely
+    model, init = started_model(tmp_path, "--model", "spanbert", "--init_from", str(folder))
+    assert all(name.startswith("sbo.") for name in init.new) and not init.unused
+    inputs = sentences(tokenizer)
+    with torch.no_grad():
+        ours = model.spanbert(**inputs).last_hidden_state
+        torch.testing.assert_close(ours, bert.bert(**inputs).last_hidden_state, atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours, reference.bert(**inputs).last_hidden_state, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.cls.predictions(ours), bert.cls.predictions(ours), atol=1e-5, rtol=0)
+    assert any("read as BERT" in note for note in init.notes) == (model_type is None)
+    if names == "gamma/beta":
+        assert init.record()["loaded"]["spanbert.embeddings.LayerNorm.weight"] == (
+            "--init_from bert.embeddings.LayerNorm.gamma")
+
+
+def test_a_layout_that_would_reset_a_parameter_is_refused_in_one_line(tmp_path, tokenizer):
+    """Its tensors under a prefix nothing reads (`module.`, as DataParallel saves them): every parameter would start
+    new while a tensor of its shape, under a name that maps to it, goes unused; refused, not reset."""
+    folder = tmp_path / "data_parallel"
+    save_their_hf_folder(folder, tokenizer, prefix="module.")
+    result = call_cli("encoder_zoo.training.pretrain", "--model", "spanbert", "--init_from", str(folder),
+                      "--output_dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and not (tmp_path / "run").exists(), result.stderr
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "would go unused while the new model's spanbert." in line
+    assert "module.bert." in line and "refused rather than reset" in line
