@@ -171,3 +171,35 @@ def test_also_export_standard_is_refused_before_anything_for_a_family_without_a_
     assert result.returncode == 2 and "--also_export_standard with --model cloze: a cloze export has no standard" in (
         result.stderr)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("start", ["root", "rtd", "generator"])
+def test_a_teams_copy_continued_with_init_from_is_the_export_at_step_0(tmp_path, start):
+    """`--init_from` the copy (its root, or its rtd/ or generator/ folder, read as the whole copy) starts a teams run
+    whose hidden states, RTD logits and generator logits equal the export's; only the MWS head, which the copy drops,
+    starts new, and the notes name it."""
+    from test_init_from import sentences, started_model
+
+    from encoder_zoo import models
+
+    export = tiny_export("teams", tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    folder = standard if start == "root" else standard / start
+    model, init = started_model(tmp_path, "--model", "teams", "--init_from", str(folder), "--max_seq_length", "64")
+    assert {name.split(".")[0] for name in init.new} == {"mws_head"}, init.new
+    assert any("MWS head (no counterpart in ELECTRA): new." in note for note in init.notes)
+    assert init.loads["teams.rtd_layer.output.dense.weight"][0] == "--init_from rtd/"
+    assert init.loads["generator.bias"] == ("--init_generator_from", "generator_lm_head.bias")
+    zoo = models.get_class("teams", "AutoModelForPreTraining").from_pretrained(export).eval()
+    masked_lm = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(export).eval()
+    model.save_pretrained(tmp_path / "saved")
+    ours_masked_lm = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(tmp_path / "saved").eval()
+    inputs = sentences(AutoTokenizer.from_pretrained(minilm_path()))
+    inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(model.teams(**inputs).last_hidden_state[real],
+                                   zoo.teams(**inputs).last_hidden_state[real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(**inputs).rtd_logits[real], zoo(**inputs).rtd_logits[real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours_masked_lm(**inputs).logits[real], masked_lm(**inputs).logits[real], atol=1e-5,
+                                   rtol=0)
