@@ -24,7 +24,10 @@ import transformers
 from helpers import call_cli
 from test_init_from import TINY, sentences, started_model
 
+from encoder_zoo.hub_cards.metadata import display_name
 from encoder_zoo.training.data.resources import minilm_path
+from encoder_zoo.training.recipes import get_recipe
+from encoder_zoo.training.run.export import starting_origin
 
 TARGETS, POSITION_WIDTH = 15, 8  # their max_pair_targets; the pair-target position embedding width (200 in theirs)
 
@@ -308,6 +311,9 @@ def test_a_bare_state_dict_starts_spanbert_with_their_config_json(tmp_path, toke
     assert not init.new and not init.unused
     assert_their_encoder_and_heads(model, bert, pair, tokenizer)
     assert any("bare state dict `model.pt`" in note for note in init.notes)
+    # The card says where the tokenizer came from: --tokenizer_name, not the file, which holds none.
+    summary = starting_origin(init.record(), get_recipe("spanbert"), {"steps": 3})["summary"]
+    assert f"(its weights and architecture; the tokenizer `{display_name(minilm_path())}`)" in summary
 
 
 def test_a_bare_state_dict_without_a_config_is_refused_saying_how(tmp_path, tokenizer):

@@ -494,6 +494,7 @@ def plan_starting_weights(recipe, args: PretrainArguments, overrides: dict):
     """--init_from: which checkpoint tensor each parameter loads, checked (positions, vocabulary, shapes) before the
     run folder is touched, so a refusal leaves nothing behind."""
     from encoder_zoo import models
+    from encoder_zoo.hub_cards.metadata import display_name
     from encoder_zoo.training.recipes.starting import plan_weights
 
     config = models.get_class(recipe.family, "AutoConfig")(**config_arguments(recipe, args, overrides))
@@ -503,6 +504,7 @@ def plan_starting_weights(recipe, args: PretrainArguments, overrides: dict):
                          f"--init_from {args.init_from}: pass --max_seq_length {positions} or less.")
     config = resize_vocabulary(recipe, args, overrides, config)
     init = plan_weights(recipe, args.starting_point, config, args.ignore_mismatched_sizes)
+    init.tokenizer = display_name(args.tokenizer_name) if args.tokenizer_name else None
     if getattr(args, "vocabulary_note", None):
         init.notes.append(args.vocabulary_note)
     if not getattr(args, "resuming", False):  # a resumed run's weights come from its checkpoint

@@ -93,8 +93,11 @@ class Checkpoint:
         (an export of a continued run keeps it); empty where none is recorded."""
         try:
             earlier = json.loads((self.folder / RECORD).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
+        except (OSError, ValueError):  # none recorded: a standard copy's card still names the Hub model it continues
+            from encoder_zoo.training.run.standard_copy import base_model_of
+
+            base_model = base_model_of(self.folder)
+            return [{"name": base_model, "hub_id": base_model, "model_type": None}] if base_model else []
         main = earlier.get("checkpoints", {}).get(MAIN)
         return list(earlier.get("chain") or ([main] if main else []))
 
@@ -400,6 +403,7 @@ class InitPlan:
     notes: list[str] = field(default_factory=list)
     resized: list[str] = field(default_factory=list)  # loaded row by row (`Checkpoint.rows`, --resize_embeddings)
     initialisation: dict[str, str] = field(default_factory=dict)  # new parameter -> how it starts, once applied
+    tokenizer: str | None = None  # --tokenizer_name, as a card may name it; None: the checkpoint's own
 
     def table(self) -> str:
         """One short Markdown table: parameters grouped by module (layer numbers collapsed), with their source; a new
@@ -464,6 +468,7 @@ class InitPlan:
             "checkpoints": {flag: {"name": c.display, "hub_id": c.hub_id, "model_type": c.model_type}
                             for flag, c in self.checkpoints.items()},
             "summary": self.summary(),
+            "tokenizer": self.tokenizer,
             "table": self.table(),
             "loaded": {name: f"{flag} {self.source_key(flag, key)}" for name, (flag, key) in self.loads.items()},
             "new": {name: self.initialisation.get(name, "the model's initialisation") for name in self.new},
