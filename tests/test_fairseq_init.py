@@ -382,3 +382,19 @@ def test_a_layout_that_would_reset_a_parameter_is_refused_in_one_line(tmp_path, 
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1 and "would go unused while the new model's spanbert." in line
     assert "module.bert." in line and "refused rather than reset" in line
+
+
+def test_their_hf_folder_with_the_older_config_name_and_their_decoder_prefix_is_read(tmp_path, tokenizer):
+    """`bert_config.json` (their from_pretrained's fallback name) and a state dict wholly under `decoder.` (which it
+    strips): read as their from_pretrained reads them."""
+    folder = tmp_path / "spanbert_hf"
+    bert = save_their_hf_folder(folder, tokenizer, "gamma/beta", prefix="decoder.")
+    (folder / "config.json").rename(folder / "bert_config.json")
+    model, init = started_model(tmp_path, "--model", "spanbert", "--init_from", str(folder))
+    assert all(name.startswith("sbo.") for name in init.new) and not init.unused
+    assert init.record()["loaded"]["spanbert.encoder.layer.1.output.LayerNorm.bias"] == (
+        "--init_from decoder.bert.encoder.layer.1.output.LayerNorm.beta")
+    inputs = sentences(tokenizer)
+    with torch.no_grad():
+        torch.testing.assert_close(model.spanbert(**inputs).last_hidden_state, bert.bert(**inputs).last_hidden_state,
+                                   atol=1e-5, rtol=0)

@@ -126,9 +126,12 @@ class Checkpoint:
 
     @functools.cached_property
     def _renamed(self) -> dict[str, str]:
-        """Standard key -> the file's key, where transformers' own loading renames it (`standard_key`)."""
+        """Standard key -> the file's key, where transformers' own loading renames it (`standard_key`); a state
+        dict wholly under `decoder.` (the SpanBERT authors' fairseq model's) without it, as their from_pretrained
+        reads it."""
         keys = set(self._file_shapes)
-        return {standard: key for key in keys for standard in [standard_key(key)]
+        under = "decoder." if keys and all(key.startswith("decoder.") for key in keys) else ""
+        return {standard: key for key in keys for standard in [standard_key(key.removeprefix(under))]
                 if standard != key and standard not in keys}
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -238,6 +241,8 @@ def find_checkpoint(name: str, flag: str, config_name: str | None = None) -> Che
     else:
         folder = _download(name, flag)
     config_file = folder / "config.json"
+    if not config_file.is_file() and (folder / "bert_config.json").is_file():
+        config_file = folder / "bert_config.json"  # the SpanBERT authors' (and Google's BERT's) older name
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
