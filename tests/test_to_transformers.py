@@ -257,3 +257,26 @@ def test_the_copys_tokenizer_is_berts_or_electras_fast_tokenizer_and_reads_text_
         assert not {"is_local", "local_files_only", "backend", "name_or_path"} & set(config)
         assert AutoTokenizer.from_pretrained(standard / sub)(PROBE_TEXT)["input_ids"] == tokenizer(PROBE_TEXT)[
             "input_ids"]
+
+
+def test_an_electra_copy_continued_with_init_from_reads_its_generator_folder_and_is_the_export(tmp_path):
+    from test_init_from import sentences, started_model
+
+    from encoder_zoo import models
+
+    export = tiny_export("electra", tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    model, init = started_model(tmp_path, "--model", "electra", "--init_from", str(standard), "--max_seq_length", "64")
+    assert not init.new and "--init_generator_from" in init.checkpoints
+    zoo = models.get_class("teams", "AutoModelForPreTraining").from_pretrained(export).eval()
+    inputs = {k: v for k, v in sentences(AutoTokenizer.from_pretrained(minilm_path())).items() if k != "token_type_ids"}
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        ours, theirs = model(**inputs), zoo(**inputs)
+        torch.testing.assert_close(ours.rtd_logits[real], theirs.rtd_logits[real], atol=1e-5, rtol=0)
+    model.save_pretrained(tmp_path / "saved")
+    masked_lm = [models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(folder).eval()
+                 for folder in (tmp_path / "saved", export)]
+    with torch.no_grad():
+        torch.testing.assert_close(masked_lm[0](**inputs).logits[real], masked_lm[1](**inputs).logits[real], atol=1e-5,
+                                   rtol=0)
