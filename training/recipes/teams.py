@@ -298,8 +298,6 @@ def electra_notes(config, flags=()) -> list[str]:
     if RTD in flags:
         notes.append("RTD task layer and head: from the standard copy's rtd/ (TEAMS's RTD path as a discriminator of "
                      "its own); its embeddings and lower layers repeat the root's and are not read again.")
-        if config.has_mws_task_layer:
-            notes.append("MWS task layer: from the root's top layer.")
     elif config.has_rtd_task_layer or config.has_mws_task_layer:
         notes.append("RTD/MWS task layers (no counterpart in ELECTRA): start as copies of the discriminator's top "
                      "layer, the layer they stand beside.")
