@@ -231,3 +231,70 @@ def test_minilm_continued_with_spanbert_learns_exports_reloads_and_fine_tunes(tm
                     "1", "--per_device_train_batch_size", "16", "--output_dir", str(tmp_path / "glue"),
                     "--trust_remote_code", "--report_to", "none")
     assert glue.returncode == 0, glue.stderr[-3000:]
+
+
+def save_as_torch_state_dict(model, folder):
+    """config.json and pytorch_model.bin as transformers' convert_electra_original_tf_checkpoint_to_pytorch writes
+    them (torch.save(model.state_dict()), tied tensors included) beside the release's config.json."""
+    folder.mkdir(parents=True)
+    model.config.to_json_file(folder / "config.json")
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+
+
+def test_electra_from_googles_release_as_transformers_converts_it_is_that_pair_at_step_0(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    config = dict(vocab_size=len(tokenizer), embedding_size=16, **TINY)
+    discriminator = transformers.ElectraForPreTraining(transformers.ElectraConfig(**config)).eval()
+    generator = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        **{**config, "hidden_size": 8, "num_attention_heads": 1, "intermediate_size": 16})).eval()
+    generator.electra.embeddings.load_state_dict(discriminator.electra.embeddings.state_dict())
+    save_as_torch_state_dict(discriminator, tmp_path / "electra-small-discriminator")
+    save_as_torch_state_dict(generator, tmp_path / "electra-small-generator")
+    tokenizer.save_pretrained(tmp_path / "electra-small-discriminator")
+    model, init = started_model(tmp_path, "--model", "electra", "--init_from", str(tmp_path / "electra-small-"
+                                "discriminator"), "--init_generator_from", str(tmp_path / "electra-small-generator"))
+    assert not init.new
+    model.save_pretrained(tmp_path / "saved")
+    ours_generator = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(tmp_path / "saved").eval()
+    inputs = sentences(tokenizer)
+    with torch.no_grad():
+        hidden = model.teams(**inputs).last_hidden_state
+        torch.testing.assert_close(hidden, discriminator.electra(**inputs).last_hidden_state, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.rtd_head(hidden).squeeze(-1), discriminator(**inputs).logits, atol=1e-5,
+                                   rtol=0)
+        torch.testing.assert_close(ours_generator(**inputs).logits, generator(**inputs).logits, atol=1e-5, rtol=0)
+
+
+def test_teams_from_model_garden_lms_conversion_starts_with_what_it_holds(tmp_path, tokenizer):
+    """stefan-it/model-garden-lms's convert_teams_original_tf2_checkpoint_to_pytorch: the discriminator as
+    ElectraForPreTraining and the generator as ElectraForMaskedLM, each in a folder of its own, with one config (the
+    generator as wide and as deep, its bottom half the discriminator's layers, the embeddings shared); both saved with
+    save_pretrained(safe_serialization=False): pytorch_model.bin without the tied output layer."""
+    torch.manual_seed(0)
+    config = transformers.ElectraConfig(vocab_size=len(tokenizer), embedding_size=32, **TINY)
+    discriminator = transformers.ElectraForPreTraining(config).eval()
+    generator = transformers.ElectraForMaskedLM(config).eval()
+    generator.electra.embeddings.load_state_dict(discriminator.electra.embeddings.state_dict())
+    shared = config.num_hidden_layers // 2
+    for i in range(shared):
+        generator.electra.encoder.layer[i].load_state_dict(discriminator.electra.encoder.layer[i].state_dict())
+    for model, folder in ((discriminator, "teams-discriminator"), (generator, "teams-generator")):
+        save_as_torch_state_dict(model, tmp_path / folder)
+        if isinstance(model, transformers.ElectraForMaskedLM):
+            state = torch.load(tmp_path / folder / "pytorch_model.bin")
+            state.pop("generator_lm_head.weight")
+            torch.save(state, tmp_path / folder / "pytorch_model.bin")
+    tokenizer.save_pretrained(tmp_path / "teams-discriminator")
+    model, init = started_model(tmp_path, "--model", "teams", "--init_from", str(tmp_path / "teams-discriminator"),
+                                "--init_generator_from", str(tmp_path / "teams-generator"))
+    assert model.config.generator_num_hidden_layers == config.num_hidden_layers
+    assert {name.split(".")[0] for name in init.new} == {"mws_head"}, init.new
+    assert init.loads["generator.layer.0.output.dense.weight"] == (
+        "--init_generator_from", f"electra.encoder.layer.{shared}.output.dense.weight")
+    model.save_pretrained(tmp_path / "saved")
+    ours_generator = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(tmp_path / "saved").eval()
+    inputs = sentences(tokenizer)
+    with torch.no_grad():
+        torch.testing.assert_close(model.teams(**inputs).last_hidden_state,
+                                   discriminator.electra(**inputs).last_hidden_state, atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours_generator(**inputs).logits, generator(**inputs).logits, atol=1e-5, rtol=0)

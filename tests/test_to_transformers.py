@@ -171,3 +171,112 @@ def test_also_export_standard_is_refused_before_anything_for_a_family_without_a_
     assert result.returncode == 2 and "--also_export_standard with --model cloze: a cloze export has no standard" in (
         result.stderr)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("start", ["root", "rtd", "generator"])
+def test_a_teams_copy_continued_with_init_from_is_the_export_at_step_0(tmp_path, start):
+    """`--init_from` the copy (its root, or its rtd/ or generator/ folder, read as the whole copy) starts a teams run
+    whose hidden states, RTD logits and generator logits equal the export's; only the MWS head, which the copy drops,
+    starts new, and the notes name it."""
+    from test_init_from import sentences, started_model
+
+    from encoder_zoo import models
+
+    export = tiny_export("teams", tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    folder = standard if start == "root" else standard / start
+    model, init = started_model(tmp_path, "--model", "teams", "--init_from", str(folder), "--max_seq_length", "64")
+    assert {name.split(".")[0] for name in init.new} == {"mws_head"}, init.new
+    assert any("MWS head (no counterpart in ELECTRA): new." in note for note in init.notes)
+    assert init.loads["teams.rtd_layer.output.dense.weight"][0] == "--init_from rtd/"
+    assert init.loads["generator.bias"] == ("--init_generator_from", "generator_lm_head.bias")
+    zoo = models.get_class("teams", "AutoModelForPreTraining").from_pretrained(export).eval()
+    masked_lm = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(export).eval()
+    model.save_pretrained(tmp_path / "saved")
+    ours_masked_lm = models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(tmp_path / "saved").eval()
+    inputs = sentences(AutoTokenizer.from_pretrained(minilm_path()))
+    inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(model.teams(**inputs).last_hidden_state[real],
+                                   zoo.teams(**inputs).last_hidden_state[real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(**inputs).rtd_logits[real], zoo(**inputs).rtd_logits[real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours_masked_lm(**inputs).logits[real], masked_lm(**inputs).logits[real], atol=1e-5,
+                                   rtol=0)
+
+
+def test_the_copys_card_keeps_the_exports_name_licence_and_base_model_which_a_continued_run_keeps(tmp_path):
+    from huggingface_hub import ModelCard
+    from test_init_from import started_model
+
+    export = tiny_export("spanbert", tmp_path / "run" / "export")
+    (export / "README.md").write_text("---\nlicense: mit\nmodel_name: spanbert-from-minilm\nbase_model: "
+                                      "nreimers/MiniLM-L6-H384-uncased\n---\n\n# spanbert-from-minilm\n")
+    standard = convert(export, tmp_path / "export-standard")
+    card = ModelCard.load(standard / "README.md")
+    assert (card.data.license, card.data.model_name) == ("mit", "spanbert-from-minilm")
+    assert card.data.base_model == "nreimers/MiniLM-L6-H384-uncased"
+    assert "\n# spanbert-from-minilm (standard BERT copy)\n" in card.text
+    _, init = started_model(tmp_path, "--model", "spanbert", "--init_from", str(standard), "--max_seq_length", "64")
+    assert init.record()["base_model"] == "nreimers/MiniLM-L6-H384-uncased"
+    # Without a card, the run folder names it, under the project's licence.
+    bare = tiny_export("spanbert", tmp_path / "other-run" / "export")
+    card = ModelCard.load(convert(bare, tmp_path / "other-standard") / "README.md")
+    assert (card.data.license, card.data.model_name) == ("apache-2.0", "other-run")
+
+
+def test_the_help_names_the_rtd_folder_and_what_is_kept():
+    result = call_cli("encoder_zoo.training.to_transformers", "--help")
+    assert result.returncode == 0 and "OUTPUT/rtd" in result.stdout and "4.57" in result.stdout
+    assert "task layers) is dropped" not in result.stdout.replace("\n", " ")
+
+
+def cased_tokenizer():
+    """A cased WordPiece as the zoo trains one (saved by transformers 5 as `TokenizersBackend`)."""
+    from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer
+
+    texts = ["Hello World, this is Été in Paris.", "The quick brown Fox jumps over the lazy dog."] * 30
+    return train_wordpiece_tokenizer(texts, vocab_size=120, min_frequency=1)
+
+
+PROBE_TEXT = ["Hello World Été", "HELLO hello, the Fox"]
+
+
+@pytest.mark.parametrize("name", ["spanbert", "teams"])
+def test_the_copys_tokenizer_is_berts_or_electras_fast_tokenizer_and_reads_text_as_the_exports(tmp_path, name):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    tokenizer = cased_tokenizer()
+    torch.manual_seed(0)
+    export = EXPORTS[name](folder, tokenizer).folder
+    standard = convert(export, tmp_path / "standard")
+    family = "Bert" if name == "spanbert" else "Electra"
+    for sub in [".", *(["generator", "rtd"] if name == "teams" else [])]:
+        config = json.loads((standard / sub / "tokenizer_config.json").read_text())
+        assert config["tokenizer_class"] == f"{family}TokenizerFast" and config["do_lower_case"] is False
+        assert not {"is_local", "local_files_only", "backend", "name_or_path"} & set(config)
+        assert AutoTokenizer.from_pretrained(standard / sub)(PROBE_TEXT)["input_ids"] == tokenizer(PROBE_TEXT)[
+            "input_ids"]
+
+
+def test_an_electra_copy_continued_with_init_from_reads_its_generator_folder_and_is_the_export(tmp_path):
+    from test_init_from import sentences, started_model
+
+    from encoder_zoo import models
+
+    export = tiny_export("electra", tmp_path / "export")
+    standard = convert(export, tmp_path / "standard")
+    model, init = started_model(tmp_path, "--model", "electra", "--init_from", str(standard), "--max_seq_length", "64")
+    assert not init.new and "--init_generator_from" in init.checkpoints
+    zoo = models.get_class("teams", "AutoModelForPreTraining").from_pretrained(export).eval()
+    inputs = {k: v for k, v in sentences(AutoTokenizer.from_pretrained(minilm_path())).items() if k != "token_type_ids"}
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        ours, theirs = model(**inputs), zoo(**inputs)
+        torch.testing.assert_close(ours.rtd_logits[real], theirs.rtd_logits[real], atol=1e-5, rtol=0)
+    model.save_pretrained(tmp_path / "saved")
+    masked_lm = [models.get_class("teams", "AutoModelForMaskedLM").from_pretrained(folder).eval()
+                 for folder in (tmp_path / "saved", export)]
+    with torch.no_grad():
+        torch.testing.assert_close(masked_lm[0](**inputs).logits[real], masked_lm[1](**inputs).logits[real], atol=1e-5,
+                                   rtol=0)

@@ -89,6 +89,12 @@ class PretrainArguments:
                   "parameter is listed as loaded or new, with every checkpoint tensor not used "
                   "(OUTPUT_DIR/init_from.json, the log, the export's card)."},
     )
+    config_name: str | None = field(
+        default=None,
+        metadata={"help": "--init_from a bare state dict (the SpanBERT authors' decoder.* tensors, no args): the "
+                  "config.json (or a folder holding one) that gives its architecture, their BertConfig's fields; "
+                  "default: the config.json beside it."},
+    )
     init_generator_from: str | None = field(
         default=None,
         metadata={"help": "teams/electra with an ELECTRA --init_from: the generator's checkpoint (ElectraForMaskedLM); "
@@ -340,7 +346,7 @@ def read_starting_point(recipe, args: PretrainArguments, argv: list[str], traini
     defaults, which depend on the size; None without --init_from. A resumed run whose starting checkpoints cannot be
     read any more continues from its own checkpoint alone (`resumed_starting_point`)."""
     if not args.init_from:
-        for flag, value in (("--init_generator_from", args.init_generator_from),
+        for flag, value in (("--init_generator_from", args.init_generator_from), ("--config_name", args.config_name),
                             ("--ignore_mismatched_sizes", args.ignore_mismatched_sizes),
                             ("--resize_embeddings", args.resize_embeddings)):
             if value:
@@ -355,10 +361,11 @@ def read_starting_point(recipe, args: PretrainArguments, argv: list[str], traini
         try:
             for flag, name in ((MAIN, args.init_from), (GENERATOR, args.init_generator_from)):
                 if name:
-                    find_checkpoint(name, flag)
+                    find_checkpoint(name, flag, args.config_name if flag == MAIN else None)
         except (OSError, ValueError) as error:  # gone, damaged, or a Hub id offline
             return resumed_starting_point(recipe, args, training_args, str(error), size_given)
-    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size, size_given=size_given)
+    point = starting_point(recipe, args.init_from, args.init_generator_from, args.model_size, size_given=size_given,
+                           config_name=args.config_name)
     args.model_size = point.size
     return point
 
@@ -491,6 +498,7 @@ def plan_starting_weights(recipe, args: PretrainArguments, overrides: dict):
     """--init_from: which checkpoint tensor each parameter loads, checked (positions, vocabulary, shapes) before the
     run folder is touched, so a refusal leaves nothing behind."""
     from encoder_zoo import models
+    from encoder_zoo.hub_cards.metadata import display_name
     from encoder_zoo.training.recipes.starting import plan_weights
 
     config = models.get_class(recipe.family, "AutoConfig")(**config_arguments(recipe, args, overrides))
@@ -500,6 +508,7 @@ def plan_starting_weights(recipe, args: PretrainArguments, overrides: dict):
                          f"--init_from {args.init_from}: pass --max_seq_length {positions} or less.")
     config = resize_vocabulary(recipe, args, overrides, config)
     init = plan_weights(recipe, args.starting_point, config, args.ignore_mismatched_sizes)
+    init.tokenizer = display_name(args.tokenizer_name) if args.tokenizer_name else None
     if getattr(args, "vocabulary_note", None):
         init.notes.append(args.vocabulary_note)
     if not getattr(args, "resuming", False):  # a resumed run's weights come from its checkpoint

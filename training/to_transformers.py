@@ -1,13 +1,18 @@
 """Write a zoo export as a standard transformers checkpoint that needs no remote code: a SpanBERT-family export as
-BERT (`BertForPreTraining` weights), a TEAMS/ELECTRA export as Google's ELECTRA release is laid out (the
-discriminator in OUTPUT, the generator as `ElectraForMaskedLM` in OUTPUT/generator).
+BERT (`BertForPreTraining`, or `BertForMaskedLM` without NSP), a TEAMS/ELECTRA export as Google's ELECTRA release is
+laid out: the discriminator in OUTPUT (the layers fine-tuning reads), the generator as `ElectraForMaskedLM` in
+OUTPUT/generator and, for TEAMS, its RTD path (the shared layers, the RTD task layer and head) as an
+`ElectraForPreTraining` of its own in OUTPUT/rtd.
 
     python training/to_transformers.py runs/spanbert/export runs/spanbert/export-standard
 
-The copy has no code files and no `auto_map`; what has no place in BERT or ELECTRA (SpanBERT's SBO head, TEAMS's MWS
-head and task layers, a fine-tuning head) is dropped and named in the copy's card. Before anything is written, the
-copy is checked against the export: the same hidden states and head logits on a probe batch (max difference in the
-card), else the conversion is refused.
+The copy has no code files and no `auto_map`, and its tokenizer is BERT's or ELECTRA's fast tokenizer, so
+transformers 4.57 and 5 both load it. What has no place in BERT or ELECTRA (SpanBERT's SBO head, TEAMS's MWS head,
+a fine-tuning head) is dropped and named in the copy's card; TEAMS's task layers are kept (by default the MWS one as
+the top of OUTPUT, the RTD one in OUTPUT/rtd). `pretrain.py --init_from OUTPUT` (or OUTPUT/rtd) continues the whole
+copy: the run equals the export at step 0, with only the dropped heads new. Before anything is written, the copy is
+checked against the export: the same hidden states and head logits on a probe batch (max difference in the card),
+else the conversion is refused.
 """
 
 from __future__ import annotations

@@ -456,6 +456,9 @@ class StartingWeights:
         generator_model_types: model types `--init_generator_from` takes (empty: the flag does not apply).
         notes: `(model config, flags of the checkpoints given) -> lines` on what has no counterpart in such a
             checkpoint, and how it starts.
+        subfolders: `(subfolder, flag)` pairs: checkpoints a layout keeps in subfolders of the `--init_from` one (a
+            standard ELECTRA copy's `generator/` and `rtd/`), read under `flag` where its flag is not given; an
+            `--init_from` that is such a subfolder is read as the copy it belongs to.
     """
 
     model_types: tuple[str, ...]
@@ -464,6 +467,7 @@ class StartingWeights:
     also_reads: Callable[[str, Any], list[tuple[str, str]]] = lambda name, config: []
     generator_model_types: tuple[str, ...] = ()
     notes: Callable[[Any, tuple[str, ...]], list[str]] = lambda config, flags: []
+    subfolders: tuple[tuple[str, str], ...] = ()
 
 
 def encoder_fields(checkpoint_config: dict) -> dict:

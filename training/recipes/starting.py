@@ -5,6 +5,7 @@ give, the `--model_size` whose training defaults the run keeps, and the plan of 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ class StartingPoint:
 
 
 def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | None, model_size: str,
-                   size_given: bool) -> StartingPoint:
+                   size_given: bool, config_name: str | None = None) -> StartingPoint:
     """Read `--init_from` (and `--init_generator_from`), refuse an architecture the family cannot take, and choose
     the size preset: the one the checkpoint is, else the nearest in width (its training defaults only); a
     `--model_size` the user gave must be the checkpoint's."""
@@ -48,8 +49,10 @@ def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | No
     family = family_of_model_type(recipe.family)
     weights = family.starting_weights if family else None
     own_types = models.MODEL_TYPES.get(recipe.family, [recipe.family])
-    main = find_checkpoint(init_from, MAIN)
+    main = find_checkpoint(init_from, MAIN, config_name)
     foreign_types = weights.model_types if weights else ()
+    subfolders = dict(weights.subfolders) if weights else {}
+    main = _the_whole_copy(main, subfolders, foreign_types)
     if main.model_type not in (*own_types, *foreign_types):
         takes = ", ".join([f"this family's own exports ({', '.join(own_types)})",
                            *(f"{t} checkpoints" for t in foreign_types)])
@@ -69,6 +72,16 @@ def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | No
             raise ValueError(f"{GENERATOR} {init_generator_from}: a {generator.model_type} checkpoint; it takes "
                              f"{', '.join(generator_types)} generators (e.g. ElectraForMaskedLM).")
         checkpoints[GENERATOR], generator_config = generator, generator.config
+    if main.model_type in foreign_types:
+        for subfolder, flag in subfolders.items():
+            folder = main.folder / subfolder
+            if flag not in checkpoints and (folder / "config.json").is_file():
+                found = find_checkpoint(str(folder), flag)
+                checkpoints[flag] = dataclasses.replace(found, read_notes=(
+                    *found.read_notes, f"`{subfolder}/` of {MAIN} {init_from} (a standard copy's {subfolder} folder) "
+                    f"read as {flag}."))
+        if GENERATOR in checkpoints:
+            generator_config = checkpoints[GENERATOR].config
     config_class = models.get_class(recipe.family, "AutoConfig")
     if main.model_type in own_types:
         architecture = {k: v for k, v in main.config.items()
@@ -80,6 +93,20 @@ def starting_point(recipe: Recipe, init_from: str, init_generator_from: str | No
     if matches:  # what the checkpoint leaves to the recipe (ELECTRA's generator width, without a generator checkpoint)
         architecture = {**recipe.sizes[size], **architecture}
     return StartingPoint(checkpoints, architecture, size, matches, foreign=main.model_type not in own_types)
+
+
+def _the_whole_copy(main: Checkpoint, subfolders: dict[str, str], foreign_types: tuple[str, ...]) -> Checkpoint:
+    """`--init_from` a subfolder of a standard copy (its `rtd/` or `generator/`): the copy it belongs to, whose root
+    holds the layers fine-tuning reads and whose subfolders the rest."""
+    parent = main.folder.parent
+    if main.folder.name not in subfolders or not (parent / "config.json").is_file():
+        return main
+    whole = find_checkpoint(str(parent), MAIN)
+    if whole.model_type not in foreign_types:
+        return main
+    return dataclasses.replace(whole, read_notes=(
+        *whole.read_notes, f"{main.folder.name}/ is a folder of the standard copy {parent.name}: read as that whole "
+        f"copy (its root and {', '.join(f'{name}/' for name in subfolders)}), as the run needs all of them."))
 
 
 def _size_of(recipe: Recipe, architecture: dict, model_size: str, size_given: bool, init_from: str) -> tuple[str, bool]:

@@ -216,6 +216,8 @@ _TEAMS_COMMON_TESTS = dict(works_with_column="teams", pretraining_heads=("AutoMo
                            config_tester={"hidden_size": 37}, seeded_forward=("AutoModelForPreTraining",))
 
 MAIN, GENERATOR = "--init_from", "--init_generator_from"
+# A standard copy's rtd/ folder (training/to_transformers.py): TEAMS's RTD path as an ELECTRA discriminator of its own.
+RTD = "--init_from rtd/"
 # Where transformers' ELECTRA and BERT checkpoints keep the encoder: under `electra.`/`bert.` (the pretraining and
 # masked-LM classes) or at the top (ElectraModel, BertModel).
 ENCODER_PREFIXES = ("electra.", "bert.", "")
@@ -245,10 +247,14 @@ def electra_sources(name: str, config) -> list[tuple[str, str]]:
         return encoder(MAIN, name.removeprefix("teams."))
     if match := re.match(r"teams\.layer\.(\d+)\.(.+)", name):
         return encoder(MAIN, f"encoder.layer.{match[1]}.{match[2]}")
-    if match := re.match(r"teams\.(rtd|mws)_layer\.(.+)", name):
-        return encoder(MAIN, f"encoder.layer.{top}.{match[2]}")
+    if match := re.match(r"teams\.rtd_layer\.(.+)", name):  # a standard copy's rtd/ holds it above its shared layers
+        return encoder(RTD, f"encoder.layer.{config.task_source_layer}.{match[1]}") + encoder(
+            MAIN, f"encoder.layer.{top}.{match[1]}")
+    if match := re.match(r"teams\.mws_layer\.(.+)", name):
+        return encoder(MAIN, f"encoder.layer.{top}.{match[1]}")
     if name.startswith("rtd_head."):
-        return [(MAIN, "discriminator_predictions." + name.removeprefix("rtd_head."))]
+        rest = name.removeprefix("rtd_head.")
+        return [(RTD, f"discriminator_predictions.{rest}"), (MAIN, f"discriminator_predictions.{rest}")]
     if match := re.match(r"generator\.layer\.(\d+)\.(.+)", name):
         depth = config.num_shared_generator_layers + int(match[1])
         same_width = config.generator_hidden_size == config.hidden_size
@@ -270,8 +276,16 @@ def electra_tied_reads(name: str, config) -> list[tuple[str, str]]:
     ELECTRA and BERT). The generator checkpoint's own copy of the embeddings is not read (the table lists it as not
     used): the discriminator's are shared."""
     if name == "teams.embeddings.word_embeddings.weight":
-        return [(GENERATOR, "generator_lm_head.weight"), (MAIN, "cls.predictions.decoder.weight")]
-    return [(MAIN, "cls.predictions.decoder.bias")] if name == "generator.bias" else []
+        return [(GENERATOR, "generator_lm_head.weight"), (MAIN, "cls.predictions.decoder.weight"),
+                (RTD, "electra.embeddings.word_embeddings.weight")]
+    if name == "generator.bias":
+        return [(MAIN, "cls.predictions.decoder.bias")]
+    # A standard copy's rtd/ repeats the root's embeddings and the layers below its RTD layer.
+    if name.startswith(("teams.embeddings.", "teams.embeddings_project.")):
+        return [(RTD, f"electra.{name.removeprefix('teams.')}")]
+    if (match := re.match(r"teams\.layer\.(\d+)\.(.+)", name)) and int(match[1]) < config.task_source_layer:
+        return [(RTD, f"electra.encoder.layer.{match[1]}.{match[2]}")]
+    return []
 
 
 def electra_notes(config, flags=()) -> list[str]:
@@ -281,7 +295,10 @@ def electra_notes(config, flags=()) -> list[str]:
         notes.append(f"Generator: its bottom {config.num_shared_generator_layers} layer(s) ARE the discriminator's "
                      "(shared, TEAMS's layer tying); its other layers come from --init_generator_from, else start as "
                      "copies of the discriminator's layers at the same depth (at the discriminator's width).")
-    if config.has_rtd_task_layer or config.has_mws_task_layer:
+    if RTD in flags:
+        notes.append("RTD task layer and head: from the standard copy's rtd/ (TEAMS's RTD path as a discriminator of "
+                     "its own); its embeddings and lower layers repeat the root's and are not read again.")
+    elif config.has_rtd_task_layer or config.has_mws_task_layer:
         notes.append("RTD/MWS task layers (no counterpart in ELECTRA): start as copies of the discriminator's top "
                      "layer, the layer they stand beside.")
     if config.trains_mws:
@@ -293,7 +310,7 @@ FAMILY = Family(
     name="teams",
     starting_weights=StartingWeights(model_types=("electra", "bert"), config=electra_config, sources=electra_sources,
                                      also_reads=electra_tied_reads, generator_model_types=("electra",),
-                                     notes=electra_notes),
+                                     notes=electra_notes, subfolders=(("generator", GENERATOR), ("rtd", RTD))),
     flops=FlopCount(kinds=("teams", "electra"), choose=flop_kind, count=train_step_flops),
     glue_presets=GLUE_PRESETS,
     common_tests=(

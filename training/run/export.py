@@ -108,11 +108,14 @@ def starting_origin(starting: dict[str, Any], recipe, training: dict[str, Any]) 
     # A continuation of a continuation (phase 2 after phase 1, TAPT after DAPT) keeps its first Hub origin.
     chain = starting.get("chain") or [main]
     base_model = starting.get("base_model", main.get("hub_id"))
+    tokenizer = starting.get("tokenizer")
+    what = f"its weights and architecture; the tokenizer `{tokenizer}`" if tokenizer else (
+        "its weights, architecture and tokenizer")
     through = "".join(f", which continues `{start['name']}`" for start in reversed(chain[:-1]))
     return {
         "model_name": f"{recipe.name}-from-{_short_name(base_model or main['name'])}",
         "summary": f"Continued pretraining, not the paper's run from scratch: started from `{main['name']}`{through}"
-                   f"{others} (its weights, architecture and tokenizer), then trained {steps} more steps with this "
+                   f"{others} ({what}), then trained {steps} more steps with this "
                    f"objective by this project's `training/pretrain.py --model {recipe.name} --init_from`.",
         "base_model": base_model,
         "section": f"{starting['summary']}.{notes}\n\n{starting['table']}",

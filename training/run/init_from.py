@@ -10,6 +10,7 @@ tensor and both shapes, unless `--ignore_mismatched_sizes`.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -66,10 +67,15 @@ class Checkpoint:
     folder: Path
     config: dict
     rows: RowMap | None = None  # --resize_embeddings: which row of its vocabulary-sized tensors each new row takes
+    read_notes: tuple[str, ...] = ()  # how it was read, for the load table (a config.json without model_type)
 
     @property
     def model_type(self) -> str | None:
         return self.config.get("model_type")
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.read_notes
 
     @property
     def hub_id(self) -> str | None:
@@ -87,8 +93,11 @@ class Checkpoint:
         (an export of a continued run keeps it); empty where none is recorded."""
         try:
             earlier = json.loads((self.folder / RECORD).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
+        except (OSError, ValueError):  # none recorded: a standard copy's card still names the Hub model it continues
+            from encoder_zoo.training.run.standard_copy import base_model_of
+
+            base_model = base_model_of(self.folder)
+            return [{"name": base_model, "hub_id": base_model, "model_type": None}] if base_model else []
         main = earlier.get("checkpoints", {}).get(MAIN)
         return list(earlier.get("chain") or ([main] if main else []))
 
@@ -101,8 +110,9 @@ class Checkpoint:
         files = sorted(self.folder.glob("*.safetensors"))
         return files or sorted(self.folder.glob("pytorch_model*.bin"))
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        """Each tensor's shape, read from the safetensors headers (a .bin checkpoint is loaded)."""
+    @functools.cached_property
+    def _file_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each tensor's shape under the file's own key, read from the safetensors headers (a .bin is loaded)."""
         from safetensors import safe_open
 
         shapes = {}
@@ -114,17 +124,57 @@ class Checkpoint:
                 shapes.update({key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()})
         return shapes
 
+    @functools.cached_property
+    def _renamed(self) -> dict[str, str]:
+        """Standard key -> the file's key, where transformers' own loading renames it (`standard_key`); a state
+        dict wholly under `decoder.` (the SpanBERT authors' fairseq model's) without it, as their from_pretrained
+        reads it."""
+        keys = set(self._file_shapes)
+        under = "decoder." if keys and all(key.startswith("decoder.") for key in keys) else ""
+        return {standard: key for key in keys for standard in [standard_key(key.removeprefix(under))]
+                if standard != key and standard not in keys}
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each tensor's shape under its standard key (LayerNorm `gamma`/`beta` as `weight`/`bias`, ...)."""
+        theirs = {key: standard for standard, key in self._renamed.items()}
+        return {theirs.get(key, key): shape for key, shape in self._file_shapes.items()}
+
+    def source_key(self, key: str) -> str:
+        """The key in the checkpoint's file that the standard `key` was read from."""
+        return self._renamed.get(key, key)
+
     def tensors(self, keys) -> dict[str, torch.Tensor]:
         from safetensors import safe_open
 
-        wanted, found = set(keys), {}
+        wanted = {self.source_key(key): key for key in keys}
+        found = {}
         for file in self.weight_files():
             if file.suffix == ".bin":
-                found.update({k: v for k, v in _load_bin(file).items() if k in wanted})
+                found.update({wanted[k]: v for k, v in _load_bin(file).items() if k in wanted})
                 continue
             with safe_open(str(file), framework="pt") as handle:
-                found.update({key: handle.get_tensor(key) for key in handle.keys() if key in wanted})
+                found.update({wanted[key]: handle.get_tensor(key) for key in handle.keys() if key in wanted})
         return found
+
+
+@functools.cache
+def _legacy_renamings() -> list:
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    return get_checkpoint_conversion_mapping("legacy") or []
+
+
+def standard_key(key: str) -> str:
+    """A checkpoint key as transformers' own loading renames it: its "legacy" renamings (LayerNorm `gamma`/`beta` ->
+    `weight`/`bias`, `weight_g`/`weight_v` -> weight-norm parametrizations), then a last `.gamma`/`.beta` as `.weight`/
+    `.bias`, as the SpanBERT authors' own `from_pretrained` renames them."""
+    try:
+        from transformers.core_model_loading import rename_source_key
+
+        key, _ = rename_source_key(key, _legacy_renamings(), [])
+    except ImportError:  # a transformers without these modules: the two renamings every release has
+        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
+    return re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", key))
 
 
 @dataclass(frozen=True)
@@ -145,7 +195,7 @@ class FairseqCheckpoint(Checkpoint):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return self.contents.notes
+        return (*self.contents.notes, *self.read_notes)
 
     def weight_files(self) -> list[Path]:
         return [self.file]
@@ -170,15 +220,19 @@ def _load_bin(file: Path) -> dict[str, torch.Tensor]:
                       "checkpoint.") from None
 
 
-def find_checkpoint(name: str, flag: str) -> Checkpoint:
+def find_checkpoint(name: str, flag: str, config_name: str | None = None) -> Checkpoint:
     """The checkpoint a flag names: a local model folder, or a Hub id (downloaded, or read from the local cache when
-    offline); every failure names the flag and the way out."""
+    offline); every failure names the flag and the way out. `config_name` (--config_name): the architecture of a bare
+    state dict, which holds none."""
     from encoder_zoo.training.run.fairseq_checkpoint import is_fairseq_checkpoint, read_fairseq_checkpoint
 
     path = Path(name).expanduser()
-    if is_fairseq_checkpoint(path):  # the SpanBERT authors' fairseq model.pt
-        contents = read_fairseq_checkpoint(path, name, flag)
+    if is_fairseq_checkpoint(path):  # the SpanBERT authors' fairseq model.pt, or a bare state dict of theirs
+        contents = read_fairseq_checkpoint(path, name, flag, config_name)
         return FairseqCheckpoint(flag, name, path.parent, contents.config, file=path, contents=contents)
+    if config_name:
+        raise ValueError(f"--config_name applies to a bare state dict (a .pt file); {name} is a model folder or Hub "
+                         "id, whose config.json gives the architecture. Drop --config_name.")
     if path.exists() or missing_local_path(name):
         if not path.is_dir():
             raise FileNotFoundError(f"{flag} {name}: no such folder (pass a model folder, as save_pretrained writes "
@@ -187,6 +241,8 @@ def find_checkpoint(name: str, flag: str) -> Checkpoint:
     else:
         folder = _download(name, flag)
     config_file = folder / "config.json"
+    if not config_file.is_file() and (folder / "bert_config.json").is_file():
+        config_file = folder / "bert_config.json"  # the SpanBERT authors' (and Google's BERT's) older name
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -194,13 +250,30 @@ def find_checkpoint(name: str, flag: str) -> Checkpoint:
                                 "save_pretrained wrote (config.json beside the weights).") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{flag} {name}: {config_file} is not valid JSON ({error}).") from None
-    checkpoint = Checkpoint(flag, name, folder, config)
+    notes = ()
+    if "model_type" not in config and is_bert_config(config):
+        config = {**config, "model_type": "bert"}
+        notes = (f"`{config_file.name}` has no model_type; its fields are BERT's (as the SpanBERT authors' "
+                 "pytorch_pretrained_bert BertConfig writes them): read as BERT.",)
+    checkpoint = Checkpoint(flag, name, folder, config, read_notes=notes)
     if not checkpoint.weight_files():
         raise FileNotFoundError(f"{flag} {name}: {folder} holds no weights (*.safetensors or pytorch_model*.bin).")
     problem = damaged_weights(str(folder))
     if problem:
         raise OSError(f"{flag} {name}: {problem}; re-export or re-download the checkpoint.")
     return checkpoint
+
+
+# The fields of the SpanBERT authors' BertConfig (pytorch_pretrained_bert), which writes no model_type.
+BERT_CONFIG_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
+                      "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                      "max_position_embeddings", "type_vocab_size", "initializer_range")
+
+
+def is_bert_config(config: dict) -> bool:
+    """A config.json without model_type that has BERT's fields and nothing of another architecture's (ELECTRA's
+    embedding_size)."""
+    return all(key in config for key in BERT_CONFIG_FIELDS) and "embedding_size" not in config
 
 
 def _download(repo_id: str, flag: str) -> Path:
@@ -335,6 +408,7 @@ class InitPlan:
     notes: list[str] = field(default_factory=list)
     resized: list[str] = field(default_factory=list)  # loaded row by row (`Checkpoint.rows`, --resize_embeddings)
     initialisation: dict[str, str] = field(default_factory=dict)  # new parameter -> how it starts, once applied
+    tokenizer: str | None = None  # --tokenizer_name, as a card may name it; None: the checkpoint's own
 
     def table(self) -> str:
         """One short Markdown table: parameters grouped by module (layer numbers collapsed), with their source; a new
@@ -399,6 +473,7 @@ class InitPlan:
             "checkpoints": {flag: {"name": c.display, "hub_id": c.hub_id, "model_type": c.model_type}
                             for flag, c in self.checkpoints.items()},
             "summary": self.summary(),
+            "tokenizer": self.tokenizer,
             "table": self.table(),
             "loaded": {name: f"{flag} {self.source_key(flag, key)}" for name, (flag, key) in self.loads.items()},
             "new": {name: self.initialisation.get(name, "the model's initialisation") for name in self.new},
@@ -459,7 +534,34 @@ def plan(model: torch.nn.Module, checkpoints: dict[str, Checkpoint],
     for name, _ in model.named_parameters(remove_duplicate=False):
         used.update(pair for pair in also_reads(name) if pair[1] in shapes.get(pair[0], {}))
     result.unused = [(flag, key) for flag, keys in shapes.items() for key in keys if (flag, key) not in used]
+    _refuse_reset(model, result, shapes, sources)
     return result
+
+
+def _refuse_reset(model: torch.nn.Module, result: InitPlan, shapes: dict, sources) -> None:
+    """No parameter may start new while a checkpoint tensor of its shape goes unused under a name that maps to it:
+    the key, after transformers' renamings (`standard_key`) and whatever prefix it sits under, ends with one of the
+    parameter's sources or with its own name below the model's top module. Refused in one line, naming both."""
+    parameters = dict(model.named_parameters())
+    unused = [(flag, key, standard_key(key)) for flag, key in result.unused]
+    for name in result.new:
+        if name in result.mismatched:
+            continue
+        below = name.partition(".")[2]
+        targets = {key for _, key in sources(name)} | {name} | ({below} if below.count(".") >= 2 else set())
+        for flag, key, standard in unused:
+            if shapes[flag][key] != tuple(parameters[name].shape):
+                continue
+            target = next((t for t in targets if standard == t or standard.endswith("." + t)), None)
+            if target is None:
+                continue
+            checkpoint = result.checkpoints[flag]
+            theirs = checkpoint.source_key(key) if hasattr(checkpoint, "source_key") else key
+            raise ValueError(
+                f"{flag} {checkpoint.name}: its tensor {theirs} {list(shapes[flag][key])} would go unused while the "
+                f"new model's {name}, of the same shape, starts new, though its name maps to it ({target}); refused "
+                "rather than reset. Save the checkpoint under the names transformers' from_pretrained reads "
+                f"({', '.join(sorted(k for _, k in sources(name))) or name}), or report its layout.")
 
 
 def weights_problem(init: InitPlan) -> str | None:

@@ -29,6 +29,11 @@ ENCODER_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
                   "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
                   "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "classifier_dropout")
 TOLERANCE = 1e-5
+# What the copy's tokenizer_config.json names, read by transformers 4 and 5 alike (a zoo-trained tokenizer saves as
+# transformers 5's `TokenizersBackend`, unknown to 4), and the entries it leaves out: where the files were loaded from
+# (machine-local) and transformers 5's own bookkeeping.
+TOKENIZER_CLASSES = {"BERT": "BertTokenizerFast", "ELECTRA": "ElectraTokenizerFast"}
+TOKENIZER_LOCAL_KEYS = ("is_local", "local_files_only", "backend", "name_or_path", "_name_or_path", "auto_map")
 GENERATOR_FOLDER = "generator"
 RTD_FOLDER = "rtd"  # TEAMS's RTD branch (its own task layer) as a discriminator of its own
 
@@ -278,22 +283,40 @@ def _diff(a: torch.Tensor, b: torch.Tensor, real: torch.Tensor) -> float:
     return float((a - b).abs()[real].max())
 
 
+def card_data_of(folder: Path) -> dict:
+    """The front matter of a model card (README.md) in `folder`, read by huggingface_hub; empty without one."""
+    from huggingface_hub import ModelCard
+
+    card = folder / "README.md"
+    if not card.is_file():
+        return {}
+    try:
+        return ModelCard.load(card).data.to_dict()
+    except Exception:  # a card without front matter, or one huggingface_hub cannot parse: no metadata
+        return {}
+
+
 def base_model_of(export: Path) -> str | None:
     """The Hub `base_model` the export's card names (the first Hub origin of a continued run), if any."""
-    card = export / "README.md"
-    if not card.is_file():
-        return None
-    match = re.search(r"^base_model:\s*(\S.*)$", card.read_text(encoding="utf-8").split("\n---", 1)[0], re.M)
-    return match[1].strip().strip("'\"") if match else None
+    base_model = card_data_of(export).get("base_model")
+    return base_model[0] if isinstance(base_model, list) and base_model else base_model or None
 
 
-def write_card(output: Path, title: str, export: Path, conversion: Conversion, base_model: str | None) -> None:
+def write_card(output: Path, export: Path, conversion: Conversion, base_model: str | None) -> None:
+    """The copy's README.md: its front matter (the export's licence and model name, `base_model`), what it holds and
+    how it loads, what was dropped, and the measured differences to the export."""
     from encoder_zoo.hub_cards.metadata import display_name
 
     name = display_name(str(export))
     model_type = conversion.config["model_type"]
     pipeline = "fill-mask" if conversion.family == "BERT" else "feature-extraction"
-    front = ["---", "library_name: transformers", f"pipeline_tag: {pipeline}",
+    data = card_data_of(export)
+    # A run's export lies in OUTPUT_DIR/export: without a card, the run folder names it.
+    model_name = data.get("model_name") or (export.resolve().parent.name if export.resolve().name == "export"
+                                             else export.resolve().name)
+    title = f"{model_name} (standard {conversion.family} copy)"
+    front = ["---", "library_name: transformers", f"license: {data.get('license') or 'apache-2.0'}",
+             f"model_name: {model_name}", f"pipeline_tag: {pipeline}",
              f"tags:\n- {conversion.family.lower()}\n- {model_type}\n- pretraining-zoo"]
     if base_model:
         front.append(f"base_model: {base_model}")
@@ -340,6 +363,22 @@ def write_card(output: Path, title: str, export: Path, conversion: Conversion, b
     (output / "README.md").write_text("\n".join(text), encoding="utf-8")
 
 
+def standard_tokenizer_config(folder: Path, family: str) -> None:
+    """The saved tokenizer_config.json as transformers 4 and 5 both read it: BERT's or ELECTRA's fast tokenizer class,
+    its normalisation stated as that class's arguments (which it would otherwise impose on tokenizer.json: BERT's
+    default lowercases), and no machine-local or transformers-5-only entries."""
+    path = folder / "tokenizer_config.json"
+    config = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k not in TOKENIZER_LOCAL_KEYS}
+    config["tokenizer_class"] = TOKENIZER_CLASSES[family]
+    normalizer = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")).get("normalizer") or {}
+    if normalizer.get("type") != "BertNormalizer":
+        raise ValueError(f"EXPORT: its tokenizer's normaliser is {normalizer.get('type')}, not BERT's; a standard "
+                         f"{family} copy's tokenizer ({TOKENIZER_CLASSES[family]}) would read text otherwise.")
+    config.update(do_lower_case=normalizer.get("lowercase", True), strip_accents=normalizer.get("strip_accents"),
+                  tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True))
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def convert(export: str | Path, output: str | Path, overwrite: bool = False) -> Path:
     """Write the standard copy of `export` into `output` (refused where `output` holds files, unless `overwrite`);
     checked exact before anything is written."""
@@ -360,11 +399,16 @@ def convert(export: str | Path, output: str | Path, overwrite: bool = False) -> 
     tokenizer = AutoTokenizer.from_pretrained(export)
     staging = output.with_name(output.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    for part, model in zip(conversion.parts, built):
-        folder = staging / part.subfolder
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-    write_card(staging, output.resolve().name, export, conversion, base_model_of(export))
+    try:
+        for part, model in zip(conversion.parts, built):
+            folder = staging / part.subfolder
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            standard_tokenizer_config(folder, conversion.family)
+        write_card(staging, export, conversion, base_model_of(export))
+    except BaseException:  # nothing half-written is left behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if output.exists():
         shutil.rmtree(output) if output.is_dir() else output.unlink()
     staging.rename(output)
