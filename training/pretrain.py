@@ -301,6 +301,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[PretrainArguments, Traini
         defaults += [item for key, value in early_recipe.flag_defaults.items() for item in (f"--{key}", str(value))]
     # First pass: which recipe and size, how long a run and what per-device batch, to resolve the paper's defaults.
     args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    check_counts(args, training_args)
     recipe = get_recipe(args.model)  # fail fast on an unknown --model
     point = read_starting_point(recipe, args, argv, training_args)
     if args.model_size not in recipe.training_defaults:
@@ -409,6 +410,41 @@ def default_seq_length(args: PretrainArguments) -> int:
     return SIZE_SEQ_LENGTHS.get(args.model_size, 512)
 
 
+# Count flags and what each counts: positive whole numbers (None: not set), checked before anything depends on them.
+POSITIVE_COUNTS = {
+    "per_device_train_batch_size": "examples each process trains on per micro-batch",
+    "per_device_eval_batch_size": "held-out examples per batch",
+    "gradient_accumulation_steps": "micro-batches per update",
+    "save_steps": "updates between checkpoints", "logging_steps": "updates between logs",
+    "eval_steps": "updates between evaluations", "save_total_limit": "checkpoints kept; drop it to keep all",
+    "shuffle_window_documents": "documents whose examples are shuffled together",
+    "stream_partitions": "partitions of the stream", "streaming_sample_documents": "documents read for the "
+    "tokenizer and the unigram law",
+}
+
+
+RATIO_STEPS = ("save_steps", "logging_steps", "eval_steps")
+
+
+def check_counts(args: PretrainArguments, training_args: TrainingArguments) -> None:
+    """Every count flag is a positive whole number (--max_steps also -1: count epochs; --dataloader_num_workers also
+    0: pack here), refused in one line before anything divides by it."""
+    for name, what in POSITIVE_COUNTS.items():
+        value = getattr(args, name, None) if hasattr(args, name) else getattr(training_args, name, None)
+        if value is None or (value >= 1 and float(value) == int(value)):
+            continue
+        if name in RATIO_STEPS and 0 < value < 1:
+            continue  # Trainer's fraction of the run's updates
+        fraction = ", or a fraction of the run's updates below 1" if name in RATIO_STEPS else ""
+        raise ValueError(f"--{name} {value:g}: pass a positive whole number ({what}){fraction}.")
+    if training_args.max_steps < -1:
+        raise ValueError(f"--max_steps {training_args.max_steps}: pass a positive number of updates, or -1 to count "
+                         "--num_train_epochs.")
+    if training_args.dataloader_num_workers < 0:
+        raise ValueError(f"--dataloader_num_workers {training_args.dataloader_num_workers}: pass 0 (load and pack in "
+                         "the training process) or more.")
+
+
 def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -> None:
     """Checks that need no data, made at parse time, before a corpus is read or a tokenizer trained."""
     from encoder_zoo.training.run.folders import check_export_dir, check_writable_dir
@@ -442,8 +478,6 @@ def check_arguments(args: PretrainArguments, training_args: TrainingArguments) -
                              "counted).")
         if args.pretokenized:
             raise ValueError("--pretokenized data is memory-mapped from disk, never loaded whole: drop --streaming.")
-        if args.shuffle_window_documents < 1:
-            raise ValueError("--shuffle_window_documents must be at least 1.")
     if args.pretokenized:
         from encoder_zoo.training.data.pretokenized import check_pretokenized_arguments
 
