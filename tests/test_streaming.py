@@ -214,3 +214,23 @@ def test_the_clock_shares_an_interval_between_its_phases():
     again = TimeShares(cuda=False)
     again.load(folder)
     assert abs(again.totals["data"] - clock.totals["data"]) < 1e-3
+
+
+def test_a_missing_or_damaged_stream_position_is_named_in_one_line(tmp_path):
+    """A streaming checkpoint without its stream state is called incomplete (not 'not a streaming run': the run's
+    recorded flags already said it streamed); a damaged state file is named with the way out."""
+    from encoder_zoo.training.data.streaming import (
+        PARTITIONED,
+        StreamSettings,
+        load_partition_positions,
+    )
+
+    settings = StreamSettings(seed=1, window_documents=7, world_size=1, layout=PARTITIONED, partitions=2,
+                              global_batch=8)
+    with pytest.raises(FileNotFoundError, match=r"holds no stream position .*: the checkpoint is incomplete\. "
+                                                r"Resume from an earlier checkpoint"):
+        load_partition_positions(tmp_path, [0, 1], settings)
+    (tmp_path / "stream_state-partition0.json").write_text('{"settings": {"seed": 1')
+    with pytest.raises(ValueError, match=r"stream_state-partition0.json is damaged \(JSONDecodeError: .*\); it holds "
+                                         r"the stream's position\. Resume from an earlier checkpoint"):
+        load_partition_positions(tmp_path, [0, 1], settings)

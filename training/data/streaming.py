@@ -397,13 +397,24 @@ class PartitionedExamples(ExampleStream):
         self.pool.close()
 
 
+def _read_record(path: Path) -> dict:
+    """A stream state file, or one line naming it as damaged."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        StreamSettings(**record["settings"]), StreamPosition(**record["position"])
+        return record
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} is damaged ({type(error).__name__}: {error}); it holds the stream's position. Resume "
+                         "from an earlier checkpoint (--resume_from_checkpoint OUTPUT_DIR/checkpoint-N).") from None
+
+
 def saved_settings(checkpoint: str | Path) -> StreamSettings | None:
     """The stream settings `checkpoint` was saved with (None: no stream state there). A run from before the global
     stream saved none of `layout`: its processes each read their own part (`PER_PROCESS`), which is the global stream
     for one process."""
     for path in (Path(checkpoint) / PARTITION_FILE.format(partition=0), Path(checkpoint) / STATE_FILE.format(rank=0)):
         if path.is_file():
-            saved = dict(json.loads(path.read_text())["settings"])
+            saved = dict(_read_record(path)["settings"])
             saved.setdefault("layout", PER_PROCESS if saved.get("world_size", 1) > 1 else GLOBAL)
             return StreamSettings(**saved)
     return None
@@ -413,9 +424,10 @@ def _checked_settings(checkpoint: str | Path, settings: StreamSettings) -> Strea
     """`checkpoint`'s stream settings, refused in one line where they are not those a resume can continue."""
     saved = saved_settings(checkpoint)
     if saved is None:
-        raise FileNotFoundError(f"{checkpoint} has no {PARTITION_FILE.format(partition=0)} (nor an older layout's "
-                                f"{STATE_FILE.format(rank=0)}): it was not saved by a --streaming run. Resume it "
-                                "without --streaming, or start a new run.")
+        # The run's recorded flags say it streamed (a run resumed with another --streaming is refused before this).
+        raise FileNotFoundError(f"{checkpoint} holds no stream position ({PARTITION_FILE.format(partition=0)}, or "
+                                f"an older run's {STATE_FILE.format(rank=0)}): the checkpoint is incomplete. Resume "
+                                "from an earlier checkpoint (--resume_from_checkpoint OUTPUT_DIR/checkpoint-N).")
     if not saved.same_stream(settings):
         changed = ", ".join(f"{key} {getattr(saved, key)} then, {getattr(settings, key)} now"
                             for key in saved.fixed_keys() if getattr(saved, key) != getattr(settings, key))
@@ -432,7 +444,10 @@ def load_position(checkpoint: str | Path, rank: int, settings: StreamSettings) -
     global stream); refuses a checkpoint of another kind of run."""
     saved = _checked_settings(checkpoint, settings)
     path = Path(checkpoint) / STATE_FILE.format(rank=rank if saved.layout == PER_PROCESS else 0)
-    return StreamPosition(**json.loads(path.read_text())["position"])
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the checkpoint holds the stream's position of only some of its "
+                                "processes. Resume from an earlier checkpoint.")
+    return StreamPosition(**_read_record(path)["position"])
 
 
 def load_partition_positions(checkpoint: str | Path, partitions: list[int],
@@ -445,7 +460,7 @@ def load_partition_positions(checkpoint: str | Path, partitions: list[int],
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: the checkpoint holds the stream's position of only some of "
                                     "its partitions. Resume from an earlier checkpoint.")
-        positions[j] = StreamPosition(**json.loads(path.read_text())["position"])
+        positions[j] = StreamPosition(**_read_record(path)["position"])
     return positions
 
 
