@@ -47,12 +47,9 @@ def load_ner(dataset: str | None, train_file: str | None, validation_file: str |
 
 
 def read_files(train_file, validation_file, tokens_column, tags_column):
-    files = {"train": train_file, "validation": validation_file}
-    for split, path in files.items():
-        if path is None:
-            raise ValueError(f"Pass both --train_file and --validation_file (missing the {split} file).")
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--{split}_file {path} does not exist.")
+    from encoder_zoo.glue.tasks import checked_files
+
+    files = checked_files(train_file, validation_file)
     where = {split: f"the {split} file {path}" for split, path in files.items()}
     splits = {}
     for split, path in files.items():

@@ -406,13 +406,20 @@ def _short(value, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _load_files(task_name, train_file, validation_file, text_columns, label_column):
+def checked_files(train_file, validation_file) -> dict[str, str]:
+    """{"train": ..., "validation": ...}, both given and existing, or one line saying which is not."""
     files = {"train": train_file, "validation": validation_file}
     for split, path in files.items():
         if path is None:
             raise ValueError(f"Pass both --train_file and --validation_file (missing the {split} file).")
-        if not Path(path).exists():
-            raise FileNotFoundError(f"--{split}_file {path} does not exist.")
+        if not Path(path).is_file():
+            what = "is a folder, not a file" if Path(path).is_dir() else "does not exist"
+            raise FileNotFoundError(f"--{split}_file {path} {what}.")
+    return files
+
+
+def _load_files(task_name, train_file, validation_file, text_columns, label_column):
+    files = checked_files(train_file, validation_file)
     suffix = Path(train_file).suffix.lower()
     builder = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"}.get(suffix)
     if builder is None:
