@@ -574,8 +574,10 @@ class TrainingText:
 
 
 def main(argv: list[str] | None = None) -> Path:
+    from encoder_zoo.training.run.entry import configure_logging
+
     args, training_args = parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    configure_logging()  # under DDP the main process's lines only
     recipe, overrides = check_recipe_arguments(args)
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
