@@ -12,8 +12,7 @@ import textwrap
 from pathlib import Path
 
 from encoder_zoo.repro.budgets import arm_label
-from encoder_zoo.repro.results import FLOOR_NAMES
-from encoder_zoo.repro.tasks import display_scale, task_facts
+from encoder_zoo.repro.tasks import FLOOR_NAMES, display_scale, task_facts
 
 COLUMNS = 2  # panels a row: four side by side are unreadable at the width a report is shown
 PANEL = (4.6, 3.4)  # inches a panel, at 100 dpi

@@ -15,7 +15,6 @@ from pathlib import Path
 from encoder_zoo.repro.budgets import arm_label
 from encoder_zoo.repro.provenance import CODE_HASH_MEANING, REPO, git_commit, machine
 from encoder_zoo.repro.results import (
-    FLOOR_NAMES,
     code_of_runs,
     run_seconds,
     run_threads,
@@ -23,7 +22,7 @@ from encoder_zoo.repro.results import (
     score_key,
     wall_seconds,
 )
-from encoder_zoo.repro.tasks import shown, shown_difference, significant, task_facts
+from encoder_zoo.repro.tasks import FLOOR_NAMES, shown, shown_difference, significant, task_facts
 
 # Shell variables the report's commands use for paths that differ between machines (defined above its commands).
 MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'

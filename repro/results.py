@@ -62,8 +62,6 @@ def chance_level(task: str, budget: Budget) -> float | None:
 
 # ------------------------------------------------------------------------------------------------------ floors
 INTERVAL = "95% t interval of the mean over unit means"
-FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answer": "trivial answer",
-               "unigram": "unigram", "bigram": "bigram"}
 # A unigram floor's job also scores the bigram model (repro/floors.py): shown beside it, never the floor an arm must
 # clear (it reads neighbours a masked model may not see). A floor cached before it has none.
 NO_BIGRAM = "not computed: its floor job ran before the bigram floor was added"

@@ -136,6 +136,11 @@ def shown(x: float | None, task: str) -> str:
     return "—" if x is None else f"{x * display_scale(task):.4g}"
 
 
+# What each kind of floor is called in the tables and the plots' legends.
+FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answer": "trivial answer",
+               "unigram": "unigram", "bigram": "bigram"}
+
+
 def decimals(largest: float, digits: int = 3) -> int:
     """The decimals that give `largest` (its magnitude) `digits` significant digits; never negative."""
     import math

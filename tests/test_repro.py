@@ -1488,8 +1488,9 @@ def test_every_committed_report_plot_has_data_in_each_panel_and_one_legend_entry
     for a task nobody scored), its legend names each meaning once (floors of equal value drawn once, the unigram
     and bigram floors apart), and no title reaches outside the figure or into another panel's."""
     from encoder_zoo.repro.plots import figure_structure, paper_figure, zoo_figure
-    from encoder_zoo.repro.results import FLOOR_NAMES, name_the_gate
+    from encoder_zoo.repro.results import name_the_gate
     from encoder_zoo.repro.summary import REPORTS, report_sweep
+    from encoder_zoo.repro.tasks import FLOOR_NAMES
 
     results = name_the_gate(json.loads((REPORTS.parent.parent / folder / "results.json").read_text()))
     figure = (zoo_figure if results["experiment"] == "zoo" else paper_figure)(results, report_sweep(results, tmp_path))
