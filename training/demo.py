@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{last['sbo_loss']:.3f}); {last['tokens_per_second']:.0f} tokens/s"]
     if summary["run_mean_loss"] is not None:
         training += [f"mean loss {summary['run_mean_loss']:.3f} over every step of the run (its logged intervals; "
-                     "the card's), where Trainer's printed train_loss averages this session's steps only"]
+                     "the card's);", "Trainer's printed train_loss averages this session's steps only"]
     print("\n".join([
         "", "==== SpanBERT demo summary ====",
         f"export folder : {summary['export']}",

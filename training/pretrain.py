@@ -1115,7 +1115,7 @@ def finished_message(export_dir: Path, steps: int, metrics: dict, config, standa
     --also_export_standard) and the next command."""
     losses = [f"{name} {metrics[key]:.4g}" for name, key in (
         ("held-out MLM loss at [MASK] targets only (the headline)", "eval_mlm_masked_loss"),
-        ("beside its unigram floor (token frequencies alone)", "eval_unigram_floor"),
+        ("its unigram floor (token frequencies alone)", "eval_unigram_floor"),
         ("held-out loss, all objectives", "eval_loss"),
         ("training loss, mean over every step of the run", "train_loss")) if key in metrics]
     if "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {}):
