@@ -11,6 +11,19 @@ def plot_loss_curve(
 ) -> Path | None:
     """Draw the curves logged by Trainer (one line per key found: training logs and `eval_*` validation logs share
     the step axis) to a PNG; None when nothing was logged."""
+    import matplotlib.pyplot as plt
+
+    figure = loss_curve_figure(log_history, keys, ylabel)
+    if figure is None:
+        return None
+    figure.savefig(path, bbox_inches="tight")
+    plt.close(figure)
+    return Path(path)
+
+
+def loss_curve_figure(log_history: list[dict[str, Any]], keys: tuple[str, ...] = ("loss",), ylabel: str = "loss"):
+    """The figure `plot_loss_curve` saves, its legend beside the axes so that it covers no curve; None when nothing
+    was logged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,7 +33,7 @@ def plot_loss_curve(
     series = {k: v for k, v in series.items() if v}
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(7.5, 3.5), dpi=120)
     colours = {}
     for name, points in series.items():
         steps, values = zip(*points)
@@ -31,8 +44,6 @@ def plot_loss_curve(
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return fig

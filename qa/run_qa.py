@@ -112,6 +112,7 @@ def run(argv, stage: dict) -> dict:
         results["train"] = train(trainer, stage)
     if eval_features is not None:
         results["eval"] = evaluate_answers(trainer, raw["validation"], eval_features, args, version_2, output)
+        results["first_words_floor"] = first_words_floor(raw.get("train"), raw["validation"], version_2)
     if training_args.process_index == 0:
         write_results(results, args, version_2, training_args.seed, output)
     release(output)
@@ -258,11 +259,58 @@ def evaluate_answers(trainer, questions, features, args: QAArguments, version_2:
     return scores
 
 
+MAX_ANSWER_WORDS = 10  # the first-words floor tries answers of 0 (no answer) to this many words
+FLOOR_TRAIN_QUESTIONS = 2000  # the training questions that choose its length (what the reproduction budgets read)
+
+
+def first_words(context: str, k: int) -> str:
+    return " ".join(context.split()[:k])
+
+
+def first_words_floor(train, validation, version_2: bool, limit: int | None = FLOOR_TRAIN_QUESTIONS) -> dict | None:
+    """The score of a model that reads neither question nor answer type: every question answered with its context's
+    first k words, k (0: no answer) the length whose answers score the best F1 on the first `limit` training
+    questions (None: all; ties: the shorter), scored on `validation` by the SQuAD metric as the model is. None
+    without training questions to choose k. `repro/floors.py` (trivial_answer) reads the same."""
+    import evaluate
+
+    if train is None or not len(train):
+        return None
+    train = train.select(range(min(limit, len(train)))) if limit else train
+    metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
+
+    def scores(records, k: int) -> dict:
+        answered = [{"id": r["id"], "prediction_text": first_words(r["context"], k),
+                     **({"no_answer_probability": 0.0} if version_2 else {})} for r in records]
+        references = [{"id": r["id"], "answers": r["answers"]} for r in records]
+        return metric.compute(predictions=answered, references=references,
+                              **({"no_answer_threshold": NULL_ODDS_THRESHOLD} if version_2 else {}))
+
+    train_f1 = {k: float(scores(train, k)["f1"]) for k in range(MAX_ANSWER_WORDS + 1)}
+    k = max(train_f1, key=lambda length: (train_f1[length], -length))
+    score = scores(validation, k)
+    return {"words": k, "f1": float(score["f1"]), "exact": float(score.get("exact_match", score.get("exact"))),
+            "train_f1": train_f1, "train_questions": len(train), "eval_questions": len(validation)}
+
+
+def results_line(scores: dict, floor: dict | None) -> str:
+    """The run's F1 and exact match beside the first-words floor's."""
+    exact = scores.get("exact_match", scores.get("exact"))
+    line = f"F1 {scores['f1']:.2f}, exact match {exact:.2f}"
+    if floor is None:
+        return f"{line} (no training questions to fit the first-words floor)"
+    answer = "no answer" if floor["words"] == 0 else f"the context's first {floor['words']} word(s)"
+    return (f"{line}; first-words floor F1 {floor['f1']:.2f}, exact match {floor['exact']:.2f} ({answer} for "
+            f"every question, the length chosen on {floor['train_questions']} training questions)")
+
+
 def write_results(results: dict, args: QAArguments, version_2: bool, seed: int, output: Path) -> None:
     """qa_results.json, and the scores in the model cards --add_to_model_card names (not for a cut-down run)."""
     output.mkdir(parents=True, exist_ok=True)
     (output / "qa_results.json").write_text(json.dumps(results, indent=2, default=str))
     logger.info("QA results: %s", results.get("eval"))
+    if "eval" in results:  # the score beside what a model that reads no question scores
+        print(f"QA results: {results_line(results['eval'], results.get('first_words_floor'))}.")
     if args.add_to_model_card and "eval" in results and (args.max_train_samples or args.max_eval_samples):
         logger.warning("Not writing the model-index: --max_train_samples/--max_eval_samples cut this run down, "
                        "so its scores are not the dataset's.")

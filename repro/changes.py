@@ -5,7 +5,8 @@ section "Since the previous report" shows. Composed only from the two results, n
 
 from __future__ import annotations
 
-from encoder_zoo.repro.tasks import shown
+from encoder_zoo.repro.stats import NO_SIGNAL, OPPOSITE, current_verdict
+from encoder_zoo.repro.tasks import shown, shown_difference, significant, task_facts
 
 DECISION_KEYS = ("estimate", "low", "high", "mdd")
 SAME = "same verdict"
@@ -49,7 +50,7 @@ def difference(entry: dict | None, task: str) -> str:
     """A difference and its interval on the task's display scale."""
     if not entry or entry.get("estimate") is None:
         return "—"
-    return f"{shown(entry['estimate'], task)} [{shown(entry['low'], task)}, {shown(entry['high'], task)}]"
+    return shown_difference(entry["estimate"], entry["low"], entry["high"], task)
 
 
 def against_mdd(entry: dict, task: str) -> str:
@@ -57,7 +58,7 @@ def against_mdd(entry: dict, task: str) -> str:
     if entry.get("estimate") is None or entry.get("mdd") is None:
         return difference(entry, task) + (", no MDD" if entry.get("estimate") is not None else "")
     within = "within" if abs(entry["estimate"]) < entry["mdd"] else "beyond"
-    return f"{difference(entry, task)}, {within} its MDD {shown(entry['mdd'], task)}"
+    return f"{difference(entry, task)}, {within} its MDD {significant(entry['mdd'], task)}"
 
 
 def why(before: dict | None, now: dict | None, task: str, previous: dict, current: dict, control: bool) -> str:
@@ -92,11 +93,28 @@ def key_of(entry: dict, task: str | None = None) -> tuple:
     return entry["arm"], entry["baseline"], task or entry.get("task"), entry.get("metric")
 
 
+def control_verdict(entry: dict, task: str) -> str:
+    """A previous report's control verdict as the current rule gives it: reworded (`current_verdict`), and where it
+    read "no signal" with its interval wholly on the worse side of 0, opposite (a control is tested alone at 5%, so
+    its 90% interval's end is the test; before, the floors gated that too)."""
+    verdict = current_verdict(entry["verdict"])
+    worse = entry.get("high") if task_facts(task).higher_is_better else entry.get("low")
+    if verdict == NO_SIGNAL and worse is not None and (worse < 0 if task_facts(task).higher_is_better else worse > 0):
+        return OPPOSITE
+    return verdict
+
+
+def reworded(record: dict) -> dict:
+    """A `previous_record` in the current vocabulary, whichever a report was written in."""
+    return {**record, "claims": [{**c, "verdict": current_verdict(c["verdict"])} for c in record["claims"]],
+            "controls": {task: {**e, "verdict": control_verdict(e, task)} for task, e in record["controls"].items()}}
+
+
 def changes(previous: dict, results: dict) -> list[dict]:
     """One row per positive control (role "control") and per claim of either report, matched on (arm, baseline,
     task, metric): the previous verdict and difference, the new ones (None where the report lacks it), and `why`
     they differ."""
-    current = previous_record(results, results.get("commit"), "")
+    current, previous = (reworded(record) for record in (previous_record(results, results.get("commit"), ""), previous))
     rows = []
     for record, role in ((lambda r: {key_of(e, t): e for t, e in r["controls"].items()}, "control"),
                          (lambda r: {key_of(c): c for c in r["claims"]}, None)):

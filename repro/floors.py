@@ -38,7 +38,6 @@ import sys
 from pathlib import Path
 
 KINDS = ("bag_of_words", "trivial_answer", "unigram")
-MAX_ANSWER_WORDS = 10
 
 
 def score(metric: str, predicted, labels) -> float:
@@ -87,15 +86,9 @@ def bag_of_words(task: str, max_train: int | None, max_eval: int | None, seed: i
             "description": f"TF-IDF word 1-2-grams + {model} on {len(train)} training rows, {len(scored)} scored"}
 
 
-def first_words(context: str, k: int) -> str:
-    return " ".join(context.split()[:k])
-
-
 def trivial_answer(task: str, max_train: int | None, max_eval: int | None) -> dict:
-    import evaluate
-
     from encoder_zoo.qa.data import load_qa, validate
-    from encoder_zoo.qa.run_qa import METRIC_MODULE, NULL_ODDS_THRESHOLD
+    from encoder_zoo.qa.run_qa import MAX_ANSWER_WORDS, first_words_floor
     from encoder_zoo.qa.tasks import get_qa_task
 
     version_2 = get_qa_task(task).version_2
@@ -104,29 +97,20 @@ def trivial_answer(task: str, max_train: int | None, max_eval: int | None) -> di
     for split, limit in (("train", max_train), ("validation", max_eval)):
         records, _ = validate(raw[split], "error", f"{task} {split}")
         rows[split] = records.select(range(min(limit, len(records)))) if limit else records
-    metric = evaluate.load(METRIC_MODULE, "v2" if version_2 else "v1")
-
-    def f1(records, k: int) -> float:
-        scored = [{"id": r["id"], "prediction_text": first_words(r["context"], k),
-                   **({"no_answer_probability": 0.0} if version_2 else {})} for r in records]
-        references = [{"id": r["id"], "answers": r["answers"]} for r in records]
-        return float(metric.compute(predictions=scored, references=references, **(
-            {"no_answer_threshold": NULL_ODDS_THRESHOLD} if version_2 else {}))["f1"])
-
-    train_f1 = {k: f1(rows["train"], k) for k in range(MAX_ANSWER_WORDS + 1)}
-    k = max(train_f1, key=lambda length: (train_f1[length], -length))  # ties: the shorter answer
+    floor = first_words_floor(rows["train"], rows["validation"], version_2, limit=None)  # run_qa.py prints it too
+    k = floor["words"]
     answer = "no answer" if k == 0 else f"the context's first {k} word{'s' * (k != 1)}"
-    return {"kind": "trivial_answer", "value": f1(rows["validation"], k), "metric": "f1", "words": k,
-            "train_f1": train_f1, "train_rows": len(rows["train"]), "eval_rows": len(rows["validation"]),
+    return {"kind": "trivial_answer", "value": floor["f1"], "metric": "f1", "words": k,
+            "train_f1": floor["train_f1"], "train_rows": floor["train_questions"], "eval_rows": len(rows["validation"]),
             "description": f"{answer} for every question (k = {k} of 0-{MAX_ANSWER_WORDS} words, the best F1 on "
-                           f"{len(rows['train'])} training questions)"}
+                           f"{floor['train_questions']} training questions)"}
 
 
 def unigram(export: str, pretrain_flags: list[str]) -> dict:
-    import numpy as np
     from transformers import AutoTokenizer
 
     from encoder_zoo.training import pretrain
+    from encoder_zoo.training.run.export import unigram_loss
 
     args, training_args = pretrain.parse_args(pretrain_flags)
     recipe, _ = pretrain.check_recipe_arguments(args)
@@ -137,25 +121,12 @@ def unigram(export: str, pretrain_flags: list[str]) -> dict:
     train, held_out = recipe.build_examples(text.train_docs, tokenizer, args), recipe.build_examples(
         text.validation_docs, tokenizer, args)
     size, special = len(tokenizer), sorted(set(tokenizer.all_special_ids))
-
-    def counts(examples) -> np.ndarray:
-        total = np.zeros(size, dtype=np.float64)
-        for batch in examples.iter(batch_size=2048):
-            flat = np.fromiter((t for ids in batch["input_ids"] for t in ids), dtype=np.int64)
-            total += np.bincount(flat, minlength=size)[:size]
-        total[special] = 0
-        return total
-
-    trained, seen = counts(train), counts(held_out)
-    law = trained + 1.0  # Laplace: a piece the training examples lack is not impossible
-    law[special] = 0
-    law /= law.sum()
-    value = float(-(seen * np.log(np.where(seen > 0, law, 1.0))).sum() / seen.sum())
+    value, train_tokens, eval_tokens = unigram_loss(train, held_out, size, special)  # pretrain.py prints it too
     documents = (f"the {len(text.train_docs)} training documents' {{}} on the {len(text.validation_docs)} held-out "
                  "documents")
     bigram = bigram_loss(sequences(train), sequences(held_out), size, special)
-    return {"kind": "unigram", "value": value, "metric": "eval_mlm_loss", "train_tokens": int(trained.sum()),
-            "eval_tokens": int(seen.sum()), "vocabulary": size,
+    return {"kind": "unigram", "value": value, "metric": "eval_mlm_loss", "train_tokens": train_tokens,
+            "eval_tokens": eval_tokens, "vocabulary": size,
             "description": f"unigram cross-entropy (nats/token) of {documents.format('token frequencies')}, same "
                            "tokenizer and examples",
             "bigram": {"kind": "bigram", "value": bigram, "description": (

@@ -32,7 +32,7 @@ def predict(task_name: str, model_dir: Path, max_seq_length: int, max_eval_sampl
     )
 
     from encoder_zoo.glue.tasks import first_samples, load_task
-    from encoder_zoo.training.run import extra_inputs_for, load_pretrained
+    from encoder_zoo.training.run import extra_inputs_for, load_pretrained, pin_memory_only_with_an_accelerator
 
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"--models {model_dir}: no saved model there (config.json)")
@@ -54,9 +54,10 @@ def predict(task_name: str, model_dir: Path, max_seq_length: int, max_eval_sampl
     encoded = rows.map(tokenize, batched=True, remove_columns=rows.column_names)
     model = load_pretrained(AutoModelForSequenceClassification, str(model_dir), trust_remote_code=True)
     with tempfile.TemporaryDirectory() as scratch:
-        trainer = Trainer(model=model, args=TrainingArguments(output_dir=scratch, per_device_eval_batch_size=64,
-                                                              report_to="none", disable_tqdm=True),
-                          data_collator=DataCollatorWithPadding(tokenizer))
+        arguments = TrainingArguments(output_dir=scratch, per_device_eval_batch_size=64, report_to="none",
+                                      disable_tqdm=True)
+        pin_memory_only_with_an_accelerator(arguments)  # as run_glue.py: no pin_memory warning on a CPU
+        trainer = Trainer(model=model, args=arguments, data_collator=DataCollatorWithPadding(tokenizer))
         logits = trainer.predict(encoded).predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
     labels = np.asarray(rows["label"])

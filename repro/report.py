@@ -15,7 +15,6 @@ from pathlib import Path
 from encoder_zoo.repro.budgets import arm_label
 from encoder_zoo.repro.provenance import CODE_HASH_MEANING, REPO, git_commit, machine
 from encoder_zoo.repro.results import (
-    FLOOR_NAMES,
     code_of_runs,
     run_seconds,
     run_threads,
@@ -23,7 +22,7 @@ from encoder_zoo.repro.results import (
     score_key,
     wall_seconds,
 )
-from encoder_zoo.repro.tasks import display_scale, shown, task_facts
+from encoder_zoo.repro.tasks import FLOOR_NAMES, shown, shown_difference, significant, task_facts
 
 # Shell variables the report's commands use for paths that differ between machines (defined above its commands).
 MINILM_VARIABLE = 'MINILM=$(python -c "from encoder_zoo.training.run import minilm_path; print(minilm_path())")'
@@ -43,21 +42,26 @@ def table_key(results: dict) -> str:
 
 PAPER_SCALE = ("The paper's scores are percent points (accuracy, F1, EM, Pearson and MCC x 100, as GLUE and SQuAD "
                "print them); ours below are on the same scale.")
-VERDICT_KEY = (
-    "Difference = arm − baseline in percent points, mean over units paired by seed, with its two-sided 90% t interval "
-    "(unadjusted; its ends are the one-sided 95% bounds of a test at 5%). Verdict: a one-sided t-test on unit means "
-    "(`repro.stats.decide`). The **primary** claim is tested alone at 5%; the **secondary** claims form one family, "
-    "their p-values Holm-adjusted across claims and tasks. Every claim is judged only where the positive control "
-    "(pretrained > random, below) reads *reproduced* on its task: elsewhere it reads *no signal: this budget does not "
-    "detect pretraining*. Where neither arm clears its floor (its 95% interval wholly above the higher of chance and "
-    "the task's trivial model), it reads *no signal*; where both arms score the same on every unit, "
-    "*indistinguishable*, with the share of evaluation rows on which their predictions differ. MDD: the true "
-    "difference the test finds 80% of the time with these units and the observed unit spread, at the level the verdict "
-    "uses (5% for the primary; 5% / m, Holm's first step, for m secondary claims); a *not reproduced* reads as \"no "
-    "difference of at least the MDD at this scale\". Where every unit differs by the same amount (no spread) the "
-    "p-value is the exact permutation test's and the MDD is —. FLOPs ratio: the arm's pretraining FLOPs over the "
-    "baseline's (median over units; tokens seen beside it where they differ); the claim says what it holds equal "
-    "instead.")
+def verdict_key_text() -> str:
+    """The reports' key to their verdicts: the test, the gates, the MDD and one line per verdict word
+    (`repro.stats.VERDICT_WORDS`, the vocabulary README's table states too)."""
+    from encoder_zoo.repro.stats import NO_CONTROL, NO_SIGNAL, verdict_key
+
+    return (
+        "Difference = arm − baseline in percent points, mean over units paired by seed, with its two-sided 90% t "
+        "interval (unadjusted; its ends are the one-sided 95% bounds of a test at 5%), to 3 significant digits. "
+        "Verdict: a one-sided t-test on unit means (`repro.stats.decide`). The **primary** claim is tested alone at "
+        "5%; the **secondary** claims form one family, their p-values Holm-adjusted across claims and tasks. Every "
+        "claim is judged only where the positive control (pretrained > random, below) reads *reproduced* on its task: "
+        f"elsewhere it reads *{NO_CONTROL}*. Where neither arm clears its floor (its 95% interval wholly above the "
+        f"higher of chance and the task's trivial model), it reads *{NO_SIGNAL}*, unless the arm is significantly "
+        "worse (*opposite*). Where both arms score the same on every unit, *indistinguishable*, with the share of "
+        "evaluation rows on which their predictions differ. MDD: the true difference the test finds 80% of the time "
+        "with these units and the observed unit spread, at the level the verdict uses (5% for the primary; 5% / m, "
+        "Holm's first step, for m secondary claims). Where every unit differs by the same amount (no spread) the "
+        "p-value is the exact permutation test's and the MDD is —. FLOPs ratio: the arm's pretraining FLOPs over the "
+        "baseline's (median over units; tokens seen beside it where they differ); the claim says what it holds equal "
+        f"instead. Verdicts: {verdict_key()}")
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
@@ -240,8 +244,8 @@ def decision_cells(d: dict | None, task: str) -> list[str]:
     """difference [90% CI], units, p, MDD (at α); the difference, its interval and the MDD on `task`'s scale."""
     if not d:
         return ["—"] * 4
-    mdd = "—" if d["mdd"] is None else f"{shown(d['mdd'], task)} (α {d['mdd_alpha']:.3g})"
-    return [f"{shown(d['estimate'], task)} [{shown(d['low'], task)}, {shown(d['high'], task)}]",
+    mdd = "—" if d["mdd"] is None else f"{significant(d['mdd'], task)} (α {d['mdd_alpha']:.3g})"
+    return [shown_difference(d["estimate"], d["low"], d["high"], task),
             f"{d['units']['arm']}/{d['units']['baseline']}{' paired' if d['paired'] else ''}", fmt(d["p_value"]), mdd]
 
 
@@ -283,6 +287,8 @@ def claim_row(claim: dict, results: dict) -> list[str]:
 
 
 def control_section(results: dict) -> list[str]:
+    from encoder_zoo.repro.stats import NO_CONTROL
+
     control = results.get("control") or {}
     if not control:
         return []
@@ -290,7 +296,8 @@ def control_section(results: dict) -> list[str]:
              "The same model as the source arm, re-created from its config at random initialisation (seed: the unit; "
              "repro/random_init.py) and fine-tuned exactly as that arm, against the pretrained one: a one-sided t-test "
              "on unit means at 5%, alone. Where it is not *reproduced*, this budget cannot show what pretraining does "
-             "on that task, and every claim there reads *no signal: this budget does not detect pretraining*.", ""]
+             f"on that task, and every claim there reads *{NO_CONTROL}*. A pretrained model significantly below its "
+             "random start reads *opposite*, at every budget.", ""]
     lines += [control_line("pretrained > random", task, entry, results) for task, entry in control.items()]
     return [*lines, "", *adaptation_section(results)]
 
@@ -298,8 +305,8 @@ def control_section(results: dict) -> list[str]:
 def control_line(label: str, task: str, entry: dict, results: dict) -> str:
     """One control's line on one task: its difference, interval, MDD, p and units, and its verdict."""
     d = entry.get("decision")
-    numbers = (f"difference {shown(d['estimate'], task)} [90% CI {shown(d['low'], task)}, "
-               f"{shown(d['high'], task)}], MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
+    numbers = (f"difference {shown_difference(d['estimate'], d['low'], d['high'], task)} (90% CI), "
+               f"MDD {decision_cells(d, task)[3]}, p {fmt(d['p_value'])}, "
                f"{d['units']['arm']}/{d['units']['baseline']} units; " if d else "")
     return (f"- **{label}** on {task_facts(task).description} ({arm_label(entry['arm'], results)} > "
             f"{arm_label(entry['baseline'], results)}): "
@@ -308,7 +315,7 @@ def control_line(label: str, task: str, entry: dict, results: dict) -> str:
 
 def adaptation_section(results: dict) -> list[str]:
     """The second control of a continued-pretraining budget: adapted > not adapted."""
-    from encoder_zoo.repro.stats import ADAPTATION_REASON, NO_ADAPTATION, NOT_REPRODUCED, OPPOSITE
+    from encoder_zoo.repro.stats import ADAPTATION_REASON, NO_CONTROL, NOT_REPRODUCED, OPPOSITE, no_adaptation
 
     adaptation = results.get("adaptation_control") or {}
     if not adaptation:
@@ -317,8 +324,9 @@ def adaptation_section(results: dict) -> list[str]:
              "The same encoder continued with plain MLM on the same text for the same steps, against it fine-tuned "
              "directly, both fine-tuned alike: a one-sided t-test on unit means at 5%, alone. Claims are judged only "
              "where this control and the positive control both read *reproduced*. Where the positive control does "
-             "not, they read *no signal: this budget does not detect pretraining*; where this control alone does not, "
-             f"they name it, *{NO_ADAPTATION}{OPPOSITE}* (or *{NOT_REPRODUCED}*): the budget detects pretraining but "
+             f"not, they read *{NO_CONTROL}*; where this control alone does not, "
+             f"they name it, *{no_adaptation(OPPOSITE)}* (or *{no_adaptation(NOT_REPRODUCED)}*): the budget detects "
+             "pretraining but "
              f"cannot credit an objective as a continued-pretraining step, as {ADAPTATION_REASON}.", ""]
     lines += [control_line("adapted > not adapted", task, entry, results) for task, entry in adaptation.items()]
     return [*lines, ""]
@@ -372,7 +380,7 @@ def since_section(results: dict) -> list[str]:
 
 
 def verdicts_section(results: dict, sweep) -> list[str]:
-    lines = ["## Verdicts", "", VERDICT_KEY, "",
+    lines = ["## Verdicts", "", verdict_key_text(), "",
              *table(["role", "claim", "task", "difference, points [90% CI]", "units",
                      "p (primary: alone; secondary: Holm)", "MDD (α)", "FLOPs ratio", "verdict"],
                    [claim_row(claim, results) for claim in results["claims"]]), ""]
@@ -498,9 +506,10 @@ def render_zoo_report(results: dict, sweep, folder: Path) -> None:
 
 def pair_text(pair: dict, results: dict) -> str:
     d = pair["decision"]
-    p, scale = d.get("p_two_sided", d["p_value"]), display_scale(pair["task"])
+    p = d.get("p_two_sided", d["p_value"])
     return (f"{arm_label(pair['better'], results)} > {arm_label(pair['worse'], results)} "
-            f"({d['estimate'] * scale:+.3g}, p {p:.3g}, MDD {shown(d['mdd'], pair['task'])})")
+            f"({'+' if d['estimate'] > 0 else ''}{significant(d['estimate'], pair['task'])}, p {p:.3g}, "
+            f"MDD {significant(d['mdd'], pair['task'])})")
 
 
 def pairs_section(results: dict, sweep) -> list[str]:

@@ -62,8 +62,6 @@ def chance_level(task: str, budget: Budget) -> float | None:
 
 # ------------------------------------------------------------------------------------------------------ floors
 INTERVAL = "95% t interval of the mean over unit means"
-FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answer": "trivial answer",
-               "unigram": "unigram", "bigram": "bigram"}
 # A unigram floor's job also scores the bigram model (repro/floors.py): shown beside it, never the floor an arm must
 # clear (it reads neighbours a masked model may not see). A floor cached before it has none.
 NO_BIGRAM = "not computed: its floor job ran before the bigram floor was added"
@@ -405,12 +403,36 @@ def primary_status(experiment, sweep, tested) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------------ the runs
+def current_verdicts(results: dict) -> dict:
+    """`results` with every control's and claim's verdict given again by the current rule from its stored decision
+    (`repro.stats.classify` on the same p-values, units, floors and gates; no number changes), in the current
+    vocabulary (`VERDICT_WORDS`): a report written before reads as one written now. The zoo's pairs keep theirs,
+    reworded (`current_verdict`)."""
+    from encoder_zoo.repro.stats import classify, current_verdict
+
+    entries = [*(results.get("control") or {}).values(), *(results.get("adaptation_control") or {}).values(),
+               *results.get("claims", [])]
+    for entry in entries:
+        decision = entry.get("decision")
+        if decision and {"p_value", "p_opposite", "units", "control", "learned", "identical", "alpha"} <= set(decision):
+            verdict, reason = classify(decision, decision["alpha"])
+            entry["verdict"], decision["verdict"], decision["reason"] = verdict, verdict, reason
+        elif "verdict" in entry:
+            entry["verdict"] = current_verdict(entry["verdict"])
+    for pair in results.get("pairs", []):
+        if "verdict" in (pair.get("decision") or {}):
+            pair["decision"]["verdict"] = current_verdict(pair["decision"]["verdict"])
+    return results
+
+
 def name_the_gate(results: dict) -> dict:
-    """`results` with each claim that its adaptation control alone gated naming that gate and its reason
-    (`repro.stats.adaptation_gate`), as `decide_gated` now writes it: a report written before reads 'this budget does
-    not detect pretraining' there, while its positive control reads reproduced."""
+    """`results` in the current vocabulary (`current_verdicts`), with each claim that its adaptation control alone
+    gated naming that gate and its reason (`repro.stats.adaptation_gate`), as `decide_gated` now writes it: a report
+    written before reads 'this budget does not detect pretraining' there, while its positive control reads
+    reproduced."""
     from encoder_zoo.repro.stats import NO_CONTROL, adaptation_gate
 
+    current_verdicts(results)
     for claim in results.get("claims", []):
         if claim.get("verdict") != NO_CONTROL:
             continue

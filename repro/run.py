@@ -4,7 +4,8 @@ model at random initialisation), fine-tune each, and write a report with the flo
 same rows), the control (pretrained > random), and a verdict per claim (`repro.stats`: t-test on unit means; the
 primary claim alone at 5%, the secondary ones with Holm), its interval and its minimum detectable difference.
 
-    python repro/run.py spanbert --budget smoke|cpu|gpu [--jobs 2] [--dataset PATH_OR_HUB_ID] [--output_dir runs/repro]
+    python repro/run.py spanbert --budget smoke|cpu|adapt|gpu [--jobs 2] [--dataset PATH_OR_HUB_ID]
+        [--output_dir runs/repro]
 
 Experiments: spanbert, teams, cloze, hire, bertac; `zoo` puts every method on one budget in one table
 (repro/zoo.py). Every model is trained by the project's own entry points
@@ -38,8 +39,9 @@ def parse_args(argv):
     parser.add_argument("experiment", choices=[*sorted(all_experiments()), "zoo"],
                         help="A paper's comparison, or `zoo`: every method on one budget (repro/zoo.py).")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="smoke",
-                        help="smoke: plumbing in minutes; cpu: under 2 hours per paper on 2 cores; gpu: one H100 "
-                        "(see repro/budgets.py).")
+                        help="smoke: plumbing in minutes; cpu: under 2 hours per paper on 2 cores; adapt: each arm "
+                        "continues the shipped MiniLM with its objective (spanbert, teams, zoo), under an hour; gpu: "
+                        "one H100 (see repro/budgets.py).")
     parser.add_argument("--dataset", help="Pretraining corpus (pretrain.py --dataset); default: the embedded "
                                           "Wikipedia text. BERTAC's CNN keeps its enwiki excerpt.")
     parser.add_argument("--output_dir", default="runs/repro", help="Cache and reports (default: runs/repro).")
@@ -87,7 +89,25 @@ def run_experiment(experiment, budget, output_dir: Path, args, argv: list[str]) 
         print(f"  control {control['arm']} vs {control['baseline']} on {control['task']}: {control['verdict']}")
     for claim in results["claims"]:
         print(f"  {claim['role']}: {claim['arm']} vs {claim['baseline']} on {claim['task']}: {claim['verdict']}")
+    print(primary_line(results))
     return results, [sweep]
+
+
+def primary_line(results: dict) -> str:
+    """The closing line: the paper's primary claim, its difference and its verdict (or why it is not tested)."""
+    from encoder_zoo.repro.tasks import shown_difference
+
+    primary = results.get("primary")
+    if not primary:
+        return "Primary claim: none declared for this experiment."
+    claim = next((c for c in results["claims"] if c.get("role") == "primary"), None)
+    what = f"{primary['arm']} > {primary['baseline']} on {primary['task']}"
+    if not primary["tested"] or claim is None:
+        return f"Primary claim: {what}: not tested at this budget ({primary['why_not'] or 'no result'})."
+    d = claim.get("decision") or {}
+    difference = (f"{shown_difference(d['estimate'], d['low'], d['high'], claim['task'])} (90% CI), "
+                  if d.get("estimate") is not None else "")
+    return f"Primary claim: {what}: {difference}{claim['verdict']}."
 
 
 def run_zoo(budget, output_dir: Path, args, argv: list[str]) -> tuple[dict, list[Sweep]]:

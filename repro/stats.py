@@ -42,11 +42,13 @@ better); `estimate`, `low`, `high` are reported as arm - baseline in the metric'
   control reads reproduced and the adaptation control alone does not, the verdict names that gate and its reason
   (`adaptation_gate`): the budget detects pretraining, but not what continuing the encoder adds.
 - `learned=False` (neither arm clears its floor, see `clears_floor` and `learned`): NO_SIGNAL, since two models that
-  learned no more than a trivial model differ by noise.
+  learned no more than a trivial model differ by noise; but an arm shown worse than its baseline reads OPPOSITE
+  floors or not, so a model significantly below its random start reads the same at every budget (the floors gate
+  crediting a claim, and an OPPOSITE credits none).
 - Every unit of the two arms scores the same (paired: each difference is exactly 0; unpaired: neither arm has spread
   and their means agree): INDISTINGUISHABLE, whatever the direction.
-Precedence: INSUFFICIENT, NO_CONTROL, NO_SIGNAL, INDISTINGUISHABLE (the last four items, in order), then OPPOSITE,
-then REPRODUCED / NOT_REPRODUCED (the first two).
+Precedence: INSUFFICIENT, NO_CONTROL, OPPOSITE, NO_SIGNAL, INDISTINGUISHABLE, then REPRODUCED / NOT_REPRODUCED.
+Every verdict is one word of `VERDICT_WORDS`; "no signal" (not judged) names its gate in brackets.
 `low`/`high` are the two-sided (1 - 2 alpha) interval, whose ends are the one-sided (1 - alpha) bounds the verdict uses:
 "better" is reproduced exactly when the interval excludes 0 on the better side, "not_better" needs it wholly below
 +margin (on the better side).
@@ -87,16 +89,57 @@ import numpy as np
 from scipy import optimize, stats
 
 REPRODUCED = "reproduced"
-NOT_REPRODUCED = "not reproduced at this scale"
+NOT_REPRODUCED = "not reproduced"
 OPPOSITE = "opposite"
 INSUFFICIENT = "insufficient (fewer than 2 units per arm)"
-NO_SIGNAL = "no signal at this scale (neither arm clears the floor)"
-NO_CONTROL = "no signal: this budget does not detect pretraining"
-NO_ADAPTATION = "no signal: the adaptation control reads "  # + that control's verdict (`adaptation_gate`)
+# "no signal" is one word for one thing, the claim not judged, its gate named in brackets (`verdict_word`).
+NO_SIGNAL = "no signal (neither arm clears its floor)"
+NO_CONTROL = "no signal (the positive control does not reproduce)"
+NO_ADAPTATION = "no signal (the adaptation control reads "  # + that control's verdict word + ")" (`no_adaptation`)
 # Why MiniLM continued with plain MLM fine-tunes no better than MiniLM itself (docs/reproduction.md).
 ADAPTATION_REASON = ("the shipped MiniLM is a sentence encoder with no MLM head: its new head starts random and MLM "
                      "moves the encoder away from what fine-tuning uses (docs/reproduction.md, The adapt budget)")
 INDISTINGUISHABLE = "indistinguishable (the same score on every unit)"
+# The one vocabulary of every report, README's table and the docs: each verdict's word and what it means.
+VERDICT_WORDS = {
+    "reproduced": "significant as claimed (one-sided 5%)",
+    "not reproduced": "no significant difference (none as large as the MDD)",
+    "opposite": "significantly the other way (a control: below its random start, or adapted below not adapted)",
+    "no signal": "not judged, the gate in brackets fails",
+    "indistinguishable": "the same score on every unit",
+    "insufficient": "under 2 units per arm",
+}
+# Phrasings of reports written before this vocabulary, read as the verdicts they meant (`current_verdict`).
+FORMER_VERDICTS = {
+    "not reproduced at this scale": NOT_REPRODUCED,
+    "no signal at this scale (neither arm clears the floor)": NO_SIGNAL,
+    "no signal: this budget does not detect pretraining": NO_CONTROL,
+}
+FORMER_ADAPTATION = "no signal: the adaptation control reads "
+
+
+def verdict_word(verdict: str) -> str:
+    """A verdict's word (`VERDICT_WORDS`), its bracket left out."""
+    return verdict.split(" (")[0]
+
+
+def no_adaptation(verdict: str) -> str:
+    """The verdict of a claim gated by the adaptation control alone, naming that control's verdict word."""
+    return f"{NO_ADAPTATION}{verdict_word(verdict)})"
+
+
+def current_verdict(verdict: str) -> str:
+    """A verdict as this vocabulary writes it, a report's of the former phrasings included."""
+    if verdict.startswith(FORMER_ADAPTATION):
+        return no_adaptation(current_verdict(verdict.removeprefix(FORMER_ADAPTATION)))
+    return FORMER_VERDICTS.get(verdict, verdict)
+
+
+def verdict_key() -> str:
+    """One line saying what each verdict word means (README's table, the reports)."""
+    return "; ".join(f"*{word}*: {meaning}" for word, meaning in VERDICT_WORDS.items()) + "."
+
+
 ALPHA = 0.05  # every verdict's one-sided level: a primary claim and the positive control alone, a family under Holm
 DIRECTIONS = ("better", "not_better")
 
@@ -225,7 +268,7 @@ def _exact_tails(value: float, extreme: float) -> tuple[float, float]:
     return (extreme, 1.0) if value > 0 else (1.0, extreme) if value < 0 else (1.0, 1.0)
 
 
-def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
+def classify(result: dict, alpha: float) -> tuple[str, str | None]:
     """The verdict from a result's numbers, in the module docstring's order of precedence."""
     if min(result["units"]["arm"], result["units"]["baseline"]) < 2:
         return INSUFFICIENT, (f"{result['units']['arm']} unit(s) in the arm and {result['units']['baseline']} in "
@@ -233,12 +276,12 @@ def _classify(result: dict, alpha: float) -> tuple[str, str | None]:
     if result["control"] is False:
         return NO_CONTROL, ("a control (pretrained > random initialisation; at a continued-pretraining budget also "
                             "adapted > not adapted) is not reproduced on this task")
+    if result["p_opposite"] is not None and result["p_opposite"] < alpha:
+        return OPPOSITE, None  # shown worse: said at every budget, floors or not (they gate crediting a claim)
     if not result["learned"]:
         return NO_SIGNAL, "neither arm clears its floor"
     if result["identical"]:
         return INDISTINGUISHABLE, None
-    if result["p_opposite"] < alpha:
-        return OPPOSITE, None
     if result["p_value"] is None:
         return NOT_REPRODUCED, ("no margin stated for the 'no better' claim: an absent difference is not evidence "
                                 "of none")
@@ -297,7 +340,7 @@ def decide(arm: dict, baseline: dict, direction: str, higher_is_better: bool = T
             result["mdd"] = minimum_detectable_difference(
                 test["n_arm"] if test["paired"] else (test["n_arm"], test["n_baseline"]), test["unit_sd"], alpha,
                 paired=test["paired"])
-    result["verdict"], result["reason"] = _classify(result, alpha)
+    result["verdict"], result["reason"] = classify(result, alpha)
     return result
 
 
@@ -334,7 +377,7 @@ def decide_family(claims: list[dict], alpha: float = 0.05) -> list[dict]:
             r["mdd"] = minimum_detectable_difference(
                 r["units"]["arm"] if r["paired"] else (r["units"]["arm"], r["units"]["baseline"]), r["unit_sd"],
                 r["mdd_alpha"], paired=r["paired"])
-        r["verdict"], r["reason"] = _classify(r, alpha)
+        r["verdict"], r["reason"] = classify(r, alpha)
     return results
 
 
@@ -358,7 +401,7 @@ def adaptation_gate(positive: str | None, adaptation: str | None, estimate: floa
     if positive != REPRODUCED or adaptation in (None, REPRODUCED) or adaptation.startswith("unavailable"):
         return None
     worse = "worse than" if estimate is not None and estimate < 0 else "no better than"
-    return (NO_ADAPTATION + adaptation, f"the encoder continued with plain MLM fine-tunes {worse} the encoder "
+    return (no_adaptation(adaptation), f"the encoder continued with plain MLM fine-tunes {worse} the encoder "
             f"fine-tuned directly, so this budget cannot credit an objective as a continued-pretraining step; "
             f"{ADAPTATION_REASON}")
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from encoder_zoo.repro.budgets import arm_label
 from encoder_zoo.repro.experiments import EXPERIMENTS
 from encoder_zoo.repro.results import name_the_gate
-from encoder_zoo.repro.tasks import display_scale, task_facts
+from encoder_zoo.repro.stats import ALPHA, verdict_key, verdict_word
+from encoder_zoo.repro.tasks import shown_difference, significant, task_facts
 
 REPORTS = Path(__file__).resolve().parent / "reports"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -46,7 +47,7 @@ ZOO_RULE_IN_SHORT = ("every pair of methods on each task, paired by unit seed, t
 
 # The papers' table's one scale (`display_scale`); no paper claims a difference in held-out loss, which is in nats.
 DIFFERENCE_KEY = ("Differences, intervals and MDDs are in percent points (accuracy, F1 and Pearson x 100), the papers' "
-                  "scale; a held-out loss, where shown, is in nats.")
+                  "scale, to 3 significant digits; a held-out loss, where shown, in nats.")
 
 
 # A report whose held-out MLM row is the 80/10/10 mean (task heldout_mlm), made before the masked-only loss: that loss
@@ -59,15 +60,6 @@ MIXED_HELDOUT = ("Its held-out MLM loss averages all 80/10/10 targets, a tenth o
 def made_before_controls(results: dict) -> bool:
     """A report written before floors, positive controls and one scale: its results hold no control."""
     return "control" not in results
-
-
-def fmt(x) -> str:
-    return "—" if x is None else f"{x:.3g}"
-
-
-def shown(x, task: str | None) -> str:
-    """A difference, interval end or MDD of `task` on the tables' scale (`display_scale`)."""
-    return fmt(None if x is None or task is None else x * display_scale(task))
 
 
 def readme_tables(reports: Path = REPORTS) -> tuple[str, str]:
@@ -99,7 +91,7 @@ def table(budgets: str | tuple[str, ...] = README_BUDGETS, reports: Path = REPOR
                 before_controls.append(name if len(budgets) == 1 else f"{name} at `{budget}`")
             label = name if len(budgets) == 1 else f"{name}, `{budget}`"
             lines += paper_lines(results, f"[{label}](repro/reports/{name}/{budget}/report.md)", budget)
-    lines += ["", DIFFERENCE_KEY]
+    lines += ["", f"{DIFFERENCE_KEY} Verdicts: {verdict_key()}"]
     lines += [line for budget, what in tests.items() if what
               for line in ("", f"At `{budget}` every row tests {what}.")]
     if before_controls:
@@ -126,11 +118,11 @@ def paper_lines(results: dict, paper: str, budget: str) -> list[str]:
         role = {"primary": " (primary)", "control": " (positive control)",
                 "adaptation": " (adaptation control)"}.get(claim.get("role"), "")
         on = claim.get("task")
-        mdd = shown(d.get("mdd"), on) + (f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None
-                                         and "mdd_alpha" in d else "")
+        mdd = significant(d.get("mdd") if on else None, on) + (
+            f" (α {d['mdd_alpha']:.2g})" if d.get("mdd") is not None and d.get("mdd_alpha", ALPHA) != ALPHA else "")
         lines.append(f"| {paper if claim is rows[0] else ''} | {arm_label(claim['arm'], results)} {relation} "
                      f"{arm_label(claim['baseline'], results)}{role} | "
-                     f"{task} | {shown(d.get('estimate'), on)} [{shown(d.get('low'), on)}, {shown(d.get('high'), on)}]"
+                     f"{task} | {shown_difference(d.get('estimate'), d.get('low'), d.get('high'), on) if on else '—'}"
                      f" | {units} | {mdd} | {verdict} |")
     if secondary:
         lines.append(f"|  | {secondary} | | | | | |")
@@ -165,7 +157,7 @@ def paper_rows(results: dict) -> tuple[list[dict], str]:
     task = primary[0]["task"]
     secondary = [c for c in results["claims"] if c.get("role") != "primary"]
     untested = len(results.get("untested_claims", []))
-    verdicts = Counter(c["verdict"].split(":")[0].split(" (")[0] for c in secondary)
+    verdicts = Counter(verdict_word(c["verdict"]) for c in secondary)
     counted = "; ".join(f"{n} {verdict}" for verdict, n in verdicts.items())
     line = (f"secondary claims (Holm): {len(secondary)} tested{f' ({counted})' if counted else ''}"
             f"{f', {untested} not tested here' if untested else ''}; in the report")
@@ -179,8 +171,8 @@ def zoo_table(budget: str = README_ZOO_BUDGET, reports: Path = REPORTS) -> str:
     path = reports / "zoo" / budget / "results.json"
     if not path.exists():
         return f"Not yet run at `{budget}`: `python repro/run.py zoo --budget {budget}`."
-    results = json.loads(path.read_text(encoding="utf-8"))
-    significant = [f"{arm_label(p['better'], results)} > {arm_label(p['worse'], results)} on "
+    results = name_the_gate(json.loads(path.read_text(encoding="utf-8")))
+    pairs = [f"{arm_label(p['better'], results)} > {arm_label(p['worse'], results)} on "
                    f"{task_facts(p['task']).description}" for p in results["pairs"] if p["significant"]]
     # README states the rule in short; the report quotes it whole.
     rule = (f"{ZOO_RULE_IN_SHORT} ([the whole rule](repro/reports/zoo/{budget}/report.md))"
@@ -198,7 +190,7 @@ def zoo_table(budget: str = README_ZOO_BUDGET, reports: Path = REPORTS) -> str:
         f"{table_key(results)} Fusions are built over the best encoder, **{results['best_encoder']}**. "
         + (f"Positive control (pretrained > random): {'; '.join(control)}. " if control else "")
         + (f"Adaptation control (adapted > not adapted): {'; '.join(adapted)}. " if adapted else "")
-        + f"Significant pairs: {'; '.join(significant) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md)."
+        + f"Significant pairs: {'; '.join(pairs) or 'none'}. [Report](repro/reports/zoo/{budget}/report.md)."
         + former,
         "", f"Significance rule: {rule}", "",
         f"![zoo at the {budget} budget: every unit's score against its pretraining FLOPs]"
@@ -214,9 +206,7 @@ def rerender(folder: Path) -> None:
     import tempfile
 
     from encoder_zoo.repro.budgets import BUDGETS
-    from encoder_zoo.repro.jobs import Sweep
     from encoder_zoo.repro.report import render_report, render_zoo_report
-    from encoder_zoo.repro.zoo import zoo_experiment
 
     results = name_the_gate(json.loads((folder / "results.json").read_text(encoding="utf-8")))
     budget = BUDGETS[results["budget"]["name"]]
@@ -228,16 +218,23 @@ def rerender(folder: Path) -> None:
                          f"budget's now ({', '.join(changed)}): rerun it (repro/run.py); a re-render would misdescribe "
                          "it")
     results = {**results, "budget": now}
-    tasks = list(results.get("tasks") or results["chance"])
     with tempfile.TemporaryDirectory() as scratch:  # the sweep's setting only: its cache is never read
-        if results["experiment"] == "zoo":
-            sweep = Sweep(zoo_experiment(results["best_encoder"]).at(budget, tasks=tasks, units=results["units"]),
-                          Path(scratch))
-            render_zoo_report(results, sweep, folder)
-        else:
-            sweep = Sweep(EXPERIMENTS[results["experiment"]].at(budget, tasks=tasks, units=results["units"]),
-                          Path(scratch))
-            render_report(results, sweep, folder)
+        sweep = report_sweep(results, Path(scratch))
+        (render_zoo_report if results["experiment"] == "zoo" else render_report)(results, sweep, folder)
+
+
+def report_sweep(results: dict, scratch: Path):
+    """The sweep a committed report's results were made by, its setting only (budget, tasks, units), over an empty
+    `scratch` folder: what `rerender` renders with, never reading a cache."""
+    from encoder_zoo.repro.budgets import BUDGETS
+    from encoder_zoo.repro.jobs import Sweep
+    from encoder_zoo.repro.zoo import zoo_experiment
+
+    budget = BUDGETS[results["budget"]["name"]]
+    tasks = list(results.get("tasks") or results["chance"])
+    experiment = (zoo_experiment(results["best_encoder"]) if results["experiment"] == "zoo"
+                  else EXPERIMENTS[results["experiment"]])
+    return Sweep(experiment.at(budget, tasks=tasks, units=results["units"]), scratch)
 
 
 def git(args: list[str], where: Path) -> subprocess.CompletedProcess:

@@ -136,6 +136,44 @@ def shown(x: float | None, task: str) -> str:
     return "—" if x is None else f"{x * display_scale(task):.4g}"
 
 
+# What each kind of floor is called in the tables and the plots' legends.
+FLOOR_NAMES = {"chance": "chance", "bag_of_words": "bag-of-words", "trivial_answer": "trivial answer",
+               "unigram": "unigram", "bigram": "bigram"}
+
+
+def decimals(largest: float, digits: int = 3) -> int:
+    """The decimals that give `largest` (its magnitude) `digits` significant digits; never negative."""
+    import math
+
+    if not largest:
+        return digits - 1
+    places = digits - 1 - math.floor(math.log10(abs(largest)))
+    if abs(round(largest, places)) >= 10 ** (digits - places):  # 9.996 rounds to 10.00: one decimal fewer
+        places -= 1
+    return max(0, places)
+
+
+def significant(x: float | None, task: str, digits: int = 3) -> str:
+    """A difference or MDD of `task` on the tables' scale to `digits` significant digits, never in exponent form
+    (12.0, 0.827); "—" for none."""
+    if x is None:
+        return "—"
+    value = x * display_scale(task)
+    return f"{value:.{decimals(value, digits)}f}"
+
+
+def shown_difference(estimate: float | None, low: float | None, high: float | None, task: str) -> str:
+    """A difference and its interval on the tables' scale, all three to the decimals that give the largest of them
+    3 significant digits: -10.4 [-16.5, -4.4], 0.59 [0.01, 1.17]."""
+    if estimate is None:
+        return "— [—, —]"
+    scale = display_scale(task)
+    values = [v * scale if v is not None else None for v in (estimate, low, high)]
+    places = decimals(max(abs(v) for v in values if v is not None))
+    e, lo, hi = ("—" if v is None else f"{round(v, places) + 0.0:.{places}f}" for v in values)  # no "-0.0"
+    return f"{e} [{lo}, {hi}]"
+
+
 def pretraining_text(tasks: tuple[str, ...], folder: Path) -> Path:
     """The training sentences of the sentence `tasks` (labels unused, evaluation rows never), one document per row
     (a pair's texts as one), as a text file under `folder` (blank-line-separated documents, what `pretrain.py

@@ -1,7 +1,7 @@
 """The zoo table: every method trained by the same code, on the same data and budget, evaluated by the same harness,
 with its compute next to every score.
 
-    python repro/run.py zoo --budget smoke|cpu|gpu [--output_dir runs/repro]
+    python repro/run.py zoo --budget smoke|cpu|adapt|gpu [--output_dir runs/repro]
 
 Two stages of one sweep (`repro.jobs.Sweep`, same cache as the papers' experiments; `repro.run.run_zoo`):
 1. the pretrained encoders (`zoo_encoders`: every method a paper's experiment pretrains under its plain recipe; today

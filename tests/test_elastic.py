@@ -459,7 +459,8 @@ def test_the_slurm_script_is_preempted_requeued_on_fewer_nodes_and_resumes_exact
     assert first.returncode != 0
     saved = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
     assert 2 < saved[-1] < 12 and not (out / "export").exists()
-    assert stderr.count(f"stopped by SIGTERM at step {saved[-1]} after saving") == 2, stderr[-3000:]
+    # every process stops at that step; the main one says so, once
+    assert stderr.count(f"stopped by SIGTERM at step {saved[-1]} after saving") == 1, stderr[-3000:]
 
     for nodes, reason in ((0, "no node to run on"), (3, "requeue it with --nodes 1, 2, 4, 8")):
         refused = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=job(nodes), cwd=REPO)
@@ -697,3 +698,45 @@ def test_dropout_is_keyed_so_splits_end_bitwise_equal_with_dropout_on(tmp_path):
         train("spanbert", one, 4, 2, *dropout, *extra)
         assert bitwise_equal(two, one), name
     assert len(list(tmp_path.glob("2x4/replaced-*"))) == 1
+
+
+def test_under_several_processes_only_the_main_one_logs_but_errors_and_lines_about_one_rank():
+    """`training.run.entry.configure_logging`: rank 0 writes every line; another rank only errors and lines logged
+    with `extra=EVERY_RANK`; a new run logs its global batch and split once, as a resumed one does."""
+    from encoder_zoo.training.run.entry import EVERY_RANK, MainProcessOnly
+
+    def written(rank: int) -> list[str]:
+        filtered = MainProcessOnly(rank)
+        lines = []
+        for level, extra in ((logging.INFO, {}), (logging.WARNING, {}), (logging.ERROR, {}),
+                             (logging.INFO, EVERY_RANK)):
+            record = logging.LogRecord("pretrain", level, __file__, 1, f"{logging.getLevelName(level)} {extra}", None,
+                                       None)
+            record.__dict__.update(extra)
+            if filtered.filter(record):
+                lines.append(record.getMessage())
+        return lines
+
+    assert len(written(0)) == 4
+    assert written(1) == ["ERROR {}", "INFO {'every_rank': True}"]
+
+
+def test_a_new_run_logs_its_global_batch_and_split(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        keep(tmp_path / "run", None, arguments(4, 2, accumulation=3))
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Global batch")] == [
+        f"Global batch 24 (2 processes x 4 per device x 3 accumulation steps), recorded in "
+        f"{elastic.GLOBAL_BATCH_RECORD}: a resume on any number of processes keeps it."]
+
+
+@pytest.mark.multiprocess
+def test_a_two_process_run_and_its_resume_log_each_line_once(tmp_path):
+    """Under DDP the main process writes the log: a new run and its resume each name their global batch once, and
+    the run's own lines (its size, its export) appear once, not once per process."""
+    run = tmp_path / "2x4"
+    new = train("spanbert", run, 4, None, processes=2)
+    resumed = train("spanbert", resume_copy(run, tmp_path / "resumed"), 4, None, "--resume_from_checkpoint", "true",
+                    processes=2)
+    for result in (new, resumed):
+        assert result.stderr.count("Global batch 8") == 1, result.stderr[-3000:]
+        assert result.stderr.count("pretrain: spanbert tiny: ") == 1 and result.stderr.count("Exported to ") == 1

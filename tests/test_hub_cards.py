@@ -148,3 +148,23 @@ def test_push_export_uploads_the_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     assert push_export(tmp_path, "me/model", token="t") == "commit-url"
     assert calls == [("init", "t"), ("create", "me/model", True), ("upload", str(tmp_path), "me/model")]
+
+
+def test_loss_curve_legend_covers_no_curve_and_names_each_curve_once():
+    """The demo's loss curve: every logged key one line and one legend entry, the legend beside the axes (it covered
+    the training curve when drawn inside them)."""
+    from encoder_zoo.hub_cards.plots import loss_curve_figure
+
+    log = [{"step": s, "loss": 18 - s / 10, "mlm_loss": 9 - s / 20, "sbo_loss": 9 - s / 21} for s in range(10, 110, 10)]
+    log += [{"step": 100, "eval_loss": 14.7, "eval_mlm_loss": 7.37, "eval_sbo_loss": 7.38,
+             "eval_mlm_masked_loss": 7.36}]
+    keys = ("loss", "eval_loss", "mlm_loss", "sbo_loss", "eval_mlm_loss", "eval_sbo_loss", "eval_mlm_masked_loss")
+    figure = loss_curve_figure(log, keys)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    [ax] = figure.axes
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == list(keys) and len(ax.get_lines()) == len(keys)
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    assert legend.get_window_extent(renderer).x1 <= figure.bbox.x1 + 1  # inside the figure, not cut off

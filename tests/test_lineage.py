@@ -76,8 +76,13 @@ def test_phase_two_of_minilm_keeps_its_hub_id_in_the_card_and_the_standard_copy(
     flags = ["--model", "spanbert", "--max_documents", "40", "--validation_documents", "4", "--max_seq_length", "32",
              "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_steps", "1000", "--logging_steps", "1"]
     pretrain(*flags, "--init_from", minilm_path(), "--output_dir", str(tmp_path / "phase1"), timeout=900)
-    pretrain(*flags, "--init_from", str(tmp_path / "phase1" / "export"), "--also_export_standard", "--output_dir",
-             str(tmp_path / "phase2"), timeout=900)
+    result = pretrain(*flags, "--init_from", str(tmp_path / "phase1" / "export"), "--also_export_standard",
+                      "--output_dir", str(tmp_path / "phase2"), timeout=900)
+    # the run's summary names the standard copy; MiniLM's shape is no size preset, and the log does not call it one
+    assert f"its standard transformers copy (no remote code) in {tmp_path / 'phase2' / 'export-standard'}." in (
+        result.stdout)
+    assert "pretrain: spanbert in " in result.stderr and "export's shape: " in result.stderr
+    assert not [size for size in get_recipe("spanbert").sizes if f"pretrain: spanbert {size}: " in result.stderr]
     export = tmp_path / "phase2" / "export"
     record = json.loads((export / RECORD).read_text())
     assert [start["name"] for start in record["chain"]] == [MINILM_HUB_ID, "phase1/export"]

@@ -44,7 +44,9 @@ def test_pretrain_exports_a_hub_ready_folder_that_reloads_without_this_repositor
     export = out / "export"
     # It ends as `make demo` does: what it trained, where the export is, and the next command to run.
     finished, exported, after = result.stdout.strip().splitlines()[-3:]
-    assert finished.startswith("Finished: 12 steps; training loss (mean) ") and f"Exported to {export} " in exported
+    assert finished.startswith("Finished: 12 steps; held-out MLM loss at [MASK] targets only (the headline) ")
+    assert "; its unigram floor (token frequencies alone) " in finished  # the score's baseline, next to it
+    assert "; training loss, mean over every step of the run " in finished and f"Exported to {export} " in exported
     assert after.startswith(f"Next, fine-tune it (seconds): python glue/run_glue.py --model_name_or_path {export} ")
     files = {p.name for p in export.iterdir()}
     assert {"config.json", "model.safetensors", "modeling_spanbert.py", "configuration_spanbert.py", "tokenizer.json",
@@ -250,6 +252,11 @@ def test_demo_runs_end_to_end_with_a_relative_output_dir(tmp_path):
     assert "transformers_modules" in result.stdout and "fresh process, trust_remote_code=True" in result.stdout
     assert (tmp_path / "runs" / "demo" / "export" / "model.safetensors").exists()
     assert "4 steps" in result.stdout  # the run's steps, not its last logged step
+    # each number named: the headline beside its unigram floor, the others after it, the two training means apart
+    assert "nats, MLM at [MASK]ed targets only (the headline), against its unigram floor " in result.stdout
+    assert "also: MLM over all 80/10/10 targets " in result.stdout
+    assert "over every step of the run (its logged intervals; the card's);\n" in result.stdout
+    assert "Trainer's printed train_loss averages this session's steps only" in result.stdout
 
 
 @pytest.mark.slow

@@ -266,7 +266,7 @@ def tiny_zoo_qa(tmp_path_factory):
     return save_tiny_spanbert(tmp_path_factory.mktemp("tiny_qa"), "SpanBertForQuestionAnswering")
 
 
-def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
+def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa, capsys):
     train = squad_file(tmp_path / "train.json", [
         {"id": r["id"], "question": r["question"], "context": r["context"],
          "answers": list(zip(r["answers"]["text"], r["answers"]["answer_start"]))}
@@ -295,6 +295,15 @@ def test_end_to_end_tiny_run_with_a_zoo_model(tmp_path, wiki, tiny_zoo_qa):
         references=references)
     assert (rescored["exact"], rescored["f1"]) == (results["eval"]["exact"], results["eval"]["f1"])
     assert all(len(v) <= 20 for v in json.loads((out / "nbest_predictions.json").read_text()).values())
+    # Beside the score, the first-words floor on the same questions: k chosen on the training ones, scored as above.
+    floor = results["first_words_floor"]
+    answered = [{"id": qa["id"], "prediction_text": " ".join(article["paragraphs"][0]["context"].split()[
+        :floor["words"]]), "no_answer_probability": 0.0}
+        for article, qa in zip(json.loads(Path(valid).read_text())["data"], qas)]
+    assert floor["f1"] == evaluate.load(METRIC_MODULE, "v2").compute(predictions=answered, references=references)["f1"]
+    assert floor["train_f1"][floor["words"]] == max(floor["train_f1"].values()) and floor["train_questions"] == 40
+    assert (f"QA results: F1 {results['eval']['f1']:.2f}, exact match {results['eval']['exact']:.2f}; first-words "
+            f"floor F1 {floor['f1']:.2f}") in capsys.readouterr().out
     # The model-index, read back by huggingface_hub: percentages as computed, the file by its own id, the seed named.
     from huggingface_hub import ModelCard
 

@@ -249,7 +249,7 @@ def test_a_report_gives_floors_the_control_the_primary_and_reads_identical_arms_
     assert "**Primary claim:** teams > electra on wiki_cloze (SQuAD 1.1-style) F1" in report
     assert "| floor: bag-of-words (32 training rows) | 60 |" in report  # percent points, as every score
     assert "| electra_random | 55.27 [54.69, 55.84] (3)* |" in report  # under its floor
-    assert ("- **pretrained > random** on rotten_tomatoes accuracy (electra > electra_random): difference 22.67 ["
+    assert ("- **pretrained > random** on rotten_tomatoes accuracy (electra > electra_random): difference 22.7 ["
             in report)
 
     no_detection = {("electra_random", u): electra[("electra", u)] + (0.01 if u == 2 else -0.005) for u in (1, 2, 3)}
@@ -327,12 +327,12 @@ def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_n
     assert d["estimate"] == pytest.approx(0.03)  # computed on the stored scale
     assert "| role | claim | task | difference, points [90% CI] | units |" in report
     row = next(r for r in report.splitlines() if "| spanbert > bert (" in r and "rotten_tomatoes accuracy" in r)
-    assert d["mdd"] < 0.2 and f" | 3 [{d['low'] * 100:.4g}, {d['high'] * 100:.4g}] | " in row
-    assert f" | {d['mdd'] * 100:.4g} (α " in row and f"{d['mdd']:.4g}" not in row
+    assert d["mdd"] < 0.2 and f" | 3.00 [{d['low'] * 100:.2f}, {d['high'] * 100:.2f}] | " in row  # 3 digits
+    assert f" | {d['mdd'] * 100:.3g} (α " in row and f"{d['mdd']:.3g}" not in row
     qa = next(c["decision"] for c in results["claims"] if (c["arm"], c["baseline"], c["task"]) ==
               ("spanbert", "bert", "wiki_cloze"))
     assert qa["estimate"] == pytest.approx(0.3)  # F1 points, shown as they are
-    assert "on rotten_tomatoes accuracy (bert > bert_random): difference 10 [90% CI " in report
+    assert "on rotten_tomatoes accuracy (bert > bert_random): difference 10.0 [" in report
     # the paper's numbers, in points, beside ours on the same scale
     paper = report.split("## The paper's numbers")[1].split("## Ours")[0]
     assert "SpanBERT 94.6" in paper and "ours below are on the same scale" in paper
@@ -344,7 +344,7 @@ def test_reports_and_readme_show_every_score_in_percent_points_and_the_loss_in_n
     assert readme.startswith("| paper | claim | task | difference, points [90% CI] | units | MDD | verdict |")
     # README: per paper the control on the primary's task, the primary, and the secondary claims counted
     [row] = [r for r in readme.splitlines() if "| spanbert > bert (primary) |" in r]
-    assert f" | {qa['estimate']:.3g} [" in row and "wiki_cloze" in row  # F1 not multiplied
+    assert f" | {qa['estimate']:.3f} [" in row and "wiki_cloze" in row  # F1 not multiplied, 3 significant digits
     assert [r for r in readme.splitlines() if "| bert > bert_random (positive control) | wiki_cloze" in r]
     secondary = [c for c in results["claims"] if c["role"] == "secondary"]
     assert f"| secondary claims (Holm): {len(secondary)} tested (" in readme and "rotten_tomatoes" not in readme
@@ -539,8 +539,17 @@ def test_a_random_copy_is_the_sources_model_reinitialised_and_predictions_give_i
     with pytest.raises(ValueError, match="already holds"):
         random_init.main(["--model", str(source), "--seed", "3", "--output_dir", str(tmp_path / "a")])
 
-    [made] = predict.main(["--task", "rotten_tomatoes", "--max_seq_length", "32", "--max_eval_samples", "20",
-                           "--models", str(tmp_path / "a"), "--names", "seed-7", "--output_dir", str(tmp_path / "p")])
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        [made] = predict.main(["--task", "rotten_tomatoes", "--max_seq_length", "32", "--max_eval_samples", "20",
+                               "--models", str(tmp_path / "a"), "--names", "seed-7", "--output_dir",
+                               str(tmp_path / "p")])
+    import torch
+
+    if not torch.accelerator.is_available():  # CPU loaders pin no memory (glue/README.md), so torch does not warn
+        assert not [w for w in caught if "pin_memory" in str(w.message)]
     saved = json.loads((tmp_path / "p" / "seed-7.json").read_text())
     assert saved == made and saved["rows"] == len(saved["predictions"]) == 20
     from encoder_zoo.glue.tasks import first_samples, load_task
@@ -1429,6 +1438,7 @@ def test_changes_name_what_changed_per_claim_and_control():
     control lost its signal and so gated the primary claim, one claim unchanged, one dropped and one new: each row
     says so in one line, on the tables' scale, from the data alone."""
     from encoder_zoo.repro.changes import GONE, NEW, SAME, changes, previous_record
+    from encoder_zoo.repro.stats import current_verdict
 
     old = json.loads(OLD_HIRE_REPORT.read_text())
     new = json.loads(json.dumps(old))
@@ -1455,18 +1465,47 @@ def test_changes_name_what_changed_per_claim_and_control():
     old_control = old["control"]["rotten_tomatoes"]["decision"]
     assert rows[0]["before"]["verdict"] == REPRODUCED and rows[0]["now"]["verdict"] == NO_SIGNAL
     assert rows[0]["why"].startswith("highest floor 65.4 -> 70; difference ") and "positive control" not in rows[0][
-        "why"] and rows[0]["why"].endswith("-> 1 [-1, 3], within its MDD 4")
-    assert f"{100 * old_control['estimate']:.4g} [" in rows[0]["why"]
+        "why"] and rows[0]["why"].endswith("-> 1.00 [-1.00, 3.00], within its MDD 4.00")  # 3 significant digits
+    assert f"{100 * old_control['estimate']:.1f} [" in rows[0]["why"]
     assert rows[1]["why"] == (f"highest floor 65.4 -> 70; positive control {REPRODUCED} -> {NO_SIGNAL}; difference "
-                              "-0.72 [-1.6, 0.16], within its MDD 1.255 -> 3 [1, 5], beyond its MDD 2")
+                              "-0.72 [-1.60, 0.16], within its MDD 1.25 -> 3.00 [1.00, 5.00], beyond its MDD 2.00")
     assert rows[1]["before"]["verdict"] == NOT_REPRODUCED and rows[1]["now"] == {
         "verdict": NO_CONTROL, "estimate": 0.03, "low": 0.01, "high": 0.05, "mdd": 0.02}
     assert rows[2]["why"] == rows[3]["why"] == (f"{SAME}; highest floor 65.4 -> 70; positive control {REPRODUCED} -> "
                                                 f"{NO_SIGNAL}")
     assert rows[4]["why"] == NEW and rows[4]["before"] is None
-    assert rows[5]["why"] == GONE and rows[5]["now"] is None and rows[5]["before"]["verdict"] == dropped["verdict"]
+    assert rows[5]["why"] == GONE and rows[5]["now"] is None
+    assert rows[5]["before"]["verdict"] == current_verdict(dropped["verdict"])  # a former phrasing, reworded
     assert all(r["task"] == "rotten_tomatoes" and r["metric"] == "accuracy" for r in rows)
     assert all(r["why"] == SAME for r in changes(previous, old))
+
+
+@pytest.mark.parametrize("folder", sorted(str(p.parent.relative_to(Path(__file__).resolve().parent.parent))
+                                           for p in (Path(__file__).resolve().parent.parent / "repro" / "reports")
+                                           .glob("*/*/results.json")))
+def test_every_committed_report_plot_has_data_in_each_panel_and_one_legend_entry_per_meaning(folder, tmp_path):
+    """Each committed report's figure, drawn as `summary.py --rerender` draws it: every panel draws points (no panel
+    for a task nobody scored), its legend names each meaning once (floors of equal value drawn once, the unigram
+    and bigram floors apart), and no title reaches outside the figure or into another panel's."""
+    from encoder_zoo.repro.plots import figure_structure, paper_figure, zoo_figure
+    from encoder_zoo.repro.results import name_the_gate
+    from encoder_zoo.repro.summary import REPORTS, report_sweep
+    from encoder_zoo.repro.tasks import FLOOR_NAMES
+
+    results = name_the_gate(json.loads((REPORTS.parent.parent / folder / "results.json").read_text()))
+    figure = (zoo_figure if results["experiment"] == "zoo" else paper_figure)(results, report_sweep(results, tmp_path))
+    drawn = figure_structure(figure)
+    assert drawn["panels"] and all(panel["points"] > 0 for panel in drawn["panels"]), drawn["panels"]
+    assert len(drawn["legend"]) == len(set(drawn["legend"])), drawn["legend"]
+    kinds = {f["kind"] for floors in results["floors"].values() for f in floors if f.get("value") is not None}
+    assert {f"floor: {FLOOR_NAMES[kind]}" for kind in kinds} <= set(drawn["legend"]), (kinds, drawn["legend"])
+    assert drawn["outside"] == [] and drawn["overlapping"] == []
+    colours = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            if line.get_label().startswith("floor: "):
+                colours.setdefault((line.get_color(), line.get_linestyle()), set()).add(line.get_label())
+    assert all(len(labels) == 1 for labels in colours.values()), colours  # one style, one floor
 
 
 def test_a_report_with_a_previous_one_says_what_changed_and_one_without_does_not(tmp_path):
@@ -1488,6 +1527,7 @@ def test_a_report_with_a_previous_one_says_what_changed_and_one_without_does_not
     new = json.loads(json.dumps(old))
     new["floors"]["rotten_tomatoes"][1]["value"] = 0.65
     new["claims"][1]["verdict"] = new["claims"][1]["decision"]["verdict"] = NOT_REPRODUCED
+    new["claims"][1]["decision"]["control"] = True  # the rule gives that verdict again on re-rendering
     shutil.copytree(committed, tmp_path / "since")
     (tmp_path / "since" / "results.json").write_text(
         json.dumps({**new, "previous": previous_record(old, "0123456789abcdef", "the floor was refitted.")}))
@@ -1505,8 +1545,8 @@ def test_a_report_with_a_previous_one_says_what_changed_and_one_without_does_not
     assert rows[2].startswith("| control | minilm vs minilm_random |") and rows[2].endswith(
         "| same verdict; highest floor 61.8 -> 65 |")
     assert rows[3].endswith("| same verdict; highest floor 61.8 -> 65 |") and "| 1.76 [" in rows[3]
-    assert rows[4].endswith(f", {NOT_REPRODUCED} | highest floor 61.8 -> 65; difference unchanged, 0.96 [-0.1387, "
-                            "2.059], within its MDD 1.567 |")
+    assert rows[4].endswith(f", {NOT_REPRODUCED} | highest floor 61.8 -> 65; difference unchanged, 0.96 [-0.14, "
+                            "2.06], within its MDD 1.57 |")
     assert json.loads((tmp_path / "since" / "results.json").read_text())["previous"]["commit"] == "0123456789abcdef"
 
 
@@ -1539,7 +1579,10 @@ def test_summary_since_stores_the_previous_report_and_rerenders_the_same_files_t
     git("commit", "-q", "-m", "the previous reports")
     head = git("rev-parse", "HEAD")
     rerun = json.loads((folder / "results.json").read_text())
+    # as if the adaptation control had passed: the rule gives the verdict again from the decision on re-rendering
     rerun["claims"][0]["verdict"] = rerun["claims"][0]["decision"]["verdict"] = REPRODUCED
+    rerun["claims"][0]["control"] = rerun["claims"][0]["decision"]["control"] = True
+    rerun["claims"][0]["decision"]["reason"] = None
     (folder / "results.json").write_text(json.dumps(rerun, indent=2))
 
     done = subprocess.run([sys.executable, "repro/summary.py", "--since", "HEAD", "--because", "the masking changed",
@@ -1552,7 +1595,7 @@ def test_summary_since_stores_the_previous_report_and_rerenders_the_same_files_t
         k: v for k, v in rerun.items() if k != "budget"}
     report = (folder / "report.md").read_text()
     assert f"kept in the repository at `{head[:7]}`" in report and "rerun because the masking changed." in report
-    assert f", {REPRODUCED} | difference unchanged, 1.76 [0.6049, 2.915], beyond its MDD 1.647 |" in report
+    assert f", {REPRODUCED} | difference unchanged, 1.76 [0.60, 2.92], beyond its MDD 1.65 |" in report
     first = digest(folder)
     main(["--since", "HEAD", str(folder), "--because", "the masking changed"])
     assert digest(folder) == first

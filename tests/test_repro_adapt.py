@@ -20,9 +20,11 @@ from encoder_zoo.repro.stats import (
     NO_ADAPTATION,
     NO_CONTROL,
     NOT_REPRODUCED,
+    OPPOSITE,
     REPRODUCED,
     decide_experiment,
     decide_gated,
+    no_adaptation,
 )
 
 ADAPT = BUDGETS["adapt"]
@@ -112,7 +114,7 @@ def test_a_claim_is_judged_only_where_every_control_reads_reproduced():
     gates, [gated, untouched] = decide_gated([claim, secondary], {
         "positive": {"a": control, "b": control}, "adaptation": {"a": not_adapted, "b": control}})
     assert gates["adaptation"]["a"]["verdict"] == NOT_REPRODUCED
-    assert gated["verdict"] == NO_ADAPTATION + NOT_REPRODUCED and gated["control"] is False
+    assert gated["verdict"] == no_adaptation(NOT_REPRODUCED) and gated["control"] is False
     assert "sentence encoder with no MLM head" in gated["reason"] and untouched["verdict"] == REPRODUCED
     _, [missing, _] = decide_gated([claim, secondary], {"positive": {"a": control, "b": control},
                                                         "adaptation": {"b": control}})
@@ -189,10 +191,10 @@ def test_an_adapt_report_gives_both_controls_and_says_what_it_tests(tmp_path):
     results, report, _ = adapt_report(tmp_path / "b", {**scores, **not_adapted})
     assert results["control"]["rotten_tomatoes"]["verdict"] == REPRODUCED
     assert results["adaptation_control"]["rotten_tomatoes"]["verdict"] == NOT_REPRODUCED
-    assert results["claims"][0]["verdict"] == NO_ADAPTATION + NOT_REPRODUCED
+    assert results["claims"][0]["verdict"] == no_adaptation(NOT_REPRODUCED)
     assert results["claims"][0]["decision"]["estimate"] > 0.03
     assert ("**Primary claim**, tested alone at 5% with 3/3 units: teams > electra on rotten_tomatoes accuracy "
-            in report and f"**{NO_ADAPTATION}{NOT_REPRODUCED} (the encoder continued with plain MLM fine-tunes no "
+            in report and f"**{no_adaptation(NOT_REPRODUCED)} (the encoder continued with plain MLM fine-tunes no "
             "better than the encoder fine-tuned directly" in report)
 
 
@@ -220,7 +222,7 @@ def test_a_committed_adapt_report_is_what_the_renderer_writes_from_its_results(t
         budget_line = (folder / "report.md").read_text().split("\n\n")[1]
         assert ("BERTAC's CNN" in budget_line) == (name == "zoo")
     report = (REPORTS / "spanbert" / "adapt" / "report.md").read_text()
-    assert f"**{NO_ADAPTATION}opposite (" in report and "does not detect pretraining**" not in report
+    assert f"**{no_adaptation(OPPOSITE)} (" in report and f"{NO_CONTROL}**" not in report
     assert "| bert (MiniLM + MLM) (baseline) |" in report
 
 

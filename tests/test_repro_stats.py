@@ -367,12 +367,14 @@ def test_an_arm_at_its_floor_clears_it_at_most_2_5_percent_of_the_time():
 @pytest.mark.parametrize("n_units", [3, 5])
 def test_no_signal_where_neither_arm_clears_its_floor(n_units):
     """Two arms at their floor (a bag-of-words model's score, say), one of them better by 3 unit SDs: the verdict
-    reads "no signal" at least 90% of the time (each arm clears at most 2.5%), and "reproduced" at most 5%. Arms well
-    above their floors are never "no signal"; one arm above its floor is enough."""
+    reads "no signal" at least 85% of the time (each arm clears at most 2.5%; measured 90.0% and 91.3% at 3 and 5
+    units), "reproduced" at most 5% and "opposite" at most its test's 5% (an arm shown worse reads opposite, floors or
+    not). Arms well above their floors are never "no signal"; one arm above its floor is enough."""
     floor = 0.0
     at_floor = simulate(n_units, [floor, floor], seed=50 + n_units)
     verdicts = [decide(a, b, "better", learned=learned(a, b, floor))["verdict"] for a, b in at_floor]
-    assert rate(verdicts, NO_SIGNAL) >= 0.9 and rate(verdicts, REPRODUCED) <= ALPHA_BOUND
+    assert rate(verdicts, NO_SIGNAL) >= 0.85 and rate(verdicts, REPRODUCED) <= ALPHA_BOUND
+    assert rate(verdicts, OPPOSITE) <= ALPHA_BOUND
     above = simulate(n_units, [floor + 6 * UNIT_SD, floor + 6 * UNIT_SD], seed=60 + n_units, experiments=500)
     assert all(decide(a, b, "better", learned=learned(a, b, floor))["verdict"] != NO_SIGNAL for a, b in above)
     one_above = simulate(n_units, [floor + 6 * UNIT_SD, floor], seed=70 + n_units, experiments=500)
@@ -424,3 +426,33 @@ def test_the_primary_claim_is_tested_alone_and_the_secondary_ones_under_holm():
     assert all(r["family_size"] == 3 and r["p_value"] == pytest.approx(min(1, 3 * alone["p_value"]))
                and r["mdd_alpha"] == pytest.approx(ALPHA / 3) for r in secondary)
     assert VERDICT_ALPHA == ALPHA
+
+
+def test_one_vocabulary_a_model_below_its_random_start_reads_opposite_floors_or_not():
+    """Each verdict is one word of `VERDICT_WORDS` ("no signal" naming its gate in brackets); a pretrained arm
+    significantly below its random start reads "opposite" whether or not either clears its floor (the teams `cpu`
+    control, which read "no signal" before); a former report's phrasings read as the current words."""
+    from encoder_zoo.repro.stats import (
+        NO_ADAPTATION,
+        VERDICT_WORDS,
+        current_verdict,
+        no_adaptation,
+        verdict_key,
+        verdict_word,
+    )
+
+    pretrained = {(u, 0): 0.02 + 0.01 * u + 0.001 * (u % 2) for u in (1, 2, 3)}
+    random = {(u, 0): 0.14 + 0.01 * u for u in (1, 2, 3)}
+    for floors_cleared in (True, False):
+        assert decide(pretrained, random, "better", learned=floors_cleared)["verdict"] == OPPOSITE
+    assert decide(random, pretrained, "better", learned=False)["verdict"] == NO_SIGNAL  # shown better: still gated
+    assert decide(pretrained, random, "better", control=False)["verdict"] == NO_CONTROL
+    for verdict in (REPRODUCED, NOT_REPRODUCED, OPPOSITE, INSUFFICIENT, NO_SIGNAL, NO_CONTROL, INDISTINGUISHABLE,
+                    no_adaptation(OPPOSITE)):
+        assert verdict_word(verdict) in VERDICT_WORDS
+    assert no_adaptation(NO_SIGNAL) == NO_ADAPTATION + "no signal)"
+    assert current_verdict("no signal: this budget does not detect pretraining") == NO_CONTROL
+    assert current_verdict("no signal at this scale (neither arm clears the floor)") == NO_SIGNAL
+    assert current_verdict("not reproduced at this scale") == NOT_REPRODUCED
+    assert current_verdict("no signal: the adaptation control reads opposite") == no_adaptation(OPPOSITE)
+    assert all(f"*{word}*" in verdict_key() for word in VERDICT_WORDS)

@@ -175,12 +175,14 @@ def test_demo_stopped_by_ctrl_c_exits_130_and_continues_on_the_next_run(tmp_path
     command = [sys.executable, "-m", "encoder_zoo.training.demo", "--output_dir", "runs/demo", "--max_steps", "60",
                "--model_size", "tiny"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env=pretrain_env(), start_new_session=True)
+                               env={**pretrain_env(), "MAKELEVEL": "1"}, start_new_session=True)  # as `make demo`
     read_until_training(process)
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait(timeout=120) == 128 + signal.SIGINT
     stderr = process.stderr.read()
     assert "Traceback" not in stderr and "stopped by SIGINT" in stderr and "runs/demo" in stderr
+    # the command that resumes it: make demo (its own STEPS), not pretrain.py's flag, which the demo does not take
+    assert "Run `make demo STEPS=60` again to continue" in stderr and "--resume_from_checkpoint" not in stderr
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=pretrain_env(), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resuming from" in result.stderr and "==== SpanBERT demo summary ====" in result.stdout

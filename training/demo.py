@@ -11,7 +11,6 @@ import argparse
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from encoder_zoo.training import pretrain
@@ -41,6 +40,8 @@ print(json.dumps({
 
 
 OPTIONS_FILE = "demo_options.json"
+DEFAULT_STEPS = 400
+HELD_OUT_KEYS = ("eval_loss", "eval_mlm_loss", "eval_sbo_loss", "eval_mlm_masked_loss", "eval_unigram_floor")
 
 
 def recorded_options(output_dir: Path) -> dict | None:
@@ -63,10 +64,44 @@ def prune_earlier_copies(output_dir: Path) -> None:
         print(f"demo: removed the older demo run {folder} (one earlier copy is kept).")
 
 
+def rerun_command(options) -> str:
+    """The command that continues this demo: `make demo` (with its STEPS) where make started it (make sets MAKELEVEL
+    for what it runs), else this module's own command line."""
+    import os
+
+    if os.environ.get("MAKELEVEL"):
+        return "make demo" + (f" STEPS={options.max_steps}" if options.max_steps != DEFAULT_STEPS else "")
+    return " ".join([f"{Path(sys.executable).name} -m encoder_zoo.training.demo", *sys.argv[1:]])
+
+
+def stopped_message(stop, options) -> str:
+    """What a stopped demo says: where it stopped and the command that continues it (the demo resumes by itself;
+    pretrain.py's own advice, --resume_from_checkpoint, is not a flag of the demo)."""
+    import signal
+
+    saved = f" after saving {stop.checkpoint}" if stop.checkpoint else ""
+    return (f"stopped by {signal.Signals(stop.signum).name} at step {stop.step}{saved}. Run `{rerun_command(options)}` "
+            f"again to continue from there: the demo resumes its run in {options.output_dir}.")
+
+
+def held_out_lines(evaluation: dict | None, pad: str) -> str:
+    """The summary's held-out figures, each named: the headline (MLM at [MASK]ed targets only) beside its unigram
+    floor, then the others, continued lines indented by `pad`."""
+    if not evaluation:
+        return "none (no held-out documents)"
+    if "mlm_masked_loss" not in evaluation:
+        return "{loss:.3f} (MLM {mlm_loss:.3f} + SBO {sbo_loss:.3f})".format(**evaluation)
+    floor = evaluation.get("unigram_floor")
+    beside = f", against its unigram floor {floor:.3f} (token frequencies alone)" if floor is not None else ""
+    return (f"{evaluation['mlm_masked_loss']:.3f} nats, MLM at [MASK]ed targets only (the headline){beside}\n"
+            f"{pad}also: MLM over all 80/10/10 targets {evaluation['mlm_loss']:.3f} (a tenth left unchanged, so "
+            f"copied), SBO {evaluation['sbo_loss']:.3f}, their sum {evaluation['loss']:.3f} (eval_loss)")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="runs/demo", help="Where checkpoints and the export go.")
-    parser.add_argument("--max_steps", type=int, default=400,
+    parser.add_argument("--max_steps", type=int, default=DEFAULT_STEPS,
                         help="Training steps (400 take about 4 minutes on 2 cores; `make demo STEPS=N`).")
     parser.add_argument("--model_size", default="small", help="SpanBERT size preset.")
     options = parser.parse_args(argv)
@@ -101,8 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
             "--dataloader_num_workers", "0",
         ]).resolve()  # the reload runs in another working directory
     except TrainingStopped as stop:
-        print(f"demo: {stop} Or run the same command again: the demo continues its run in {options.output_dir}.",
-              file=sys.stderr)
+        print(f"demo: {stopped_message(stop, options)}", file=sys.stderr)
         raise SystemExit(stop.exit_code) from None
     prune_earlier_copies(output_dir)
     log = json.loads((export_dir / "training_log.json").read_text())
@@ -119,27 +153,29 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": max(entry["step"] for entry in log if "step" in entry),  # the last step, logged or not
         "first_logged": {k: train_logs[0][k] for k in ("loss", "mlm_loss", "sbo_loss")},
         "last_logged": {k: train_logs[-1][k] for k in ("loss", "mlm_loss", "sbo_loss", "tokens_per_second")},
-        "eval": next(({k.removeprefix("eval_"): e[k] for k in ("eval_loss", "eval_mlm_loss", "eval_sbo_loss")}
+        "eval": next(({k.removeprefix("eval_"): e[k] for k in HELD_OUT_KEYS if k in e}
                       for e in reversed(log) if "eval_loss" in e), None),
+        "run_mean_loss": next((e["train_loss"] for e in reversed(log) if "train_loss" in e), None),
         "reloaded": reloaded,
     }
-    held_out = "none (no held-out documents)" if not summary["eval"] else (
-        "{loss:.3f} (MLM {mlm_loss:.3f}, SBO {sbo_loss:.3f})".format(**summary["eval"]))
     first, last = summary["first_logged"], summary["last_logged"]
-    parts = (f"MLM {first['mlm_loss']:.3f} -> {last['mlm_loss']:.3f}, "
-             f"SBO {first['sbo_loss']:.3f} -> {last['sbo_loss']:.3f}")
-    print(textwrap.dedent(f"""
-        ==== SpanBERT demo summary ====
-        export folder : {summary['export']}
-          files       : {', '.join(summary['files'])}
-        training      : {summary['steps']} steps; loss {first['loss']:.3f} -> {last['loss']:.3f}
-                        ({parts}); {last['tokens_per_second']:.0f} tokens/s
-        held-out loss : {held_out}
-        reloaded as   : {reloaded['class']} (fresh process, trust_remote_code=True)
-          output      : {reloaded['hidden_shape']}
-          fill-mask   : "Paris is the capital of [MASK]." -> {reloaded['fill_mask_top5']}
-                        (a {summary['steps']}-step model predicts frequent words, not yet facts)
-    """))
+    pad = " " * 16
+    training = [f"{summary['steps']} steps; loss (MLM + SBO) {first['loss']:.3f} -> {last['loss']:.3f} (MLM "
+                f"{first['mlm_loss']:.3f} -> {last['mlm_loss']:.3f}, SBO {first['sbo_loss']:.3f} -> "
+                f"{last['sbo_loss']:.3f}); {last['tokens_per_second']:.0f} tokens/s"]
+    if summary["run_mean_loss"] is not None:
+        training += [f"mean loss {summary['run_mean_loss']:.3f} over every step of the run (its logged intervals; "
+                     "the card's);", "Trainer's printed train_loss averages this session's steps only"]
+    print("\n".join([
+        "", "==== SpanBERT demo summary ====",
+        f"export folder : {summary['export']}",
+        f"  files       : {', '.join(summary['files'])}",
+        f"training      : {training[0]}", *(pad + line for line in training[1:]),
+        f"held-out loss : {held_out_lines(summary['eval'], pad)}",
+        f"reloaded as   : {reloaded['class']} (fresh process, trust_remote_code=True)",
+        f"  output      : {reloaded['hidden_shape']}",
+        f"  fill-mask   : \"Paris is the capital of [MASK].\" -> {reloaded['fill_mask_top5']}",
+        f"{pad}(a {summary['steps']}-step model predicts frequent words, not yet facts)", ""]))
     return summary
 
 

@@ -621,8 +621,10 @@ class TrainingText:
 
 
 def main(argv: list[str] | None = None) -> Path:
+    from encoder_zoo.training.run.entry import configure_logging
+
     args, training_args = parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    configure_logging()  # under DDP the main process's lines only
     recipe, overrides = check_recipe_arguments(args)
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
@@ -640,6 +642,7 @@ def main(argv: list[str] | None = None) -> Path:
 def train_and_export(args, training_args, recipe, overrides, output_dir: Path, export_dir: Path,
                      checkpoint: str | None) -> Path:
     """Train (or, resumed at its last step, only finish) and export: every step after the run folder is checked."""
+    from encoder_zoo.training.run.export import add_unigram_floor
     from encoder_zoo.training.run.sharding import unsharded_model
 
     set_seed(training_args.seed)
@@ -662,9 +665,10 @@ def train_and_export(args, training_args, recipe, overrides, output_dir: Path, e
     metrics = train(trainer, checkpoint, output_dir, eval_dataset)
     trained = unsharded_model(trainer, type(model), config)  # every process takes part (FSDP/DeepSpeed gather)
     if trainer.is_world_process_zero():
+        add_unigram_floor(metrics, trainer.state.log_history, train_dataset, eval_dataset, tokenizer)
         export(trained, tokenizer, recipe, args, trainer, metrics, text, train_dataset, export_dir)
-        if args.also_export_standard:
-            export_standard(export_dir)
+        standard = export_standard(export_dir) if args.also_export_standard else None
+        print(finished_message(export_dir, trainer.state.global_step, metrics, trained.config, standard))
         if push_to_hub:
             upload(export_dir, trainer.args)
     leave_process_group()
@@ -1032,7 +1036,10 @@ def load_starting_weights(model, args, training_args, output_dir: Path, resuming
 def log_run(args, model, train_dataset) -> None:
     from encoder_zoo.training.run.export import parameter_count
 
-    logger.info("%s %s: %s parameters, %s training examples", args.model, args.model_size,
+    point = getattr(args, "starting_point", None)
+    shape = (f"{args.model} in {args.init_from}'s shape" if point is not None and not point.size_matches
+             else f"{args.model} {args.model_size}")  # a checkpoint that is no size preset is not called one
+    logger.info("%s: %s parameters, %s training examples", shape,
                 parameter_count(sum(p.numel() for p in model.parameters())),
                 "streamed" if args.streaming else len(train_dataset))
 
@@ -1147,7 +1154,6 @@ def export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: Train
         shutil.rmtree(staging, ignore_errors=True)
         raise SaveFailed.of(error, f"the export {export_dir}", Path(training_args.output_dir)) from error
     logger.info("Exported to %s", export_dir)
-    print(finished_message(export_dir, trainer.state.global_step, metrics, trained.config))
 
 
 def export_standard(export_dir: Path) -> Path:
@@ -1159,12 +1165,14 @@ def export_standard(export_dir: Path) -> Path:
     return standard
 
 
-def finished_message(export_dir: Path, steps: int, metrics: dict, config) -> str:
-    """What a finished run tells its user, as `make demo` does: steps, losses, the export and the next command."""
-    losses = [f"{name} {metrics[key]:.4g}" for name, key in (("training loss (mean)", "train_loss"),
-                                                             ("held-out loss", "eval_loss"),
-                                                             ("held-out MLM loss at [MASK] targets only",
-                                                              "eval_mlm_masked_loss")) if key in metrics]
+def finished_message(export_dir: Path, steps: int, metrics: dict, config, standard: Path | None = None) -> str:
+    """What a finished run tells its user, as `make demo` does: steps, losses, the export (and its standard copy,
+    --also_export_standard) and the next command."""
+    losses = [f"{name} {metrics[key]:.4g}" for name, key in (
+        ("held-out MLM loss at [MASK] targets only (the headline)", "eval_mlm_masked_loss"),
+        ("its unigram floor (token frequencies alone)", "eval_unigram_floor"),
+        ("held-out loss, all objectives", "eval_loss"),
+        ("training loss, mean over every step of the run", "train_loss")) if key in metrics]
     if "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {}):
         after = (f"Next, fine-tune it (seconds): python glue/run_glue.py --model_name_or_path {export_dir} "
                  "--trust_remote_code --task_name rotten_tomatoes --seeds 1 --max_train_samples 500 "
@@ -1172,7 +1180,9 @@ def finished_message(export_dir: Path, steps: int, metrics: dict, config) -> str
     else:
         after = f"Next: its model page under docs/models/ says how {config.model_type} is used."
     return "\n".join([f"Finished: {steps} steps; {'; '.join(losses) or 'no loss logged'}.",
-                      f"Exported to {export_dir} (model card: {export_dir / 'README.md'}).", after])
+                      f"Exported to {export_dir} (model card: {export_dir / 'README.md'})"
+                      + (f"; its standard transformers copy (no remote code) in {standard}." if standard else "."),
+                      after])
 
 
 def write_export(trained, tokenizer, recipe, args, trainer, metrics: dict, text: TrainingText, train_dataset,

@@ -169,6 +169,9 @@ def keep_global_batch(output_dir: Path, checkpoint: str | None, training_args, *
         record = batch_record(training_args, loss_normalization)
         if training_args.process_index == 0:
             write_batch_record(output_dir, record)
+        logger.info("Global batch %d (%s), recorded in %s: a resume on any number of processes keeps it.",
+                    record["global_batch"], _split(micro, processes, training_args.gradient_accumulation_steps),
+                    GLOBAL_BATCH_RECORD)
         return record
     run_dir = Path(checkpoint).parent
     record = read_batch_record(run_dir)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -49,11 +50,41 @@ def stopped_by(stop: KeyboardInterrupt) -> tuple[str, int]:
     return ("SIGTERM", 128 + signal.SIGTERM) if isinstance(stop, Terminated) else ("Ctrl-C", 130)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+EVERY_RANK = {"every_rank": True}  # `extra=` of a log record about one process: every process writes its own
+
+
+def process_rank() -> int:
+    """This process's global rank as the launcher set it (torchrun, accelerate, Slurm via our launchers); 0 alone."""
+    return int(os.environ.get("RANK", "0"))
+
+
+class MainProcessOnly(logging.Filter):
+    """Passes every record on the main process (rank 0); elsewhere only errors and records about that process
+    (logged with `extra=EVERY_RANK`), so a DDP run's log and its stop message read once, not once per process."""
+
+    def __init__(self, rank: int):
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.rank == 0 or record.levelno >= logging.ERROR or getattr(record, "every_rank", False)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """The entry points' logging: one line format, and under several processes the main process's lines only
+    (`MainProcessOnly` on the root handlers, which every logger's records pass through)."""
+    logging.basicConfig(format=LOG_FORMAT, level=level)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, MainProcessOnly) for f in handler.filters):
+            handler.addFilter(MainProcessOnly(process_rank()))
+
+
 def run_cli(main: Callable[[], object], script: str, *, stops: tuple[type[BaseException], ...] = (),
             interrupted: str | None = None, traceback_env: str | None = None) -> None:
     """Run `main()` (which reads `sys.argv`) as `python <script>` does, ending in one line on stderr, not a traceback:
     - a stop in `stops` (TrainingDiverged, TrainingStopped, RunInterrupted: each carries its `exit_code`):
-      `<script>: <message>`, exit status `exit_code`;
+      `<script>: <message>` (by the main process alone under several), exit status `exit_code`;
     - ValueError or OSError (bad input: a flag, a file, a folder): `<script>: error: <message>`, exit status 2, or
       the traceback when the environment variable `traceback_env` is set;
     - a Ctrl-C that `main` did not turn into a stop of its own (while Python was still importing, say):
@@ -61,7 +92,8 @@ def run_cli(main: Callable[[], object], script: str, *, stops: tuple[type[BaseEx
     try:
         main()
     except stops as stop:
-        print(f"{script}: {stop}", file=sys.stderr)
+        if process_rank() == 0:  # every process stops at the same step: the main one says so, once
+            print(f"{script}: {stop}", file=sys.stderr)
         raise SystemExit(stop.exit_code) from None
     except (ValueError, OSError) as error:
         if traceback_env and os.environ.get(traceback_env):

@@ -188,12 +188,51 @@ def training_loss_rows(log_history: list[dict[str, Any]], mean_loss: float | Non
     return rows
 
 
+def unigram_loss(train, held_out, size: int, special) -> tuple[float, int, int]:
+    """The cross-entropy, in nats per token, of a unigram model of the `train` examples' tokens (counts plus one
+    for every non-special token: Laplace) on every non-special token of the `held_out` examples, and the two token
+    counts: what a model that learned only token frequencies scores at masked targets (`repro/floors.py` says why).
+    `size`: the vocabulary; `special`: the special token ids, never counted."""
+    import numpy as np
+
+    def counts(examples) -> np.ndarray:
+        total = np.zeros(size, dtype=np.float64)
+        for batch in examples.iter(batch_size=2048):
+            flat = np.fromiter((t for ids in batch["input_ids"] for t in ids), dtype=np.int64)
+            total += np.bincount(flat, minlength=size)[:size]
+        total[special] = 0
+        return total
+
+    trained, seen = counts(train), counts(held_out)
+    law = trained + 1.0  # Laplace: a piece the training examples lack is not impossible
+    law[special] = 0
+    law /= law.sum()
+    value = float(-(seen * np.log(np.where(seen > 0, law, 1.0))).sum() / seen.sum())
+    return value, int(trained.sum()), int(seen.sum())
+
+
+def add_unigram_floor(metrics: dict, log_history: list, train_dataset, eval_dataset, tokenizer) -> None:
+    """Beside the held-out MLM loss at [MASK]ed targets, the unigram floor of the same tokens (`unigram_loss`), as
+    `eval_unigram_floor` in `metrics` and in the log's last evaluation (training_log.json, the card, the finished
+    line, the demo's summary); nothing for a run without that loss, held-out examples, or examples in memory (a
+    stream)."""
+    if ("eval_mlm_masked_loss" not in metrics or eval_dataset is None
+            or "input_ids" not in (getattr(train_dataset, "column_names", None) or ())):
+        return
+    floor, _, _ = unigram_loss(train_dataset, eval_dataset, len(tokenizer), sorted(set(tokenizer.all_special_ids)))
+    metrics["eval_unigram_floor"] = floor
+    evaluation = next((e for e in reversed(log_history) if "eval_mlm_masked_loss" in e), None)
+    if evaluation is not None:
+        evaluation["eval_unigram_floor"] = floor
+
+
 # What a held-out figure is, where its name alone would not say: an MLM's 80/10/10 mean includes targets left unchanged,
 # which the model copies from its input; the masked-only figure (training.run.trainer.add_masked_only) is the headline.
 HELD_OUT_NAMES = {
     "mlm_masked_loss": "MLM loss at [MASK]ed targets only, nats (the headline: tokens predicted unseen)",
     "mlm_masked_accuracy": "MLM top-1 accuracy at [MASK]ed targets only, points",
     "mlm_masked_targets": "[MASK]ed targets scored",
+    "unigram_floor": "unigram floor at the same targets, nats (token frequencies alone: what the headline must beat)",
     "mlm_loss": "MLM loss over all 80/10/10 targets, nats (a tenth left unchanged: copied, not predicted)",
     "mlm_ppl": "MLM perplexity over all 80/10/10 targets",
     "mlm_accuracy": "MLM top-1 accuracy over all 80/10/10 targets, points",
@@ -206,7 +245,7 @@ HELD_OUT_NAMES = {
 def validation_rows(metrics: dict) -> dict:
     """The card's held-out rows: the masked-only MLM figures first where the run has them, then the total loss and
     each objective's loss, perplexity and accuracy, each named for what it averages (`HELD_OUT_NAMES`)."""
-    headline = [name for name in ("mlm_masked_loss", "mlm_masked_accuracy", "mlm_masked_targets")
+    headline = [name for name in ("mlm_masked_loss", "unigram_floor", "mlm_masked_accuracy", "mlm_masked_targets")
                 if f"eval_{name}" in metrics]
     others = [key.removeprefix("eval_") for key in metrics if key.startswith("eval_") and key != "eval_loss"
               and key.endswith(("_loss", "_ppl", "_accuracy")) and key.removeprefix("eval_") not in headline]
