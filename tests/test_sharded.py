@@ -165,7 +165,9 @@ def test_teams_shared_layers_stay_one_parameter_under_fsdp(tmp_path):
     those of the unsharded model trained on the same batches."""
     script = tmp_path / "shared.py"
     script.write_text(textwrap.dedent(SHARED_LAYERS_UNDER_FSDP))
-    command = ["torchrun", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]
+    # torch's launcher through this interpreter: a torch installed without its console scripts has no `torchrun`.
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), str(script)]
     result = subprocess.run(command, capture_output=True, text=True,
                             env={**pretrain_env(), "PYTHONPATH": REPO}, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr[-4000:]
