@@ -231,6 +231,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
     model_kwargs = model_arguments(task, args)
     config_overrides = model_config_overrides(args)
     selection = selection_arguments(args, training_args, user_flags, PRESETS.get(args.preset, NO_PRESET).flags)
+    baseline = bag_of_words_baseline(task, raw) if task.is_regression else {}
     runs = []
     for seed in args.seeds or [training_args.seed]:
         run_args = seed_arguments(task, seed, args, training_args, user_flags, selection)
@@ -245,7 +246,7 @@ def run_task(task_name: str, args: GlueArguments, training_args: TrainingArgumen
         if finished is not None:
             finished.append((task.name, seed, run_args.output_dir, run["metrics"]))
         logger.info("%s seed %d: %s", task.name, seed, format_percent(run["metrics"]))
-    return task_result(task, raw, runs)
+    return task_result(task, raw, runs, baseline)
 
 
 def tokenize_task(task, raw, args: GlueArguments, training_args: TrainingArguments):
@@ -359,8 +360,9 @@ def train_and_evaluate(trainer, encoded, task, fractions: dict, seed: int, selec
     return run
 
 
-def task_result(task, raw, runs: list[dict]) -> dict:
-    """A task's runs, their median, and (for accuracy) the majority class's score to read them against."""
+def task_result(task, raw, runs: list[dict], baseline: dict | None = None) -> dict:
+    """A task's runs, their median, and the score to read them against: the majority class's for accuracy, and
+    `baseline` (`bag_of_words_baseline`'s, for regression) as it is."""
     from encoder_zoo.glue.tasks import majority_class_accuracy
 
     median = {key: statistics.median(run["metrics"][key] for run in runs) for key in runs[0]["metrics"]}
@@ -369,7 +371,38 @@ def task_result(task, raw, runs: list[dict]) -> dict:
     if "accuracy" in task.metrics:  # the score of a classifier that learned nothing, to read the runs against
         result["majority_class"] = {split_metric("accuracy", split): majority_class_accuracy(raw[split]["label"])
                                     for split in task.validation_splits}
-    return result
+    return {**result, **(baseline or {})}
+
+
+# The bag-of-words baseline fits on at most this many of the training rows (the first): seconds, whatever the data.
+BASELINE_TRAIN_ROWS = 20_000
+
+
+def bag_of_words_baseline(task, raw) -> dict:
+    """What a regression task's runs are read against, since a constant answer has no correlation: glue/baselines.py's
+    bag-of-words Ridge model fitted on the runs' training rows (the first BASELINE_TRAIN_ROWS) and scored like them on
+    every validation split. `bag_of_words`: its scores (0-1); `bag_of_words_model`: what it is. Empty, with a
+    warning, where it cannot be fitted or scores no number (texts without a word, constant labels)."""
+    import math
+
+    from encoder_zoo.glue.baselines import fit_bag_of_words, score
+
+    train = raw["train"].select(range(min(BASELINE_TRAIN_ROWS, len(raw["train"]))))
+    try:
+        predict, model = fit_bag_of_words(task, train)
+        scores = {}
+        for split in task.validation_splits:
+            predicted = predict(raw[split])
+            for key in task.metrics:
+                scores[split_metric(key, split)] = score(key, predicted, raw[split]["label"])
+    except ValueError as error:
+        logger.warning("%s: no bag-of-words baseline to read the runs against (%s).", task.name, error)
+        return {}
+    if not all(map(math.isfinite, scores.values())):
+        logger.warning("%s: no bag-of-words baseline to read the runs against (it scores %s).", task.name,
+                       format_percent(scores))
+        return {}
+    return {"bag_of_words": scores, "bag_of_words_model": f"{model} on {len(train)} training rows"}
 
 
 def selection_arguments(args: GlueArguments, training_args: TrainingArguments, user_flags: list[str],
@@ -435,6 +468,9 @@ def markdown_table(results: dict) -> str:
             lines.append(f"| {task} | {key} | {value:.2f} | {runs} |")
         for key, value in result.get("majority_class", {}).items():
             lines.append(f"| {task} | {key} of always predicting its most frequent label | {value:.2f} | |")
+        for key, value in result.get("bag_of_words", {}).items():
+            lines.append(f"| {task} | {key} of a bag-of-words ridge model ({result['bag_of_words_model']}) | "
+                         f"{value:.2f} | |")
     if results.get("glue_average") is not None:
         lines.append(f"| GLUE average | {'with' if results['include_wnli'] else 'without'} WNLI | "
                      f"{results['glue_average']:.2f} | |")
@@ -514,10 +550,10 @@ SCORE_SCALE = "points (percent, 0-100)"
 
 def in_points(results: dict) -> dict:
     """`results` (scores as the metrics give them, 0-1) with every score in points: each run's, the medians, the
-    majority class's and the GLUE average, as glue_results.json and main() give them."""
+    baselines' (majority class, bag of words) and the GLUE average, as glue_results.json and main() give them."""
     tasks = {name: {**result, "runs": [{**run, "metrics": percent(run["metrics"])} for run in result["runs"]],
                     "median": percent(result["median"]),
-                    **({"majority_class": percent(result["majority_class"])} if "majority_class" in result else {})}
+                    **{key: percent(result[key]) for key in ("majority_class", "bag_of_words") if key in result}}
              for name, result in results["tasks"].items()}
     average = results.get("glue_average")
     return {**results, "scale": SCORE_SCALE, "tasks": tasks, "glue_average": None if average is None else 100 * average}

@@ -7,10 +7,11 @@ arms both sit at or under their floor reads "no signal" (repro/stats.py). One ch
         --output F
     python repro/floors.py unigram --export PRETRAINING/export --output F -- PRETRAINING_FLAGS
 
-- bag_of_words (classification and regression): TF-IDF of word unigrams and bigrams (sublinear tf), fitted on the
-  training rows the fine-tunings read, with scikit-learn's LogisticRegression (C 1, classification) or Ridge (alpha 1,
-  regression), scored on the same evaluation rows by the metric the task's spec scores it by (`Scoring.metric`;
-  without one, accuracy or Pearson). Fixed settings, chosen before any result and never tuned.
+- bag_of_words (classification and regression; glue/baselines.py's model, which run_glue.py prints beside
+  regression runs): TF-IDF of word unigrams and bigrams (sublinear tf), fitted on the training rows the
+  fine-tunings read, with scikit-learn's LogisticRegression (C 1, classification) or Ridge (alpha 1, regression),
+  scored on the same evaluation rows by the metric the task's spec scores it by (`Scoring.metric`; without one,
+  accuracy or Pearson). Fixed settings, chosen before any result and never tuned.
 - trivial_answer (extractive QA F1): every question answered with the context's first k words, k (0: no answer)
   the length whose answers score the best F1 on the training rows; scored with run_qa.py's own metric on its
   evaluation rows. It reads neither question nor answer type: a model under it has not learned to read the question.
@@ -40,50 +41,21 @@ from pathlib import Path
 KINDS = ("bag_of_words", "trivial_answer", "unigram")
 
 
-def score(metric: str, predicted, labels) -> float:
-    """`predicted` against `labels` by `metric`, as glue/metrics/glue_zoo computes it (0-1)."""
-    import numpy as np
-    from scipy import stats
-    from sklearn.metrics import f1_score, matthews_corrcoef
-
-    scorers = {"accuracy": lambda: np.mean(predicted == labels),
-               "pearson": lambda: stats.pearsonr(predicted, labels)[0],
-               "spearmanr": lambda: stats.spearmanr(predicted, labels)[0],
-               "f1": lambda: f1_score(labels, predicted),
-               "matthews_correlation": lambda: matthews_corrcoef(labels, predicted)}
-    if metric not in scorers:
-        raise ValueError(f"the bag_of_words floor scores by {', '.join(scorers)}, not {metric!r}")
-    return float(scorers[metric]())
-
-
 def bag_of_words(task: str, max_train: int | None, max_eval: int | None, seed: int) -> dict:
     import numpy as np
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression, Ridge
 
+    from encoder_zoo.glue.baselines import fit_bag_of_words, score
     from encoder_zoo.glue.tasks import first_samples, load_task
 
     spec, raw = load_task(task)
     raw = first_samples(raw, spec, max_train, max_eval)
     train, scored = raw["train"], raw[spec.validation_splits[0]]
-
-    def texts(rows):  # a pair's two texts as one bag
-        return [" ".join(parts) for parts in zip(*(rows[column] for column in spec.text_columns))]
-
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
-    features, scored_features = vectorizer.fit_transform(texts(train)), vectorizer.transform(texts(scored))
-    labels = np.asarray(scored["label"])
-    if spec.is_regression:
-        predicted = Ridge(alpha=1.0, random_state=seed).fit(features, train["label"]).predict(scored_features)
-        model = "Ridge(alpha=1)"
-    else:
-        classifier = LogisticRegression(C=1.0, max_iter=1000, random_state=seed).fit(features, train["label"])
-        predicted, model = classifier.predict(scored_features), "LogisticRegression(C=1)"
+    predict, model = fit_bag_of_words(spec, train, seed)  # run_glue.py prints it beside regression runs too
     metric = spec.scoring.metric if spec.scoring else "pearson" if spec.is_regression else "accuracy"
-    value = score(metric, predicted, labels)
+    value = score(metric, predict(scored), np.asarray(scored["label"]))
     return {"kind": "bag_of_words", "value": value, "metric": metric, "train_rows": len(train),
             "eval_rows": len(scored), "seed": seed,
-            "description": f"TF-IDF word 1-2-grams + {model} on {len(train)} training rows, {len(scored)} scored"}
+            "description": f"{model} on {len(train)} training rows, {len(scored)} scored"}
 
 
 def trivial_answer(task: str, max_train: int | None, max_eval: int | None) -> dict:

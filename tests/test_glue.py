@@ -222,7 +222,7 @@ def test_no_pin_memory_without_an_accelerator(tmp_path):
     assert training_args.dataloader_pin_memory is torch.accelerator.is_available()
 
 
-def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
+def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path, capsys):
     train = tmp_path / "train.jsonl"
     valid = tmp_path / "valid.jsonl"
     rows = [{"review": f"movie {i} was {'great' if i % 2 else 'awful'}", "stars": float(i % 5) + 0.5}
@@ -236,6 +236,23 @@ def test_regression_and_custom_files_with_any_transformers_encoder(tmp_path):
     custom = results["tasks"]["custom"]
     assert set(custom["median"]) == {"pearson", "spearmanr"}
     assert all(np.isfinite(v) for v in custom["median"].values())
+    # The baseline the runs are read against (a constant has no correlation): a bag-of-words Ridge model fitted on
+    # the 24 training rows and scored on the 6 scored ones, as sklearn computes it here, in points.
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import Ridge
+
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    ridge = Ridge(alpha=1.0).fit(vectorizer.fit_transform([r["review"] for r in rows]), [r["stars"] for r in rows])
+    predicted = ridge.predict(vectorizer.transform([r["review"] for r in rows[:6]]))
+    stars = [r["stars"] for r in rows[:6]]
+    expected = {"pearson": 100 * pearsonr(predicted, stars)[0], "spearmanr": 100 * spearmanr(predicted, stars)[0]}
+    assert custom["bag_of_words"] == pytest.approx(expected) and "majority_class" not in custom
+    assert custom["bag_of_words_model"] == "TF-IDF word 1-2-grams + Ridge(alpha=1) on 24 training rows"
+    saved = json.loads((tmp_path / "out" / "glue_results.json").read_text())["tasks"]["custom"]
+    assert saved["bag_of_words"] == pytest.approx(expected)
+    printed = (f"| custom | pearson of a bag-of-words ridge model ({custom['bag_of_words_model']}) | "
+               f"{expected['pearson']:.2f} |")
+    assert printed in capsys.readouterr().out and printed in (tmp_path / "out" / "glue_results.md").read_text()
     # A run cut down with --max_eval_samples is kept out of the model-index.
     assert not list((tmp_path / "out").rglob("README.md"))
 
