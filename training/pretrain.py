@@ -592,15 +592,18 @@ def main(argv: list[str] | None = None) -> Path:
     recipe, overrides = check_recipe_arguments(args)
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
-    new_folder = not output_dir.exists()
+    new_folder, refused = not output_dir.exists(), False
     try:
         checkpoint = prepare_run_folder(args, training_args, output_dir, export_dir)  # held by this run until it ends
         if checkpoint is not None and already_finished(checkpoint, training_args, export_dir):
             leave_process_group()
             return export_dir
         return train_and_export(args, training_args, recipe, overrides, output_dir, export_dir, checkpoint)
+    except (ValueError, OSError):  # bad input, refused in one line (`cli`)
+        refused = True
+        raise
     finally:
-        release_run_folder(output_dir, new_folder)
+        release_run_folder(output_dir, new_folder, refused)
 
 
 def train_and_export(args, training_args, recipe, overrides, output_dir: Path, export_dir: Path,
@@ -766,17 +769,25 @@ def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) 
                                   main_process=training_args.process_index == 0)
 
 
-def release_run_folder(output_dir: Path, new_folder: bool = False) -> None:
-    """Release the run's hold on its folder; a folder this run created and left empty (refused while checking it)
-    is removed, so that a refusal leaves nothing behind."""
+def release_run_folder(output_dir: Path, new_folder: bool = False, refused: bool = False) -> None:
+    """Release the run's hold on its folder. A folder this run created is removed when it is left empty, or when the
+    run was refused before it saved a checkpoint (it then holds only this run's records and tokenizer), so that a
+    refusal leaves nothing behind."""
+    import shutil
+
+    from encoder_zoo.training.run.folders import CHECKPOINT_PREFIX
     from encoder_zoo.training.run.locks import release
 
     release(output_dir)
-    if new_folder:
-        try:
-            output_dir.rmdir()  # only ever an empty folder
-        except OSError:
-            pass
+    if not new_folder or not output_dir.is_dir():
+        return
+    if refused and not any(output_dir.glob(f"*{CHECKPOINT_PREFIX}*")) and not (output_dir / "export").exists():
+        shutil.rmtree(output_dir, ignore_errors=True)  # every process may get here: whoever is first removes it
+        return
+    try:
+        output_dir.rmdir()  # only ever an empty folder
+    except OSError:
+        pass
 
 
 def read_training_text(recipe, args, training_args) -> TrainingText:

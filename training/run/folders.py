@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from encoder_zoo.training.run.locks import LOCK_FILES, hold
-from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_is_complete
+from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_problem, engine_mismatch
 
 logger = logging.getLogger("pretrain")
 
@@ -41,6 +41,11 @@ EXPORT_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_EXPORT"
 # Tests only: a run waits 10 minutes once training ended (its last checkpoint saved), before its export.
 TRAINED_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_AFTER_TRAINING"
 RESUME_VALUES = ("True", "true", "auto", "last")
+
+
+def fsdp_launch() -> bool:
+    """Whether this run was launched with an FSDP accelerate config (`accelerate launch` sets ACCELERATE_USE_FSDP)."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
 def resumes(resume: str | None) -> bool:
@@ -86,12 +91,13 @@ def set_aside_partial_saves(output_dir: Path) -> None:
         logger.warning("Deleting %s: partial checkpoint save(s) %s of a run killed while saving.", staging, partial)
         shutil.rmtree(staging)
     for folder in checkpoints(output_dir):
-        if not checkpoint_is_complete(folder):
+        problem = checkpoint_problem(folder)
+        if problem:
             target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
             if target.exists():
                 target = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}-{timestamp()}")
-            logger.warning("Skipping %s: incomplete (no trainer_state.json or weights); moved to %s.", folder,
-                           target.name)
+            logger.warning("Skipping %s (%s); moved to %s, resuming from an earlier complete checkpoint if any.",
+                           folder, problem, target.name)
             folder.rename(target)
 
 
@@ -259,11 +265,15 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
             checkpoint = str(complete[-1])
         elif not Path(resume).is_dir():
             raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
-        elif not checkpoint_is_complete(Path(resume)):
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume} is an incomplete checkpoint (a save that did "
-                                    "not finish: no trainer_state.json or weights); pass a complete one.")
+        elif problem := checkpoint_problem(Path(resume)):
+            raise FileNotFoundError(f"--resume_from_checkpoint {resume} cannot be resumed ({problem}): a save that "
+                                    "did not finish or was damaged since; pass a complete one, or "
+                                    "--resume_from_checkpoint true for the newest complete one.")
         else:
             checkpoint = resume
+        mismatch = engine_mismatch(Path(checkpoint), fsdp_launch())
+        if mismatch:
+            raise ValueError(f"--resume_from_checkpoint {checkpoint} {mismatch}.")
         if data_inputs is not None:
             check_run_inputs(Path(checkpoint).parent, data_inputs, checkpoint)
             record_run_inputs(output_dir, data_inputs)
