@@ -27,7 +27,8 @@ def load_tokenizer(name: str, flag: str | None = None):
     special = set(tokenizer.all_special_ids)
     if all(index in special for index in tokenizer.get_vocab().values()):
         names = ", ".join(tokenizer.all_special_tokens)
-        raise OSError(f"{where}: its {len(tokenizer)} tokens are all special ({names}), so it reads any text as the unknown token; pass a tokenizer trained on text.")
+        raise OSError(f"{where}: its {len(tokenizer)} tokens are all special ({names}), so it reads any text as the "
+                      "unknown token; pass a tokenizer trained on text.")
     return tokenizer
 
 
