@@ -20,6 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
+from encoder_zoo.training.run.loading import read_json_record
 from encoder_zoo.training.run.locks import LOCK_FILES, hold
 from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_problem, engine_mismatch
 
@@ -252,28 +253,25 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
     a fresh run, and checked against that record by a resumed one. Every process calls it after the main one did;
     only the main one (`main_process`) moves an overwritten run aside (the others would move what it just wrote).
     """
+    given = resumes(resume) and resume not in RESUME_VALUES
+    if given:  # a named checkpoint is judged before anything is set aside: refused, it is left where it is
+        check_resume_path(Path(resume))
     if output_dir.is_dir():
         set_aside_partial_saves(output_dir)
     discard_partial_export(export_dir)
     if resumes(resume):
         check_export_dir(export_dir)
-        if resume in RESUME_VALUES:
+        if given:
+            checkpoint = resume
+        else:
             complete = checkpoints(output_dir) if output_dir.is_dir() else []  # partial ones were set aside
             if not complete:
                 raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in "
                                         f"{output_dir}; drop the flag to start a new run.")
             checkpoint = str(complete[-1])
-        elif not Path(resume).is_dir():
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
-        elif problem := checkpoint_problem(Path(resume)):
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume} cannot be resumed ({problem}): a save that "
-                                    "did not finish or was damaged since; pass a complete one, or "
-                                    "--resume_from_checkpoint true for the newest complete one.")
-        else:
-            checkpoint = resume
-        mismatch = engine_mismatch(Path(checkpoint), fsdp_launch())
-        if mismatch:
-            raise ValueError(f"--resume_from_checkpoint {checkpoint} {mismatch}.")
+            mismatch = engine_mismatch(Path(checkpoint), fsdp_launch())
+            if mismatch:
+                raise ValueError(f"--resume_from_checkpoint {resume}: {checkpoint} {mismatch}.")
         if data_inputs is not None:
             check_run_inputs(Path(checkpoint).parent, data_inputs, checkpoint)
             record_run_inputs(output_dir, data_inputs)
@@ -308,6 +306,22 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
     if data_inputs is not None:
         record_run_inputs(output_dir, data_inputs)
     return None
+
+
+def check_resume_path(checkpoint: Path) -> None:
+    """A checkpoint named by --resume_from_checkpoint: a folder, complete (`checkpoint_problem`: its state, its
+    weights, its sharded parts whole) and saved by the engine this run uses; refused in one line otherwise."""
+    flag = f"--resume_from_checkpoint {checkpoint}"
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"{flag}: no such checkpoint folder.")
+    problem = checkpoint_problem(checkpoint)
+    if problem:
+        raise FileNotFoundError(f"{flag} cannot be resumed ({problem}): a save that did not finish, or damaged "
+                                "since; pass a complete one, or --resume_from_checkpoint true for the newest complete "
+                                "one. Nothing was written.")
+    mismatch = engine_mismatch(checkpoint, fsdp_launch())
+    if mismatch:
+        raise ValueError(f"{flag} {mismatch}.")
 
 
 def record_run_inputs(output_dir: Path, data_inputs: dict) -> None:
@@ -369,7 +383,8 @@ def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> boo
         raise FileExistsError(
             f"{tokenizer_dir} holds a tokenizer with no record of the data it was trained on. Pass --tokenizer_name "
             f"{tokenizer_dir} to use it anyway, --overwrite_output_dir to start afresh, or another --output_dir.")
-    recorded = json.loads(record.read_text())
+    recorded = read_json_record(record, "it records what the run's tokenizer was made from: restore it, or start "
+                                "afresh (--overwrite_output_dir or another --output_dir).")
     changed = sorted(key for key in set(recorded) | set(inputs) if recorded.get(key) != inputs.get(key))
     if changed and resuming and set(changed) <= set(SOURCE_KEYS):  # the flags themselves are checked by run_inputs
         logger.warning("%s: the tokenizer this run was given differs from when it started, or cannot be read now (%s); "
