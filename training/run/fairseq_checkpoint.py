@@ -96,7 +96,11 @@ def load_restricted(file: Path, flag: str) -> dict:
             loaded = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)", str(error))
-        asked_for = found[1] if found else str(error).strip().splitlines()[0]
+        if not found:  # no class asked for: bytes the unpickler cannot read at all (torch's reason, e.g. an opcode)
+            reason = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+            raise OSError(f"{where} is truncated or not a PyTorch file ({reason[1] if reason else 'not a pickle'}); "
+                          "fetch the authors' model.pt again.") from None
+        asked_for = found[1]
         raise ValueError(f"{where}: its pickle asks for {asked_for}; only {ALLOWED_WORDS} are read from a fairseq "
                          "checkpoint, so nothing of it was run or loaded.") from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:  # ValueError: bytes that are no pickle at all

@@ -972,7 +972,7 @@ def engine_mismatch(checkpoint: Path, fsdp: bool) -> str | None:
                 "saved it (training/accelerate_configs/ddp.yaml)")
     if not fsdp and sharded and not plain:
         return ("holds an FSDP checkpoint, which only an FSDP run can load; resume it with the accelerate config that "
-                "saved it (training/accelerate_configs/fsdp_*.yaml) and the same number of processes")
+                "saved it (training/accelerate_configs/fsdp_*.yaml)")
     return None
 
 
