@@ -301,6 +301,23 @@ def test_overwrite_keeps_the_old_copy_whole_until_the_new_one_is_in_place(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "out"]
 
 
+def test_under_torchrun_the_refusal_is_the_failure_summarys_traceback(tmp_path, monkeypatch):
+    """A process torchrun started (`accelerate launch`) leaves its one line in its TORCHELASTIC_ERROR_FILE: torchrun's
+    own summary (read here with torch's reader) then shows it for that process instead of "To enable traceback"."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    write(tmp_path / "model.pt", b"")
+    result = call_cli(MODULES["pretrain.py"], *TINY, "--init_from", str(tmp_path / "model.pt"), "--output_dir",
+                      str(tmp_path / "out"))
+    line = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and line.startswith("pretrain.py: error: --init_from")
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file=str(error_file))
+    summary = ChildFailedError("training/pretrain.py", {0: failure}).format_msg()
+    assert f"traceback : {line}" in summary and "To enable traceback" not in summary
+
+
 # --- under accelerate launch (multiprocess tier)
 
 CONFIGS = os.path.join(REPO, "training", "accelerate_configs")
@@ -336,6 +353,7 @@ def test_fsdp_resume_falls_back_from_a_damaged_checkpoint_and_refuses_one_named(
     ours = [line for line in named.stderr.splitlines() if line.startswith("pretrain.py: error:")]
     assert named.returncode != 0 and len(ours) == 2 and ours[0] == ours[1], named.stderr[-3000:]
     assert "its sharded pytorch_model_fsdp_0/ has __1_0.distcp truncated" in ours[0]
+    assert f"traceback : {ours[0]}" in named.stderr  # torchrun's summary names it (its root cause), exit status 1
     assert "Traceback" not in "\n".join(line for line in named.stderr.splitlines() if "encoder_zoo" in line)
     assert (damaged / "checkpoint-4").is_dir()  # refused: left where it was
 
