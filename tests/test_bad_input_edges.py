@@ -25,7 +25,7 @@ from helpers import ACCELERATE_LAUNCH, REPO, call_cli, free_port, pretrain, save
 TINY = ["--model", "spanbert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
         "--tokenizer_vocab_size", "500", "--validation_documents", "0", "--max_steps", "2"]
 MODULES = {"pretrain.py": "encoder_zoo.training.pretrain", "to_transformers.py": "encoder_zoo.training.to_transformers",
-           "tune.py": "encoder_zoo.repro.tune"}
+           "tune.py": "encoder_zoo.repro.tune", "run_glue.py": "encoder_zoo.glue.run_glue"}
 
 
 @dataclass
@@ -194,6 +194,14 @@ CATALOGUE = [
          lambda w: [*TINY, "--tokenizer_name", str(w / "tok"), "--output_dir", str(w / "out")],
          "its 5 tokens are all special ([UNK], [SEP], [PAD], [CLS], [MASK]), so it reads any text as the unknown "
          "token; pass a tokenizer trained on text", special_only_tokenizer),
+    Case("model-folder-without-tokenizer-files", "run_glue.py",
+         lambda w: ["--model_name_or_path", str(w / "model"), "--trust_remote_code", "--output_dir",
+                    str(w / "out" / "glue"), "--max_train_samples", "8"],
+         "model holds no tokenizer files (tokenizer.json, tokenizer_config.json, vocab.txt, ...); save the model's "
+         "tokenizer into it", lambda w: (save_tiny_spanbert(w / "model", "SpanBertForSequenceClassification"),
+                                         [f.unlink() for f in (w / "model").iterdir()
+                                          if f.name.startswith(("tokenizer", "vocab", "special"))]),
+         created="out/glue/glue_results.json"),
     # JSON records
     Case("init-from-config-not-json", "pretrain.py",
          lambda w: [*TINY, "--init_from", str(w / "model"), "--output_dir", str(w / "out")],
@@ -211,7 +219,10 @@ CATALOGUE = [
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    """Every file under `root`, but for a folder lock that this process would remove at its end (a fine-tuning script
+    holds its --output_dir's lock until then; a real `python run_glue.py` leaves none)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and not p.name.startswith(".encoder-zoo.lock")}
 
 
 @pytest.mark.parametrize("case", CATALOGUE, ids=lambda case: case.name)

@@ -13,10 +13,8 @@ def load_tokenizer(name: str, flag: str | None = None):
     from transformers import AutoTokenizer
 
     where = flag or f"--tokenizer_name {name}"
-    folder = Path(name).expanduser()
-    if folder.is_dir() and not any((folder / file).is_file() for file in TOKENIZER_FILES) \
-            and not any(folder.glob("*.model")):
-        raise OSError(f"{where}: {folder} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, vocab.txt, "
+    if lacks_tokenizer_files(name):
+        raise OSError(f"{where}: {name} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, vocab.txt, "
                       "...); pass the folder a tokenizer was saved to (its save_pretrained), or a Hub id.")
     try:
         tokenizer = without_loading_state(AutoTokenizer.from_pretrained(name))
@@ -48,6 +46,14 @@ def without_loading_state(tokenizer):
 # The files that make a tokenizer (vocabulary, merges, special tokens, settings), and any sentencepiece `*.model`.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt")
+
+
+def lacks_tokenizer_files(name: str | Path) -> bool:
+    """Whether `name` is a local folder holding none of a tokenizer's files (transformers would then ask to install
+    sentencepiece or tiktoken, as if a converter were what is missing)."""
+    folder = Path(name).expanduser()
+    return folder.is_dir() and not any((folder / file).is_file() for file in TOKENIZER_FILES) and not any(
+        folder.glob("*.model"))
 
 
 def tokenizer_files_digest(folder: str | Path) -> str | None:

@@ -106,7 +106,12 @@ def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", *
     try:
         if auto_class.__name__.startswith("AutoModelFor"):
             return _load_task_model(auto_class, name, **kwargs)
-        from encoder_zoo.training.data.tokenizer import without_loading_state
+        from encoder_zoo.training.data.tokenizer import TOKENIZER_FILES, lacks_tokenizer_files, without_loading_state
+
+        if "Tokenizer" in auto_class.__name__ and lacks_tokenizer_files(name):
+            raise OSError(f"{flag} {name} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, vocab.txt, "
+                          "...); save the model's tokenizer into it (tokenizer.save_pretrained) or pass the folder "
+                          "that has both.")
 
         loaded = auto_class.from_pretrained(name, **kwargs)
         return without_loading_state(loaded) if hasattr(loaded, "init_kwargs") else loaded  # a tokenizer
