@@ -80,8 +80,16 @@ def damage(how: str) -> Callable[[Path], None]:
 
 
 def ddp_checkpoint(workspace: Path) -> None:
+    from safetensors.torch import save_file
+
     write(workspace / "run" / "checkpoint-2" / "trainer_state.json", json.dumps({"global_step": 2}))
-    write(workspace / "run" / "checkpoint-2" / "model.safetensors", b"weights of step 2")
+    save_file({"weight": torch.ones(4, 8)}, workspace / "run" / "checkpoint-2" / "model.safetensors")
+
+
+def truncated_ddp_checkpoint(workspace: Path) -> None:
+    ddp_checkpoint(workspace)
+    weights = workspace / "run" / "checkpoint-2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-20])
 
 
 def resume(workspace: Path) -> list[str]:
@@ -166,6 +174,14 @@ CATALOGUE = [
          ddp_checkpoint, env={"ACCELERATE_USE_FSDP": "true"}, created="run/checkpoint-3"),
     Case("fsdp-checkpoint-under-ddp", "pretrain.py", resume,
          "holds an FSDP checkpoint, which only an FSDP run can load", lambda w: dcp_checkpoint(w / "run"),
+         created="run/checkpoint-3"),
+    # a plain checkpoint whose config.json or weights were damaged since (Trainer would read them on resuming)
+    Case("checkpoint-config-not-json", "pretrain.py", resume,
+         "cannot be resumed (its config.json is damaged (Expecting", lambda w: (
+             ddp_checkpoint(w), write(w / "run" / "checkpoint-2" / "config.json", '{"model_type": ')),
+         created="run/checkpoint-3"),
+    Case("checkpoint-truncated-weights", "pretrain.py", resume,
+         "cannot be resumed (its model.safetensors is truncated or not a safetensors file", truncated_ddp_checkpoint,
          created="run/checkpoint-3"),
     # to_transformers.py
     Case("export-truncated-weights", "to_transformers.py", to_transformers,

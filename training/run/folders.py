@@ -83,16 +83,17 @@ def checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
-def set_aside_partial_saves(output_dir: Path) -> None:
+def set_aside_partial_saves(output_dir: Path, resuming: bool = False) -> None:
     """Saves killed half-way: a staging folder is deleted (it is never a checkpoint), an incomplete checkpoint-N
-    (from an older version or another tool) is renamed incomplete-checkpoint-N, out of resume's and rotation's way."""
+    (from an older version or another tool) is renamed incomplete-checkpoint-N, out of resume's and rotation's way;
+    so is, when `resuming`, one whose files were damaged since (`checkpoint_problem`)."""
     staging = output_dir / STAGING_DIR
     if staging.is_dir():
         partial = sorted(p.name for p in staging.iterdir())
         logger.warning("Deleting %s: partial checkpoint save(s) %s of a run killed while saving.", staging, partial)
         shutil.rmtree(staging)
     for folder in checkpoints(output_dir):
-        problem = checkpoint_problem(folder)
+        problem = checkpoint_problem(folder, deep=resuming)
         if problem:
             target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
             if target.exists():
@@ -257,7 +258,7 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
     if given:  # a named checkpoint is judged before anything is set aside: refused, it is left where it is
         check_resume_path(Path(resume))
     if output_dir.is_dir():
-        set_aside_partial_saves(output_dir)
+        set_aside_partial_saves(output_dir, resuming=resumes(resume))
     discard_partial_export(export_dir)
     if resumes(resume):
         check_export_dir(export_dir)
@@ -266,8 +267,12 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
         else:
             complete = checkpoints(output_dir) if output_dir.is_dir() else []  # partial ones were set aside
             if not complete:
+                aside = sorted(p.name for p in output_dir.glob(f"{INCOMPLETE_PREFIX}{CHECKPOINT_PREFIX}*")
+                               ) if output_dir.is_dir() else []
                 raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in "
-                                        f"{output_dir}; drop the flag to start a new run.")
+                                        f"{output_dir}" + (f" (set aside as incomplete or damaged: {', '.join(aside)})"
+                                                           if aside else "")
+                                        + "; drop the flag to start a new run.")
             checkpoint = str(complete[-1])
             mismatch = engine_mismatch(Path(checkpoint), fsdp_launch())
             if mismatch:

@@ -914,15 +914,25 @@ def checkpoint_is_complete(folder: Path) -> bool:
     return checkpoint_problem(folder) is None
 
 
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why `folder` is not a checkpoint Trainer can resume from, in words (None: it is one)."""
+def checkpoint_problem(folder: Path, deep: bool = True) -> str | None:
+    """Why `folder` is not a checkpoint Trainer can resume from, in words (None: it is one). Shallow (`deep` False):
+    only whether its state and weights are there (what a save killed half-way lacks), not whether they are whole."""
     has_weights = any((folder / name).exists() for name in WEIGHT_FILES) or any(folder.glob(f"{FSDP_WEIGHTS}*"))
     if not (folder / "trainer_state.json").is_file() or not has_weights:
         return "incomplete: no trainer_state.json or weights"
-    try:
-        json.loads((folder / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return "its trainer_state.json is damaged"
+    for record in ("trainer_state.json", "config.json")[:2 if deep else 1]:  # Trainer reads both on resuming
+        try:
+            if (folder / record).is_file():
+                json.loads((folder / record).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            return f"its {record} is damaged ({error})"
+    if not deep:
+        return None
+    from encoder_zoo.training.run.loading import damaged_weights
+
+    weights = damaged_weights(str(folder))  # an empty or truncated model.safetensors, named
+    if weights:
+        return weights.replace(f"{folder}{os.sep}", "its ", 1)
     for part in sorted(p for p in folder.iterdir() if is_dcp_folder(p)):
         problem = dcp_problem(part)
         if problem:
