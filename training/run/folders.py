@@ -98,8 +98,8 @@ def set_aside_partial_saves(output_dir: Path, resuming: bool = False) -> None:
             target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
             if target.exists():
                 target = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}-{timestamp()}")
-            logger.warning("Skipping %s (%s); moved to %s, resuming from an earlier complete checkpoint if any.",
-                           folder, problem, target.name)
+            logger.warning("Skipping %s (%s); moved to %s%s.", folder, problem, target.name,
+                           ", resuming from an earlier complete checkpoint if any" if resuming else "")
             folder.rename(target)
 
 
