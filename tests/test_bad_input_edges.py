@@ -121,6 +121,9 @@ def damaged_export(how: str) -> Callable[[Path], None]:
             weights.write_bytes(b"")
         elif how == "config":
             config.write_text(config.read_text()[:60])
+        elif how == "no-tokenizer":
+            for file in export.glob("tokenizer*"):
+                file.unlink()
         elif how == "no-generator":
             from safetensors.torch import load_file, save_file
 
@@ -190,6 +193,9 @@ CATALOGUE = [
          damaged_export("empty")),
     Case("export-config-not-json", "to_transformers.py", to_transformers,
          "export/config.json is not valid JSON (Unterminated string", damaged_export("config")),
+    Case("export-without-tokenizer", "to_transformers.py", to_transformers,
+         "export holds no tokenizer files (tokenizer.json, tokenizer_config.json, ...); copy the export again",
+         damaged_export("no-tokenizer")),
     Case("teams-export-without-generator", "to_transformers.py", to_transformers,
          "it holds no generator (no generator.* tensors beside the discriminator's), which every TEAMS/ELECTRA "
          "pretraining export has; convert the complete export, or pass --without_generator", damaged_export(

@@ -76,6 +76,7 @@ def read_export(export: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """The export's config.json and its tensors (safetensors files), each file checked readable first."""
     from safetensors.torch import load_file
 
+    from encoder_zoo.training.data.tokenizer import lacks_tokenizer_files
     from encoder_zoo.training.run.loading import damaged_checkpoint
 
     config_file = export / "config.json"
@@ -83,6 +84,8 @@ def read_export(export: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         raise FileNotFoundError(f"EXPORT {export}: no config.json; pass the export folder a pretraining run wrote "
                                 "(OUTPUT_DIR/export).")
     problem = damaged_checkpoint(str(export))  # config.json that is not JSON, empty or truncated safetensors
+    if lacks_tokenizer_files(export):
+        problem = f"{export} holds no tokenizer files (tokenizer.json, tokenizer_config.json, ...)"
     if problem:
         raise ValueError(f"EXPORT {export}: {problem}; copy the export again from its run (OUTPUT_DIR/export) or "
                          "a backup. Nothing was written.")
