@@ -77,22 +77,22 @@ def read_export(export: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     from encoder_zoo.training.data.tokenizer import lacks_tokenizer_files
-    from encoder_zoo.training.run.loading import damaged_checkpoint
+    from encoder_zoo.training.run.loading import damaged_weights, read_json_record
 
     config_file = export / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"EXPORT {export}: no config.json; pass the export folder a pretraining run wrote "
                                 "(OUTPUT_DIR/export).")
-    problem = damaged_checkpoint(str(export))  # config.json that is not JSON, empty or truncated safetensors
-    if lacks_tokenizer_files(export):
-        problem = f"{export} holds no tokenizer files (tokenizer.json, tokenizer_config.json, ...)"
-    if problem:
-        raise ValueError(f"EXPORT {export}: {problem}; copy the export again from its run (OUTPUT_DIR/export) or "
-                         "a backup. Nothing was written.")
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    again = "copy the export again from its run (OUTPUT_DIR/export) or a backup. Nothing was written."
+    config = read_json_record(config_file, again)
     refusal = standard_refusal(config.get("model_type"))
     if refusal:
         raise ValueError(f"EXPORT {export}: {refusal}")
+    problem = damaged_weights(str(export))  # an empty or truncated safetensors file, named
+    if lacks_tokenizer_files(export):
+        problem = problem or f"{export} holds no tokenizer files (tokenizer.json, tokenizer_config.json, ...)"
+    if problem:
+        raise ValueError(f"EXPORT {export}: {problem}; {again}")
     files = sorted(export.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"EXPORT {export}: no *.safetensors weights beside its config.json.")
