@@ -29,6 +29,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -408,6 +409,9 @@ def main(argv=None) -> list[dict]:
     adaptation.add_argument("--sweep_only", action="store_true", help="Run the jobs and write no table (what a "
                             "--jobs helper does).")
     for mode in (pretraining, finetuning, adaptation):
+        # A grid entry may start with a minus (`--grid -5:1e-4`): read it as the entry it is, which its type then
+        # judges, not as an unknown flag (argparse takes only plain negative numbers, -5 or -0.5, as values).
+        mode._negative_number_matcher = re.compile(r"^-\.?\d")
         mode.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
         mode.add_argument("--seeds", type=unit_seed, nargs="+", default=[1])
         mode.add_argument("--jobs", type=lambda text: whole_or_refuse(text, 1, "--jobs"), default=2,

@@ -628,15 +628,19 @@ def main(argv: list[str] | None = None) -> Path:
     recipe, overrides = check_recipe_arguments(args)
     output_dir = Path(training_args.output_dir)
     export_dir = Path(args.export_dir or output_dir / "export")
-    new_folder = not output_dir.exists()
+    new_folder, refused = not output_dir.exists(), False
+    records = [name for name in RUN_RECORDS if not (output_dir / name).exists()]  # what a refusal must not leave
     try:
         checkpoint = prepare_run_folder(args, training_args, output_dir, export_dir)  # held by this run until it ends
         if checkpoint is not None and already_finished(checkpoint, training_args, export_dir):
             leave_process_group()
             return export_dir
         return train_and_export(args, training_args, recipe, overrides, output_dir, export_dir, checkpoint)
+    except (ValueError, OSError):  # bad input, refused in one line (`cli`)
+        refused = True
+        raise
     finally:
-        release_run_folder(output_dir, new_folder)
+        release_run_folder(output_dir, new_folder, refused, records)
 
 
 def train_and_export(args, training_args, recipe, overrides, output_dir: Path, export_dir: Path,
@@ -804,12 +808,27 @@ def prepare_run_folder(args, training_args, output_dir: Path, export_dir: Path) 
                                   main_process=training_args.process_index == 0)
 
 
-def release_run_folder(output_dir: Path, new_folder: bool = False) -> None:
-    """Release the run's hold on its folder; a folder this run created and left empty (refused while checking it)
-    is removed, so that a refusal leaves nothing behind."""
+# What a run writes into its folder before it trains: removed again where this run wrote them and was refused.
+RUN_RECORDS = ("run_inputs.json", "global_batch.json", "tokenizer")
+
+
+def release_run_folder(output_dir: Path, new_folder: bool = False, refused: bool = False,
+                       records: list[str] = ()) -> None:
+    """Release the run's hold on its folder. A run refused before it saved a checkpoint removes what it wrote there
+    (`records`: the folder's `RUN_RECORDS` that did not exist when it started), and a folder it created then, or left
+    empty, is removed: a refusal leaves nothing behind."""
+    import shutil
+
+    from encoder_zoo.training.run.folders import CHECKPOINT_PREFIX
     from encoder_zoo.training.run.locks import release
 
     release(output_dir)
+    if not output_dir.is_dir():
+        return
+    if refused and not any(output_dir.glob(f"*{CHECKPOINT_PREFIX}*")) and not (output_dir / "export").exists():
+        for name in records:  # every process may get here: whoever is first removes it
+            path = output_dir / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     if new_folder:
         try:
             output_dir.rmdir()  # only ever an empty folder

@@ -25,7 +25,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("export", metavar="EXPORT", help="a zoo export folder (OUTPUT_DIR/export of a pretraining run)")
     parser.add_argument("output", metavar="OUTPUT", help="the folder to write the standard checkpoint into")
-    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists and is not empty")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace OUTPUT if it exists and is not empty (the old copy is kept until the new one is "
+                             "in place)")
+    parser.add_argument("--without_generator", action="store_true",
+                        help="convert a TEAMS/ELECTRA export that lacks its generator (refused otherwise): the copy "
+                             "has no generator/ folder and its card says so")
     return parser.parse_args(argv)
 
 
@@ -33,7 +38,8 @@ def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     from encoder_zoo.training.run.standard_copy import convert
 
-    output = convert(args.export, args.output, overwrite=args.overwrite)
+    output = convert(args.export, args.output, overwrite=args.overwrite,
+                     without_generator=args.without_generator)
     print(f"Wrote a standard transformers copy to {output} (its card: {output / 'README.md'}).")
     return output
 

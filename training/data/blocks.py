@@ -321,7 +321,9 @@ def unigram_distribution(blocks: datasets.Dataset, vocab_size: int, special_ids)
         counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
     counts[list(special_ids)] = 0
     if counts.sum() == 0:
-        raise ValueError("The corpus has no non-special token to build a unigram distribution from.")
+        raise ValueError("Every token of the corpus is a special token (such as the unknown token) under the run's "
+                         f"tokenizer ({vocab_size} tokens): its vocabulary does not cover this text. Pass a tokenizer "
+                         "trained on such text, or drop --tokenizer_name to train one on the corpus.")
     return counts / counts.sum()
 
 

@@ -97,10 +97,11 @@ def open_pretokenized(path: str | Path, recipe, args) -> Pretokenized:
 
     from encoder_zoo.training.data.tokenizer import load_tokenizer
     from encoder_zoo.training.masking.spans import LINGUISTIC_SCHEMES
+    from encoder_zoo.training.run.loading import read_json_record
 
     path = Path(path)
-    record = json.loads((path / RECORD).read_text())
     again = f"pre-tokenize again (training/pretokenize.py --model {args.model} ...)"
+    record = read_json_record(path / RECORD, f"{again}.")
     if record.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"--pretokenized {path} was written by another version of pretokenize.py: {again}.")
     if record["examples_format"] != recipe.examples_format:

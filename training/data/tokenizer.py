@@ -12,13 +12,22 @@ def load_tokenizer(name: str, flag: str | None = None):
     """A tokenizer folder or Hub id; `flag` names where it comes from in the error (default `--tokenizer_name NAME`)."""
     from transformers import AutoTokenizer
 
+    where = flag or f"--tokenizer_name {name}"
+    if lacks_tokenizer_files(name):
+        raise OSError(f"{where}: {name} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, vocab.txt, "
+                      "...); pass the folder a tokenizer was saved to (its save_pretrained), or a Hub id.")
     try:
-        return without_loading_state(AutoTokenizer.from_pretrained(name))
+        tokenizer = without_loading_state(AutoTokenizer.from_pretrained(name))
     except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0]
-        where = flag or f"--tokenizer_name {name}"
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise OSError(f"{where}: not a local tokenizer folder nor a loadable Hub id ({reason}); pass "
                       "--tokenizer_name PATH_OR_HUB_ID.") from None
+    special = set(tokenizer.all_special_ids)
+    if all(index in special for index in tokenizer.get_vocab().values()):
+        names = ", ".join(tokenizer.all_special_tokens)
+        raise OSError(f"{where}: its {len(tokenizer)} tokens are all special ({names}), so it reads any text as the "
+                      "unknown token; pass a tokenizer trained on text.")
+    return tokenizer
 
 
 # What transformers' from_pretrained records in a tokenizer's init_kwargs about how this machine loaded it, and
@@ -37,6 +46,14 @@ def without_loading_state(tokenizer):
 # The files that make a tokenizer (vocabulary, merges, special tokens, settings), and any sentencepiece `*.model`.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt")
+
+
+def lacks_tokenizer_files(name: str | Path) -> bool:
+    """Whether `name` is a local folder holding none of a tokenizer's files (transformers would then ask to install
+    sentencepiece or tiktoken, as if a converter were what is missing)."""
+    folder = Path(name).expanduser()
+    return folder.is_dir() and not any((folder / file).is_file() for file in TOKENIZER_FILES) and not any(
+        folder.glob("*.model"))
 
 
 def tokenizer_files_digest(folder: str | Path) -> str | None:

@@ -92,19 +92,38 @@ def run_cli(main: Callable[[], object], script: str, *, stops: tuple[type[BaseEx
     try:
         main()
     except stops as stop:
-        if process_rank() == 0:  # every process stops at the same step: the main one says so, once
-            print(f"{script}: {stop}", file=sys.stderr)
+        # Every process stops at the same step: the main one says so, once.
+        tell(f"{script}: {stop}", echo=process_rank() == 0)
         raise SystemExit(stop.exit_code) from None
     except (ValueError, OSError) as error:
         if traceback_env and os.environ.get(traceback_env):
             raise
-        print(f"{script}: error: {error}", file=sys.stderr)
+        tell(f"{script}: error: {error}")
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         if interrupted is None:
             raise
         print(f"{script}: {interrupted}", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def tell(line: str, echo: bool = True) -> None:
+    """Print the line that ends a run on stderr (`echo`) and, under torchrun (`accelerate launch`), also leave it in
+    the process's error file: torchrun's failure summary then shows it as the process's "traceback" (the root cause),
+    not "To enable traceback see ..."."""
+    import json
+    import time
+
+    if echo:
+        print(line, file=sys.stderr)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        try:
+            with open(error_file, "w", encoding="utf-8") as handle:
+                json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                      "timestamp": str(int(time.time()))}}}, handle)
+        except OSError:  # the summary then says what it says without it
+            pass
 
 
 def parse_fine_tuning_args(arguments: type, defaults: list[str], argv: list[str] | None, description: str | None):

@@ -80,6 +80,9 @@ def load_restricted(file: Path, flag: str) -> dict:
     `BertConfig` and meters allowed; any other class it names is refused, naming it, before any of it is built. A bare
     state dict comes back as `{"model": it}`."""
     where = f"{flag} {file}"
+    if file.stat().st_size == 0:
+        raise OSError(f"{where} is empty (0 bytes): a copy or download that did not finish; fetch the authors' "
+                      "model.pt again.")
     try:
         asked = torch.serialization.get_unsafe_globals_in_checkpoint(str(file))
     except Exception:  # a file in torch's legacy (pre-1.6, non-zip) format: the unpickler below refuses the same way
@@ -93,11 +96,17 @@ def load_restricted(file: Path, flag: str) -> dict:
             loaded = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)", str(error))
-        asked_for = found[1] if found else str(error).strip().splitlines()[0]
+        if not found:  # no class asked for: bytes the unpickler cannot read at all (torch's reason, e.g. an opcode)
+            reason = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+            raise OSError(f"{where} is truncated or not a PyTorch file ({reason[1] if reason else 'not a pickle'}); "
+                          "fetch the authors' model.pt again.") from None
+        asked_for = found[1]
         raise ValueError(f"{where}: its pickle asks for {asked_for}; only {ALLOWED_WORDS} are read from a fairseq "
                          "checkpoint, so nothing of it was run or loaded.") from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise OSError(f"{where} is truncated or not a PyTorch file ({str(error).strip().splitlines()[0]}).") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:  # ValueError: bytes that are no pickle at all
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise OSError(f"{where} is truncated or not a PyTorch file ({detail}); fetch the authors' model.pt "
+                      "again.") from None
     if isinstance(loaded, dict) and loaded and all(isinstance(v, torch.Tensor) for v in loaded.values()):
         return {"model": loaded}  # a bare state dict
     if not isinstance(loaded, dict) or "model" not in loaded:

@@ -20,8 +20,9 @@ import shutil
 import time
 from pathlib import Path
 
+from encoder_zoo.training.run.loading import read_json_record
 from encoder_zoo.training.run.locks import LOCK_FILES, hold
-from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_is_complete
+from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_problem, engine_mismatch
 
 logger = logging.getLogger("pretrain")
 
@@ -41,6 +42,11 @@ EXPORT_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_EXPORT"
 # Tests only: a run waits 10 minutes once training ended (its last checkpoint saved), before its export.
 TRAINED_PAUSE_ENV = "ENCODER_ZOO_TEST_PAUSE_AFTER_TRAINING"
 RESUME_VALUES = ("True", "true", "auto", "last")
+
+
+def fsdp_launch() -> bool:
+    """Whether this run was launched with an FSDP accelerate config (`accelerate launch` sets ACCELERATE_USE_FSDP)."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
 def resumes(resume: str | None) -> bool:
@@ -77,21 +83,23 @@ def checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
-def set_aside_partial_saves(output_dir: Path) -> None:
+def set_aside_partial_saves(output_dir: Path, resuming: bool = False) -> None:
     """Saves killed half-way: a staging folder is deleted (it is never a checkpoint), an incomplete checkpoint-N
-    (from an older version or another tool) is renamed incomplete-checkpoint-N, out of resume's and rotation's way."""
+    (from an older version or another tool) is renamed incomplete-checkpoint-N, out of resume's and rotation's way;
+    so is, when `resuming`, one whose files were damaged since (`checkpoint_problem`)."""
     staging = output_dir / STAGING_DIR
     if staging.is_dir():
         partial = sorted(p.name for p in staging.iterdir())
         logger.warning("Deleting %s: partial checkpoint save(s) %s of a run killed while saving.", staging, partial)
         shutil.rmtree(staging)
     for folder in checkpoints(output_dir):
-        if not checkpoint_is_complete(folder):
+        problem = checkpoint_problem(folder, deep=resuming)
+        if problem:
             target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
             if target.exists():
                 target = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}-{timestamp()}")
-            logger.warning("Skipping %s: incomplete (no trainer_state.json or weights); moved to %s.", folder,
-                           target.name)
+            logger.warning("Skipping %s (%s); moved to %s%s.", folder, problem, target.name,
+                           ", resuming from an earlier complete checkpoint if any" if resuming else "")
             folder.rename(target)
 
 
@@ -246,24 +254,29 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
     a fresh run, and checked against that record by a resumed one. Every process calls it after the main one did;
     only the main one (`main_process`) moves an overwritten run aside (the others would move what it just wrote).
     """
+    given = resumes(resume) and resume not in RESUME_VALUES
+    if given:  # a named checkpoint is judged before anything is set aside: refused, it is left where it is
+        check_resume_path(Path(resume))
     if output_dir.is_dir():
-        set_aside_partial_saves(output_dir)
+        set_aside_partial_saves(output_dir, resuming=resumes(resume))
     discard_partial_export(export_dir)
     if resumes(resume):
         check_export_dir(export_dir)
-        if resume in RESUME_VALUES:
+        if given:
+            checkpoint = resume
+        else:
             complete = checkpoints(output_dir) if output_dir.is_dir() else []  # partial ones were set aside
             if not complete:
+                aside = sorted(p.name for p in output_dir.glob(f"{INCOMPLETE_PREFIX}{CHECKPOINT_PREFIX}*")
+                               ) if output_dir.is_dir() else []
                 raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no complete checkpoint-* folder in "
-                                        f"{output_dir}; drop the flag to start a new run.")
+                                        f"{output_dir}" + (f" (set aside as incomplete or damaged: {', '.join(aside)})"
+                                                           if aside else "")
+                                        + "; drop the flag to start a new run.")
             checkpoint = str(complete[-1])
-        elif not Path(resume).is_dir():
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume}: no such checkpoint folder.")
-        elif not checkpoint_is_complete(Path(resume)):
-            raise FileNotFoundError(f"--resume_from_checkpoint {resume} is an incomplete checkpoint (a save that did "
-                                    "not finish: no trainer_state.json or weights); pass a complete one.")
-        else:
-            checkpoint = resume
+            mismatch = engine_mismatch(Path(checkpoint), fsdp_launch())
+            if mismatch:
+                raise ValueError(f"--resume_from_checkpoint {resume}: {checkpoint} {mismatch}.")
         if data_inputs is not None:
             check_run_inputs(Path(checkpoint).parent, data_inputs, checkpoint)
             record_run_inputs(output_dir, data_inputs)
@@ -298,6 +311,22 @@ def prepare_output_dir(output_dir: Path, export_dir: Path, resume: str | None, o
     if data_inputs is not None:
         record_run_inputs(output_dir, data_inputs)
     return None
+
+
+def check_resume_path(checkpoint: Path) -> None:
+    """A checkpoint named by --resume_from_checkpoint: a folder, complete (`checkpoint_problem`: its state, its
+    weights, its sharded parts whole) and saved by the engine this run uses; refused in one line otherwise."""
+    flag = f"--resume_from_checkpoint {checkpoint}"
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"{flag}: no such checkpoint folder.")
+    problem = checkpoint_problem(checkpoint)
+    if problem:
+        raise FileNotFoundError(f"{flag} cannot be resumed ({problem}): a save that did not finish, or damaged "
+                                "since; pass a complete one, or --resume_from_checkpoint true for the newest complete "
+                                "one. Nothing was written.")
+    mismatch = engine_mismatch(checkpoint, fsdp_launch())
+    if mismatch:
+        raise ValueError(f"{flag} {mismatch}.")
 
 
 def record_run_inputs(output_dir: Path, data_inputs: dict) -> None:
@@ -359,7 +388,8 @@ def reusable_tokenizer(tokenizer_dir: Path, inputs: dict, resuming: bool) -> boo
         raise FileExistsError(
             f"{tokenizer_dir} holds a tokenizer with no record of the data it was trained on. Pass --tokenizer_name "
             f"{tokenizer_dir} to use it anyway, --overwrite_output_dir to start afresh, or another --output_dir.")
-    recorded = json.loads(record.read_text())
+    recorded = read_json_record(record, "it records what the run's tokenizer was made from: restore it, or start "
+                                "afresh (--overwrite_output_dir or another --output_dir).")
     changed = sorted(key for key in set(recorded) | set(inputs) if recorded.get(key) != inputs.get(key))
     if changed and resuming and set(changed) <= set(SOURCE_KEYS):  # the flags themselves are checked by run_inputs
         logger.warning("%s: the tokenizer this run was given differs from when it started, or cannot be read now (%s); "

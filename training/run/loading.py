@@ -24,6 +24,19 @@ def check_model_path(name: str, flag: str = "--model_name_or_path") -> None:
         raise FileNotFoundError(f"{flag} {name}: no such folder (nor a Hub id: those are NAME or ORG/NAME).")
 
 
+def read_json_record(path: Path, fix: str) -> dict:
+    """A JSON object the zoo wrote (a config, a record), or one line naming the file, what is wrong and `fix`."""
+    import json
+
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); {fix}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a JSON object (a {type(record).__name__}); {fix}")
+    return record
+
+
 def damaged_weights(name: str) -> str | None:
     """The first safetensors file of a local checkpoint folder that is empty, truncated or not safetensors."""
     folder = Path(name).expanduser()
@@ -93,7 +106,12 @@ def load_pretrained(auto_class, name: str, flag: str = "--model_name_or_path", *
     try:
         if auto_class.__name__.startswith("AutoModelFor"):
             return _load_task_model(auto_class, name, **kwargs)
-        from encoder_zoo.training.data.tokenizer import without_loading_state
+        from encoder_zoo.training.data.tokenizer import TOKENIZER_FILES, lacks_tokenizer_files, without_loading_state
+
+        if "Tokenizer" in auto_class.__name__ and lacks_tokenizer_files(name):
+            raise OSError(f"{flag} {name} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, vocab.txt, "
+                          "...); save the model's tokenizer into it (tokenizer.save_pretrained) or pass the folder "
+                          "that has both.")
 
         loaded = auto_class.from_pretrained(name, **kwargs)
         return without_loading_state(loaded) if hasattr(loaded, "init_kwargs") else loaded  # a tokenizer

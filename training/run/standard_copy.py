@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,17 +73,26 @@ def standard_refusal(model_type: str | None) -> str | None:
 
 
 def read_export(export: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The export's config.json and its tensors (safetensors files)."""
+    """The export's config.json and its tensors (safetensors files), each file checked readable first."""
     from safetensors.torch import load_file
+
+    from encoder_zoo.training.data.tokenizer import lacks_tokenizer_files
+    from encoder_zoo.training.run.loading import damaged_weights, read_json_record
 
     config_file = export / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"EXPORT {export}: no config.json; pass the export folder a pretraining run wrote "
                                 "(OUTPUT_DIR/export).")
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    again = "copy the export again from its run (OUTPUT_DIR/export) or a backup. Nothing was written."
+    config = read_json_record(config_file, again)
     refusal = standard_refusal(config.get("model_type"))
     if refusal:
         raise ValueError(f"EXPORT {export}: {refusal}")
+    problem = damaged_weights(str(export))  # an empty or truncated safetensors file, named
+    if lacks_tokenizer_files(export):
+        problem = problem or f"{export} holds no tokenizer files (tokenizer.json, tokenizer_config.json, ...)"
+    if problem:
+        raise ValueError(f"EXPORT {export}: {problem}; {again}")
     files = sorted(export.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"EXPORT {export}: no *.safetensors weights beside its config.json.")
@@ -139,7 +149,7 @@ def bert_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conversio
     return Conversion("BERT", [part], dropped, config)
 
 
-def electra_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conversion:
+def electra_conversion(config: dict, tensors: dict[str, torch.Tensor], without_generator: bool = False) -> Conversion:
     """A TEAMS/ELECTRA export as Google's ELECTRA: the discriminator (the layers `TeamsModel` returns, i.e. the
     fine-tuning representation) and the generator (its shared bottom layers copied from the discriminator)."""
     from encoder_zoo import models
@@ -182,6 +192,11 @@ def electra_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conver
         parts.append(Part("ElectraForPreTraining", _encoder_config(
             config, "electra", embedding_size=teams.embedding_size, num_hidden_layers=depth + 1,
             architectures=["ElectraForPreTraining"]), rtd, RTD_FOLDER))
+    if "generator.bias" not in tensors and not without_generator:
+        raise ValueError("EXPORT: it holds no generator (no generator.* tensors beside the discriminator's), which "
+                         "every TEAMS/ELECTRA pretraining export has; convert the complete export, or pass "
+                         "--without_generator to write the discriminator alone (its card then says the generator "
+                         "is missing).")
     if "generator.bias" in tensors:
         shared = teams.num_shared_generator_layers
         generator = {k: v for k, v in embeddings.items() if not k.startswith("electra.embeddings_project.")}
@@ -211,8 +226,10 @@ def electra_conversion(config: dict, tensors: dict[str, torch.Tensor]) -> Conver
     return Conversion("ELECTRA", parts, dropped, config)
 
 
-def conversion_of(config: dict, tensors: dict[str, torch.Tensor]) -> Conversion:
-    return (bert_conversion if config["model_type"] == "spanbert" else electra_conversion)(config, tensors)
+def conversion_of(config: dict, tensors: dict[str, torch.Tensor], without_generator: bool = False) -> Conversion:
+    if config["model_type"] == "spanbert":
+        return bert_conversion(config, tensors)
+    return electra_conversion(config, tensors, without_generator)
 
 
 def build(part: Part, tensors: dict[str, torch.Tensor]):
@@ -328,6 +345,9 @@ def write_card(output: Path, export: Path, conversion: Conversion, base_model: s
         kept.append(f"| {where} | `{part.class_name}` (layers {part.config['num_hidden_layers']}, width "
                     f"{part.config['hidden_size']}) | {checks} |")
     dropped = [f"| `{group}` | {why} |" for group, why in conversion.dropped.items()] or ["| (nothing) | |"]
+    if conversion.family == "ELECTRA" and not any(part.subfolder == GENERATOR_FOLDER for part in conversion.parts):
+        dropped.append(f"| `generator.*` | missing from the export itself (converted with --without_generator): "
+                       f"this copy has no `{GENERATOR_FOLDER}/` |")
     lineage = (f" It continues `{base_model}` (the Hub model the export started from)." if base_model else "")
     top = conversion.parts[0].class_name
     if conversion.family == "BERT":
@@ -379,9 +399,11 @@ def standard_tokenizer_config(folder: Path, family: str) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def convert(export: str | Path, output: str | Path, overwrite: bool = False) -> Path:
+def convert(export: str | Path, output: str | Path, overwrite: bool = False, without_generator: bool = False) -> Path:
     """Write the standard copy of `export` into `output` (refused where `output` holds files, unless `overwrite`);
-    checked exact before anything is written."""
+    checked exact before anything is written. The copy is written beside `output` and renamed in; an old copy is
+    renamed aside first and deleted only once the new one is in place, so a kill at any point leaves one whole copy
+    (the old one, at OUTPUT or at OUTPUT.replaced-<time>)."""
     from transformers import AutoTokenizer
 
     export, output = Path(export).expanduser(), Path(output).expanduser()
@@ -393,7 +415,7 @@ def convert(export: str | Path, output: str | Path, overwrite: bool = False) -> 
     if output.resolve() == export.resolve() or export.resolve() in output.resolve().parents:
         raise ValueError(f"OUTPUT {output} is the export or inside it; pass a folder beside it.")
     config, tensors = read_export(export)
-    conversion = conversion_of(config, tensors)
+    conversion = conversion_of(config, tensors, without_generator)
     built = [build(part, tensors) for part in conversion.parts]
     check_exact(export, conversion, built)
     tokenizer = AutoTokenizer.from_pretrained(export)
@@ -409,7 +431,11 @@ def convert(export: str | Path, output: str | Path, overwrite: bool = False) -> 
     except BaseException:  # nothing half-written is left behind
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    aside = None
     if output.exists():
-        shutil.rmtree(output) if output.is_dir() else output.unlink()
+        aside = output.with_name(f"{output.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        output.rename(aside)
     staging.rename(output)
+    if aside is not None:
+        shutil.rmtree(aside) if aside.is_dir() else aside.unlink()
     return output

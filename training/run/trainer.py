@@ -903,18 +903,87 @@ def divergence_guard(trainer) -> DivergenceGuard | None:
     return next((c for c in trainer.callback_handler.callbacks if isinstance(c, DivergenceGuard)), None)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+# FSDP's weights: a DCP folder pytorch_model_fsdp_N/ (SHARDED_STATE_DICT) or a .bin file (FULL_STATE_DICT).
+FSDP_WEIGHTS = "pytorch_model_fsdp"
+
+
 def checkpoint_is_complete(folder: Path) -> bool:
-    """A checkpoint folder Trainer can resume from: its state and weights are there."""
-    has_weights = any((folder / name).exists() for name in (
-        "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
-        "pytorch_model_fsdp_0"))  # FSDP's sharded weights
+    """A checkpoint folder Trainer can resume from: its state and weights are there, its sharded (DCP) parts whole."""
+    return checkpoint_problem(folder) is None
+
+
+def checkpoint_problem(folder: Path, deep: bool = True) -> str | None:
+    """Why `folder` is not a checkpoint Trainer can resume from, in words (None: it is one). Shallow (`deep` False):
+    only whether its state and weights are there (what a save killed half-way lacks), not whether they are whole."""
+    has_weights = any((folder / name).exists() for name in WEIGHT_FILES) or any(folder.glob(f"{FSDP_WEIGHTS}*"))
     if not (folder / "trainer_state.json").is_file() or not has_weights:
+        return "incomplete: no trainer_state.json or weights"
+    for record in ("trainer_state.json", "config.json")[:2 if deep else 1]:  # Trainer reads both on resuming
+        try:
+            if (folder / record).is_file():
+                json.loads((folder / record).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            return f"its {record} is damaged ({error})"
+    if not deep:
+        return None
+    from encoder_zoo.training.run.loading import damaged_weights
+
+    weights = damaged_weights(str(folder))  # an empty or truncated model.safetensors, named
+    if weights:
+        return weights.replace(f"{folder}{os.sep}", "its ", 1)
+    for part in sorted(p for p in folder.iterdir() if is_dcp_folder(p)):
+        problem = dcp_problem(part)
+        if problem:
+            return f"its sharded {part.name}/ {problem}"
+    return None
+
+
+def is_dcp_folder(path: Path) -> bool:
+    """A torch.distributed.checkpoint folder (FSDP's SHARDED_STATE_DICT saves: pytorch_model_fsdp_N/, optimizer_N/)."""
+    if not path.is_dir():
         return False
+    if path.name.startswith(f"{FSDP_WEIGHTS}_") or (path.name.startswith("optimizer_") and path.name[10:].isdigit()):
+        return True
+    return (path / ".metadata").exists() or any(path.glob("*.distcp"))
+
+
+def dcp_problem(folder: Path) -> str | None:
+    """What is wrong with a DCP folder, in words (None: whole): its `.metadata` must be readable and every file it
+    lists present and as long as the data it places there (the check torch makes only while loading, on each rank)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not (folder / ".metadata").is_file():
+        return "has no .metadata (the index DCP writes last)"
     try:
-        json.loads((folder / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return True
+        metadata = FileSystemReader(str(folder)).read_metadata()
+        ends: dict[str, int] = {}
+        for info in metadata.storage_data.values():
+            ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    except Exception as error:  # noqa: BLE001 - an unpickled index can fail in any way
+        return f"has a damaged .metadata ({type(error).__name__})"
+    for name, end in sorted(ends.items()):
+        path = folder / name
+        if not path.is_file():
+            return f"lacks {name}, which its .metadata lists"
+        if path.stat().st_size < end:
+            return f"has {name} truncated ({path.stat().st_size} of {end} bytes)"
+    return None
+
+
+def engine_mismatch(checkpoint: Path, fsdp: bool) -> str | None:
+    """Why a run under FSDP (`fsdp`) or not cannot load `checkpoint`'s weights (None: it can): FSDP loads only its own
+    saves, and any other engine only plain weight files."""
+    sharded = any(checkpoint.glob(f"{FSDP_WEIGHTS}*"))
+    plain = any((checkpoint / name).exists() for name in WEIGHT_FILES)
+    if fsdp and not sharded:
+        return ("holds a DDP (unsharded) checkpoint, which an FSDP run cannot load; resume it with the engine that "
+                "saved it (training/accelerate_configs/ddp.yaml)")
+    if not fsdp and sharded and not plain:
+        return ("holds an FSDP checkpoint, which only an FSDP run can load; resume it with the accelerate config that "
+                "saved it (training/accelerate_configs/fsdp_*.yaml)")
+    return None
 
 
 class GanCollapsed(TrainingDiverged):
