@@ -149,3 +149,11 @@ def local_paths_in(folder, *roots) -> list[str]:
             text = path.read_text(errors="ignore")
             found += [f"{path.name}: {needle}" for needle in sorted(needles) if needle and needle in text]
     return found
+
+
+def card_without_time(export: Path) -> str:
+    """An export's card but for its wall-clock row (where the training time went), which two equal runs do not
+    share; the card must have that row once."""
+    lines = (Path(export) / "README.md").read_text().splitlines()
+    assert sum(line.startswith("| time | waiting for data ") for line in lines) == 1
+    return "\n".join(line for line in lines if not line.startswith("| time | "))

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import pretrain
+from helpers import card_without_time, pretrain
 from test_bad_input import snapshot
 from test_failures import run
 from test_resume import start, wait_for
@@ -164,13 +164,8 @@ def test_a_resumed_export_equals_the_uninterrupted_one_and_carries_no_loading_st
     shutil.rmtree(out / "export")
     code, stderr = run("pretrain.py", [*run_args(out), "--resume_from_checkpoint", "true"], monkeypatch, capsys)
     assert code == 0, stderr[-2000:]
-    def card_of(folder: Path) -> str:  # but for its wall-clock row, where the training time went
-        lines = (folder / "export" / "README.md").read_text().splitlines()
-        assert sum(line.startswith("| time | waiting for data ") for line in lines) == 1
-        return "\n".join(line for line in lines if not line.startswith("| time | "))
-
-    card = card_of(out)
-    assert card == card_of(uninterrupted) and "FLOPs (model FLOPs, counted as" in card
+    card = card_without_time(out / "export")
+    assert card == card_without_time(uninterrupted / "export") and "FLOPs (model FLOPs, counted as" in card
 
     def without_times(folder: Path) -> list[dict]:
         log = json.loads((folder / "export" / "training_log.json").read_text())
