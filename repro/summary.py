@@ -197,6 +197,24 @@ def zoo_table(budget: str = README_ZOO_BUDGET, reports: Path = REPORTS) -> str:
         f"(repro/reports/zoo/{budget}/plot.png)"])
 
 
+def report_results(folder: Path) -> dict:
+    """A report folder's results.json, or one line saying what `folder` is instead (missing, a file, no results.json,
+    damaged)."""
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder} does not exist: give a report folder (repro/reports/<paper>/<budget>).")
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a report folder: give its folder (repro/reports/<paper>/<budget>).")
+    path = folder / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no results.json: it is no report folder, or its report was never "
+                                "written (repro/run.py writes it).")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{path} is damaged ({error}): restore it (git checkout -- {path}) or rerun the report.") \
+            from None
+
+
 def rerender(folder: Path) -> None:
     """Write a committed report's report.md and plot.png again from its results.json, training nothing: the text as
     `repro.report` now renders it (the gate that held a claim back named, `name_the_gate`; the arms labelled,
@@ -208,7 +226,7 @@ def rerender(folder: Path) -> None:
     from encoder_zoo.repro.budgets import BUDGETS
     from encoder_zoo.repro.report import render_report, render_zoo_report
 
-    results = name_the_gate(json.loads((folder / "results.json").read_text(encoding="utf-8")))
+    results = name_the_gate(report_results(folder))
     budget = BUDGETS[results["budget"]["name"]]
     prose = ("description", "cnn_description", "tests_what")
     now = json.loads(json.dumps(dataclasses.asdict(budget)))
@@ -246,14 +264,14 @@ def previous_results(folder: Path, commit: str) -> tuple[str, dict]:
     the folder lies in."""
     root = git(["rev-parse", "--show-toplevel"], folder)
     if root.returncode:
-        raise SystemExit(f"--since: {folder} lies in no git repository: give a report folder of the repository")
+        raise ValueError(f"--since: {folder} lies in no git repository: give a report folder of the repository")
     path = f"{(folder.resolve().relative_to(Path(root.stdout.strip()).resolve())).as_posix()}/results.json"
     resolved = git(["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], folder)
     if resolved.returncode:
-        raise SystemExit(f"--since: git knows no commit {commit!r}: give a commit of this repository (git log)")
+        raise ValueError(f"--since: git knows no commit {commit!r}: give a commit of this repository (git log)")
     shown = git(["show", f"{commit}:{path}"], folder)
     if shown.returncode:
-        raise SystemExit(f"--since: commit {commit} has no {path}: give the commit of the report it replaces "
+        raise ValueError(f"--since: commit {commit} has no {path}: give the commit of the report it replaces "
                          f"(git log -- {path})")
     return resolved.stdout.strip(), json.loads(shown.stdout)
 
@@ -263,9 +281,10 @@ def since(folder: Path, commit: str, because: str) -> None:
     "previous"), then re-render the folder (`rerender`); a refused re-render leaves results.json as it was."""
     from encoder_zoo.repro.changes import previous_record
 
+    report_results(folder)  # the folder as it stands, before git is asked about it
     resolved, old = previous_results(folder, commit)
     if old.get("experiment") == "zoo":
-        raise SystemExit(f"--since: {folder} is the zoo's report, which has no claims: give a paper's report folder")
+        raise ValueError(f"--since: {folder} is the zoo's report, which has no claims: give a paper's report folder")
     path = folder / "results.json"
     before = path.read_text(encoding="utf-8")
     path.write_text(json.dumps({**json.loads(before), "previous": previous_record(old, resolved, because)}, indent=2))
@@ -273,7 +292,7 @@ def since(folder: Path, commit: str, because: str) -> None:
         rerender(folder)
     except ValueError as error:
         path.write_text(before)
-        raise SystemExit(f"--since: {error}") from None
+        raise ValueError(f"--since: {error}") from None
 
 
 def write_readme(text: str, readme: Path = README, markers: tuple[str, str] = (BEGIN, END)) -> None:
@@ -281,7 +300,7 @@ def write_readme(text: str, readme: Path = README, markers: tuple[str, str] = (B
     begin, end = markers
     content = readme.read_text(encoding="utf-8")
     if begin not in content or end not in content:
-        raise SystemExit(f"{readme} lacks the markers {begin!r} ... {end!r}: put them where the table belongs.")
+        raise ValueError(f"{readme} lacks the markers {begin!r} ... {end!r}: put them where the table belongs.")
     head, rest = content.split(begin, 1)
     readme.write_text(f"{head}{begin}\n{text.strip()}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
 
@@ -323,5 +342,12 @@ def main(argv=None) -> None:
         write_readme(zoo, markers=(ZOO_BEGIN, ZOO_END))
 
 
+def cli() -> None:
+    """`python repro/summary.py`: a refusal is one line and exit status 2 (`training.run.entry.run_cli`)."""
+    from encoder_zoo.training.run.entry import run_cli
+
+    run_cli(main, "summary.py")
+
+
 if __name__ == "__main__":
-    main()
+    cli()

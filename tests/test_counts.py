@@ -23,7 +23,6 @@ from test_pretokenize import refused
     ("--shuffle_window_documents", "0", "--shuffle_window_documents 0: pass a positive whole number"),
     ("--stream_partitions", "0", "--stream_partitions 0: pass a positive whole number (partitions of the stream)."),
     ("--streaming_sample_documents", "0", "--streaming_sample_documents 0: pass a positive whole number"),
-    ("--max_steps", "-5", "--max_steps -5: pass a positive number of updates, or -1 to count --num_train_epochs."),
     ("--dataloader_num_workers", "-1", "--dataloader_num_workers -1: pass 0 (load and pack in the training process) "
                                        "or more."),
 ])

@@ -1147,7 +1147,7 @@ def test_summary_write_replaces_only_the_table(tmp_path):
     write_readme("| new |\n", readme)
     assert readme.read_text() == f"# Title\n\nbefore\n{BEGIN}\n| new |\n{END}\nafter\n"
     readme.write_text("no markers")
-    with pytest.raises(SystemExit, match="lacks the markers"):
+    with pytest.raises(ValueError, match="lacks the markers"):
         write_readme("| new |", readme)
     assert readme.read_text() == "no markers"
 
@@ -1614,10 +1614,35 @@ def test_summary_since_stores_the_previous_report_and_rerenders_the_same_files_t
                                    ("HEAD", other, "commit HEAD has no other/results.json"),
                                    ("HEAD", hire, "made at other cpu settings")):
         before = digest(where)
-        with pytest.raises(SystemExit, match=message) as refused:
+        with pytest.raises(ValueError, match=message) as refused:  # summary.py's cli: one line, exit 2
             main(["--since", commit, "--because", "x", str(where)])
         assert "\n" not in str(refused.value) and str(refused.value).startswith("--since: ")
         assert digest(where) == before
     with pytest.raises(SystemExit):
         main(["--since", "HEAD", str(folder)])  # no --because
     assert {name: digest(REPORTS / name) for name in committed} == committed
+
+
+@pytest.mark.parametrize("what, named", [("missing", "does not exist: give a report folder"),
+                                         ("file", "is a file, not a report folder"),
+                                         ("empty", "has no results.json"),
+                                         ("damaged", "results.json is damaged")])
+def test_summary_names_what_it_was_given_instead_of_a_report_folder(tmp_path, monkeypatch, capsys, what, named):
+    import sys
+
+    from encoder_zoo.repro.summary import cli
+
+    target = tmp_path / "report"
+    if what == "file":
+        target.write_text("x")
+    elif what in ("empty", "damaged"):
+        target.mkdir()
+        if what == "damaged":
+            (target / "results.json").write_text("{")
+    for argv in (["--rerender", str(target)], ["--since", "HEAD", "--because", "x", str(target)]):
+        monkeypatch.setattr(sys, "argv", ["summary.py", *argv])
+        with pytest.raises(SystemExit) as stopped:
+            cli()
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+        assert err.startswith("summary.py: error: ") and named in err

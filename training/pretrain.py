@@ -427,8 +427,9 @@ RATIO_STEPS = ("save_steps", "logging_steps", "eval_steps")
 
 
 def check_counts(args: PretrainArguments, training_args: TrainingArguments) -> None:
-    """Every count flag is a positive whole number (--max_steps also -1: count epochs; --dataloader_num_workers also
-    0: pack here), refused in one line before anything divides by it."""
+    """Every count flag is a positive whole number (--dataloader_num_workers also 0: pack here), refused in one line
+    before anything divides by it. (--max_steps below 0 means "count --num_train_epochs", as Trainer reads it;
+    `check_arguments` names a run that would train nothing.)"""
     for name, what in POSITIVE_COUNTS.items():
         value = getattr(args, name, None) if hasattr(args, name) else getattr(training_args, name, None)
         if value is None or (value >= 1 and float(value) == int(value)):
@@ -437,9 +438,6 @@ def check_counts(args: PretrainArguments, training_args: TrainingArguments) -> N
             continue  # Trainer's fraction of the run's updates
         fraction = ", or a fraction of the run's updates below 1" if name in RATIO_STEPS else ""
         raise ValueError(f"--{name} {value:g}: pass a positive whole number ({what}){fraction}.")
-    if training_args.max_steps < -1:
-        raise ValueError(f"--max_steps {training_args.max_steps}: pass a positive number of updates, or -1 to count "
-                         "--num_train_epochs.")
     if training_args.dataloader_num_workers < 0:
         raise ValueError(f"--dataloader_num_workers {training_args.dataloader_num_workers}: pass 0 (load and pack in "
                          "the training process) or more.")

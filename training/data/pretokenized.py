@@ -95,9 +95,9 @@ def open_pretokenized(path: str | Path, recipe, args) -> Pretokenized:
     """Open `path` for a `recipe` run with `args`; refuse (one line, naming the fix) what does not match."""
     import datasets
 
+    from encoder_zoo.training.data.records import read_json_record
     from encoder_zoo.training.data.tokenizer import load_tokenizer
     from encoder_zoo.training.masking.spans import LINGUISTIC_SCHEMES
-    from encoder_zoo.training.run.loading import read_json_record
 
     path = Path(path)
     again = f"pre-tokenize again (training/pretokenize.py --model {args.model} ...)"

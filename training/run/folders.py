@@ -20,7 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
-from encoder_zoo.training.run.loading import read_json_record
+from encoder_zoo.training.data.records import read_json_record
 from encoder_zoo.training.run.locks import LOCK_FILES, hold
 from encoder_zoo.training.run.trainer import STAGING_DIR, checkpoint_problem, engine_mismatch
 

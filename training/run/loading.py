@@ -24,19 +24,6 @@ def check_model_path(name: str, flag: str = "--model_name_or_path") -> None:
         raise FileNotFoundError(f"{flag} {name}: no such folder (nor a Hub id: those are NAME or ORG/NAME).")
 
 
-def read_json_record(path: Path, fix: str) -> dict:
-    """A JSON object the zoo wrote (a config, a record), or one line naming the file, what is wrong and `fix`."""
-    import json
-
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); {fix}") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a JSON object (a {type(record).__name__}); {fix}")
-    return record
-
-
 def damaged_weights(name: str) -> str | None:
     """The first safetensors file of a local checkpoint folder that is empty, truncated or not safetensors."""
     folder = Path(name).expanduser()

@@ -76,8 +76,9 @@ def read_export(export: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """The export's config.json and its tensors (safetensors files), each file checked readable first."""
     from safetensors.torch import load_file
 
+    from encoder_zoo.training.data.records import read_json_record
     from encoder_zoo.training.data.tokenizer import lacks_tokenizer_files
-    from encoder_zoo.training.run.loading import damaged_weights, read_json_record
+    from encoder_zoo.training.run.loading import damaged_weights
 
     config_file = export / "config.json"
     if not config_file.is_file():
