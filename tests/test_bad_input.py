@@ -29,6 +29,8 @@ class Case:
     args: Callable[[Path], list[str]]  # workspace -> command-line arguments
     message: str
     setup: Callable[[Path], None] = field(default=lambda workspace: None)
+    env: dict = field(default_factory=dict)  # test_bad_input_edges's cases: extra environment of the command
+    created: str = "out"  # ... and what the refused command must not create (relative to the workspace)
 
 
 def write(path: Path, data: str | bytes) -> Path:

@@ -1,4 +1,4 @@
-"""The catalogue of bad inputs to the cluster features (issue 67), one validation per kind of input: sharded (DCP)
+"""The catalogue of bad inputs to the cluster features, one validation per kind of input: sharded (DCP)
 checkpoints, a checkpoint of the other engine, `to_transformers.py`'s export, the SpanBERT authors' `model.pt`, a
 tokenizer folder, a JSON record, a `tune.py --grid` entry. Each gets exit status 2, one line on stderr that starts
 with the script's name and names the file or flag and the fix, no traceback, every file the user had kept byte for
@@ -14,29 +14,16 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pytest
 import torch
 from helpers import ACCELERATE_LAUNCH, REPO, call_cli, free_port, pretrain, save_tiny_spanbert
+from test_bad_input import TINY, Case
 
-TINY = ["--model", "spanbert", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "60",
-        "--tokenizer_vocab_size", "500", "--validation_documents", "0", "--max_steps", "2"]
 MODULES = {"pretrain.py": "encoder_zoo.training.pretrain", "to_transformers.py": "encoder_zoo.training.to_transformers",
            "tune.py": "encoder_zoo.repro.tune", "run_glue.py": "encoder_zoo.glue.run_glue"}
-
-
-@dataclass
-class Case:
-    name: str
-    script: str
-    args: Callable[[Path], list[str]]  # workspace -> command-line arguments
-    message: str
-    setup: Callable[[Path], None] = field(default=lambda workspace: None)
-    env: dict = field(default_factory=dict)
-    created: str = "out"  # what the refused command must not create (relative to the workspace)
 
 
 def write(path: Path, data: str | bytes) -> Path:

@@ -298,8 +298,8 @@ def assert_their_encoder_and_heads(model, bert, pair, tokenizer):
 
 @pytest.mark.parametrize("where", ["beside", "config_name"])
 def test_a_bare_state_dict_starts_spanbert_with_their_config_json(tmp_path, tokenizer, where):
-    """SpanBERT issue 53's input: the released model.pt's `decoder.*` tensors alone, with their config.json (their
-    BertConfig's 11 fields, no model_type) beside it or named by --config_name."""
+    """A conversion's input: the released spanbert_large_with_head model.pt's `decoder.*` tensors alone, with their
+    config.json (their BertConfig's 11 fields, no model_type) beside it or named by --config_name."""
     file = tmp_path / "spanbert_large_with_head" / "model.pt"
     file.parent.mkdir()
     bert, pair = save_their_checkpoint(file, len(tokenizer), bare=True)

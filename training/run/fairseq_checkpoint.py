@@ -12,9 +12,9 @@ of their `BertForPreTraining` under `decoder.`: the encoder `decoder.bert.*` (BE
 The pickle is read by torch's weights-only unpickler, which builds tensors, storages and plain containers and, here,
 `argparse.Namespace` and stand-ins for their `BertConfig` and their meters (objects that only hold attributes): any
 other class the file asks for is refused by name before anything of it runs. The bookkeeping is read as inert data
-and ignored. A bare state dict under their key names (`decoder.bert.*`, as SpanBERT issue 53's conversion reads the
-released `model.pt`) holds no `args`: its architecture comes from their config.json beside it (their BertConfig's
-fields, no `model_type`) or `--config_name`.
+and ignored. A bare state dict under their key names (`decoder.bert.*`, as a conversion of the released
+`spanbert_large_with_head` `model.pt` reads it) holds no `args`: its architecture comes from their config.json beside
+it (their BertConfig's fields, no `model_type`) or `--config_name`.
 """
 
 from __future__ import annotations
