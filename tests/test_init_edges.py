@@ -13,7 +13,7 @@ import pytest
 import test_init_from
 import torch
 import transformers
-from helpers import call_cli
+from helpers import call_cli, card_without_time
 from test_init_from import TINY, started_model
 
 from encoder_zoo.training.data.tokenizer import train_wordpiece_tokenizer
@@ -215,7 +215,7 @@ def test_a_continued_run_resumes_from_its_checkpoint_alone_once_its_starting_che
     assert f"The starting checkpoint cannot be read now (--init_from {starting}: no such folder" in result.stderr
     assert step_logs(resumed, 6) == step_logs(reference, 6)
     assert_same_weights(reference / "export" / "model.safetensors", resumed / "export" / "model.safetensors")
-    assert (resumed / "export" / "README.md").read_text() == (reference / "export" / "README.md").read_text()
+    assert card_without_time(resumed / "export") == card_without_time(reference / "export")  # but wall-clock
 
     shutil.rmtree(resumed / "tokenizer")
     result = pretrain(*args, "--output_dir", str(resumed), "--resume_from_checkpoint", "true", check=False)
