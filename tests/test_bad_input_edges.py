@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Callable
 
 import pytest
 import torch
-from helpers import ACCELERATE_LAUNCH, REPO, call_cli, free_port, pretrain, save_tiny_spanbert
+from helpers import call_cli, pretrain, save_tiny_spanbert
 from test_bad_input import TINY, Case
+from test_sharded import FSDP_ON_CPU, TEAMS, launch
 
 MODULES = {"pretrain.py": "encoder_zoo.training.pretrain", "to_transformers.py": "encoder_zoo.training.to_transformers",
            "tune.py": "encoder_zoo.repro.tune", "run_glue.py": "encoder_zoo.glue.run_glue"}
@@ -340,17 +340,8 @@ def test_under_torchrun_the_refusal_is_the_failure_summarys_traceback(tmp_path, 
 
 # --- under accelerate launch (multiprocess tier)
 
-CONFIGS = os.path.join(REPO, "training", "accelerate_configs")
-FSDP_ON_CPU = os.path.join(REPO, "tests", "fsdp_on_cpu.py")
-TEAMS = ["--model", "teams", "--model_size", "tiny", "--max_seq_length", "64", "--max_documents", "100",
-         "--tokenizer_vocab_size", "1000", "--per_device_train_batch_size", "4", "--validation_documents", "4",
-         "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1", "--dataloader_num_workers", "0",
-         "--config_overrides", "hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"]
-
-
 def fsdp_launch(processes: int = 2):
-    return (*ACCELERATE_LAUNCH, "--config_file", os.path.join(CONFIGS, "fsdp_teams.yaml"), "--num_processes",
-            str(processes), "--main_process_port", str(free_port()), FSDP_ON_CPU)
+    return launch("fsdp_teams.yaml", FSDP_ON_CPU, processes=processes)
 
 
 @pytest.mark.multiprocess
